@@ -1,0 +1,311 @@
+//! The delivery contract (DESIGN §2): the SQS message body, its validating decoder and encoder.
+//!
+//! The body carries identifiers and the contract, never recipient data or credentials. The
+//! decoder names exactly what is wrong so an operator reading the DLQ attribute can fix the
+//! producer without opening the body. Unknown fields are ignored (a newer producer may add
+//! optional fields within one version); an unknown `v` is refused.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::ids::{CorrelationId, IdError, RedriveId, ReminderId, ReminderKind, RenewalId, TenantId};
+
+/// The only contract version this build understands.
+pub const CONTRACT_VERSION: u64 = 1;
+
+/// Largest body accepted, in bytes. A v1 body is ~400 bytes; anything near SQS's 256 KiB limit
+/// is not a reminder.
+pub const MAX_BODY_BYTES: usize = 8 * 1024;
+
+/// Upper bound on the `attempt` hint; the ledger, not this field, enforces the real limit.
+pub const MAX_ATTEMPT_HINT: u32 = 1_000;
+
+/// Longest redrive `reason` and `owner` accepted.
+pub const MAX_REDRIVE_TEXT: usize = 256;
+
+/// One reminder attempt chain, decoded and validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReminderMessage {
+    /// Deterministic id; the idempotency key is derived from it.
+    pub reminder_id: ReminderId,
+    /// Where the sender looks up the recipient (renewals table).
+    pub renewal_id: RenewalId,
+    /// The renewal's tenant.
+    pub tenant_id: TenantId,
+    /// The reminder kind.
+    pub kind: ReminderKind,
+    /// Not to be delivered before this instant.
+    pub deliver_after: DateTime<Utc>,
+    /// Not to be delivered at or after this instant. Always after `deliver_after`.
+    pub deliver_by: DateTime<Utc>,
+    /// Provider attempts already made (a hint; the ledger is the truth).
+    pub attempt: u32,
+    /// When the scheduler first enqueued the chain.
+    pub first_enqueued: DateTime<Utc>,
+    /// Carried through every transition.
+    pub correlation_id: CorrelationId,
+    /// Present when an operator redrive re-released the message.
+    pub redrive: Option<RedriveStamp>,
+}
+
+/// The redrive that re-released a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RedriveStamp {
+    /// The redrive run's id (its audit record key).
+    pub id: RedriveId,
+    /// Why the operator redrove (non-empty).
+    pub reason: String,
+    /// Who redrove (non-empty).
+    pub owner: String,
+}
+
+/// What is wrong with a message body. Each case names its class; the `Display` text is what
+/// lands in the DLQ's `detail` attribute.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MalformedMessage {
+    /// The body is larger than [`MAX_BODY_BYTES`].
+    #[error("body is {len} bytes; at most {max} allowed")]
+    TooLarge { len: usize, max: usize },
+    /// The body is not JSON at all.
+    #[error("body is not valid JSON: {detail}")]
+    NotJson { detail: String },
+    /// The body is JSON but not an object.
+    #[error("body must be a JSON object, found {found}")]
+    NotAnObject { found: &'static str },
+    /// `v` is missing.
+    #[error("missing contract version field `v`")]
+    MissingVersion,
+    /// `v` is present but not a non-negative integer.
+    #[error("contract version `v` must be a non-negative integer, found {found}")]
+    VersionNotInteger { found: String },
+    /// `v` is a version this build does not understand.
+    #[error("unsupported contract version {0} (this build understands version {CONTRACT_VERSION})")]
+    UnsupportedVersion(u64),
+    /// A required field is absent (or `null`).
+    #[error("missing required field `{0}`")]
+    MissingField(&'static str),
+    /// A field has the wrong JSON type.
+    #[error("field `{field}` must be {expected}, found {found}")]
+    WrongType { field: &'static str, expected: &'static str, found: &'static str },
+    /// An id field fails its newtype's validation.
+    #[error("field `{field}` {source}")]
+    InvalidId {
+        field: &'static str,
+        #[source]
+        source: IdError,
+    },
+    /// A timestamp is not RFC 3339 with an explicit offset.
+    #[error("field `{field}` must be an RFC 3339 timestamp with offset (e.g. 2026-12-01T09:00:00Z), found {value:?}")]
+    InvalidTimestamp { field: &'static str, value: String },
+    /// `deliver_by <= deliver_after`: an impossible window.
+    #[error("deliver_by must be after deliver_after (deliver_after={deliver_after}, deliver_by={deliver_by})")]
+    DeadlineNotAfterRelease { deliver_after: String, deliver_by: String },
+    /// `attempt` is out of range.
+    #[error("field `attempt` must be between 0 and {MAX_ATTEMPT_HINT}, found {found}")]
+    AttemptOutOfRange { found: String },
+    /// `first_enqueued` is after `deliver_by`, which no scheduler produces.
+    #[error("first_enqueued ({first_enqueued}) must not be after deliver_by ({deliver_by})")]
+    EnqueuedAfterDeadline { first_enqueued: String, deliver_by: String },
+    /// A redrive `reason` or `owner` is empty or too long.
+    #[error("field `redrive.{field}` must be 1 to {MAX_REDRIVE_TEXT} characters")]
+    InvalidRedriveText { field: &'static str },
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Longest excerpt of a rejected value quoted in an error.
+const MAX_EXCERPT: usize = 64;
+
+fn excerpt(s: &str) -> String {
+    match s.char_indices().nth(MAX_EXCERPT) {
+        Some((cut, _)) => format!("{}…", &s[..cut]),
+        None => s.to_owned(),
+    }
+}
+
+fn field<'a>(obj: &'a Map<String, Value>, name: &'static str) -> Result<&'a Value, MalformedMessage> {
+    match obj.get(name) {
+        None | Some(Value::Null) => Err(MalformedMessage::MissingField(name)),
+        Some(v) => Ok(v),
+    }
+}
+
+fn string<'a>(obj: &'a Map<String, Value>, name: &'static str) -> Result<&'a str, MalformedMessage> {
+    let v = field(obj, name)?;
+    v.as_str().ok_or(MalformedMessage::WrongType { field: name, expected: "a string", found: json_type(v) })
+}
+
+fn id<T>(
+    obj: &Map<String, Value>,
+    name: &'static str,
+    parse: fn(String) -> Result<T, IdError>,
+) -> Result<T, MalformedMessage> {
+    parse(string(obj, name)?.to_owned()).map_err(|source| MalformedMessage::InvalidId { field: name, source })
+}
+
+fn instant(obj: &Map<String, Value>, name: &'static str) -> Result<DateTime<Utc>, MalformedMessage> {
+    let s = string(obj, name)?;
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| MalformedMessage::InvalidTimestamp { field: name, value: excerpt(s) })
+}
+
+fn redrive_text(obj: &Map<String, Value>, name: &'static str) -> Result<String, MalformedMessage> {
+    let v = field(obj, name).map_err(|_| MalformedMessage::InvalidRedriveText { field: name })?;
+    let s = v.as_str().ok_or(MalformedMessage::WrongType {
+        field: if name == "reason" { "redrive.reason" } else { "redrive.owner" },
+        expected: "a string",
+        found: json_type(v),
+    })?;
+    let trimmed = s.trim();
+    if trimmed.is_empty() || s.chars().count() > MAX_REDRIVE_TEXT {
+        return Err(MalformedMessage::InvalidRedriveText { field: name });
+    }
+    Ok(s.to_owned())
+}
+
+/// Format every instant the same way on the wire: UTC, `Z`, millisecond precision.
+pub fn format_instant(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+impl ReminderMessage {
+    /// Decodes and validates a message body. Checks run in a fixed order (size, JSON, version,
+    /// fields in contract order, cross-field rules) so the same body always reports the same
+    /// first problem.
+    pub fn decode(body: &str) -> Result<Self, MalformedMessage> {
+        if body.len() > MAX_BODY_BYTES {
+            return Err(MalformedMessage::TooLarge { len: body.len(), max: MAX_BODY_BYTES });
+        }
+        let value: Value =
+            serde_json::from_str(body).map_err(|e| MalformedMessage::NotJson { detail: e.to_string() })?;
+        let Value::Object(obj) = &value else {
+            return Err(MalformedMessage::NotAnObject { found: json_type(&value) });
+        };
+        let v = match obj.get("v") {
+            None | Some(Value::Null) => return Err(MalformedMessage::MissingVersion),
+            Some(v) => v,
+        };
+        let version =
+            v.as_u64().ok_or_else(|| MalformedMessage::VersionNotInteger { found: excerpt(&v.to_string()) })?;
+        if version != CONTRACT_VERSION {
+            return Err(MalformedMessage::UnsupportedVersion(version));
+        }
+
+        let reminder_id = id(obj, "reminder_id", ReminderId::parse)?;
+        let renewal_id = id(obj, "renewal_id", RenewalId::parse)?;
+        let tenant_id = id(obj, "tenant_id", TenantId::parse)?;
+        let kind = id(obj, "kind", ReminderKind::parse)?;
+        let deliver_after = instant(obj, "deliver_after")?;
+        let deliver_by = instant(obj, "deliver_by")?;
+        let attempt_v = field(obj, "attempt")?;
+        let attempt = match attempt_v {
+            Value::Number(n) => n
+                .as_u64()
+                .and_then(|a| u32::try_from(a).ok())
+                .filter(|a| *a <= MAX_ATTEMPT_HINT)
+                .ok_or_else(|| MalformedMessage::AttemptOutOfRange { found: excerpt(&n.to_string()) })?,
+            other => {
+                return Err(MalformedMessage::WrongType {
+                    field: "attempt",
+                    expected: "an integer",
+                    found: json_type(other),
+                });
+            }
+        };
+        let first_enqueued = instant(obj, "first_enqueued")?;
+        let correlation_id = id(obj, "correlation_id", CorrelationId::parse)?;
+        let redrive = match obj.get("redrive") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(r)) => Some(RedriveStamp {
+                id: RedriveId::parse(string(r, "id").map_err(|e| match e {
+                    MalformedMessage::MissingField(_) => MalformedMessage::MissingField("redrive.id"),
+                    MalformedMessage::WrongType { expected, found, .. } => {
+                        MalformedMessage::WrongType { field: "redrive.id", expected, found }
+                    }
+                    other => other,
+                })?)
+                .map_err(|source| MalformedMessage::InvalidId { field: "redrive.id", source })?,
+                reason: redrive_text(r, "reason")?,
+                owner: redrive_text(r, "owner")?,
+            }),
+            Some(other) => {
+                return Err(MalformedMessage::WrongType {
+                    field: "redrive",
+                    expected: "an object",
+                    found: json_type(other),
+                });
+            }
+        };
+
+        if deliver_by <= deliver_after {
+            return Err(MalformedMessage::DeadlineNotAfterRelease {
+                deliver_after: format_instant(deliver_after),
+                deliver_by: format_instant(deliver_by),
+            });
+        }
+        if first_enqueued > deliver_by {
+            return Err(MalformedMessage::EnqueuedAfterDeadline {
+                first_enqueued: format_instant(first_enqueued),
+                deliver_by: format_instant(deliver_by),
+            });
+        }
+        Ok(Self {
+            reminder_id,
+            renewal_id,
+            tenant_id,
+            kind,
+            deliver_after,
+            deliver_by,
+            attempt,
+            first_enqueued,
+            correlation_id,
+            redrive,
+        })
+    }
+
+    /// Encodes the message as a v1 body. `decode(encode(m)) == m` up to millisecond precision.
+    pub fn encode(&self) -> String {
+        #[derive(Serialize)]
+        struct Wire<'a> {
+            v: u64,
+            reminder_id: &'a str,
+            renewal_id: &'a str,
+            tenant_id: &'a str,
+            kind: &'a str,
+            deliver_after: String,
+            deliver_by: String,
+            attempt: u32,
+            first_enqueued: String,
+            correlation_id: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            redrive: Option<&'a RedriveStamp>,
+        }
+        let wire = Wire {
+            v: CONTRACT_VERSION,
+            reminder_id: self.reminder_id.as_str(),
+            renewal_id: self.renewal_id.as_str(),
+            tenant_id: self.tenant_id.as_str(),
+            kind: self.kind.as_str(),
+            deliver_after: format_instant(self.deliver_after),
+            deliver_by: format_instant(self.deliver_by),
+            attempt: self.attempt,
+            first_enqueued: format_instant(self.first_enqueued),
+            correlation_id: self.correlation_id.as_str(),
+            redrive: self.redrive.as_ref(),
+        };
+        // Serialising a struct of strings and integers cannot fail; fall back to an empty
+        // object rather than panic so a bug shows up as `malformed` in the DLQ, not a crash loop.
+        serde_json::to_string(&wire).unwrap_or_else(|_| String::from("{}"))
+    }
+}

@@ -1,0 +1,375 @@
+//! The sender's decision (DESIGN §4): a pure function of (message, ledger view, now, limiter
+//! answer, provider result, policy) that says what to do next.
+//!
+//! The sender service drives it as a small state machine: it calls [`decide`] with what it
+//! knows, performs the [`Step`] it is told to (claim, look up the renewal, take a token, call
+//! the provider), adds the answer to [`Inputs`] and calls again, until a [`Disposition`] comes
+//! back. Checks run cheap and final first, so no token and no provider call is spent on work
+//! that is not due, already expired, already delivered, over its attempt budget or cancelled.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::backoff::{Backoff, Jitter};
+use crate::clock::{add, until};
+use crate::contract::{MalformedMessage, ReminderMessage};
+use crate::provider::ProviderOutcome;
+use crate::reason::ReasonCode;
+
+/// Tunables of the sender's decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SenderPolicy {
+    /// Backoff between provider attempts (full jitter).
+    pub backoff: Backoff,
+    /// Provider attempts allowed per reminder, counted by the ledger.
+    pub max_attempts: u32,
+    /// Invocation time kept free after the provider call, for recording and acknowledging.
+    pub invocation_margin: Duration,
+    /// Below this much time, a provider call is not started.
+    pub min_call_timeout: Duration,
+    /// The longest a provider call may take.
+    pub max_call_timeout: Duration,
+}
+
+impl Default for SenderPolicy {
+    /// Defaults for a 100 calls/s email/SMS API and reminders with windows of hours.
+    fn default() -> Self {
+        Self {
+            backoff: Backoff { base: Duration::from_secs(2), cap: Duration::from_secs(300) },
+            max_attempts: 8,
+            invocation_margin: Duration::from_secs(2),
+            min_call_timeout: Duration::from_secs(1),
+            max_call_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Measured delays the deadline cutoff accounts for (e.g. recent p95s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Observed {
+    /// Time from a message becoming visible to a sender receiving it.
+    pub queue_delay: Duration,
+    /// Time a provider call takes.
+    pub call_latency: Duration,
+}
+
+/// What the idempotency ledger answered to a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimView {
+    /// This worker holds the lease; `prior_attempts` provider attempts are already recorded.
+    Claimed {
+        /// Provider attempts recorded before this one.
+        prior_attempts: u32,
+    },
+    /// The reminder is already delivered.
+    AlreadyDelivered,
+    /// Another live worker holds the lease until `lease_until`.
+    HeldElsewhere {
+        /// When that lease ends.
+        lease_until: DateTime<Utc>,
+    },
+}
+
+/// The renewal as the system of record has it now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewalView {
+    /// Still due: remind.
+    Active,
+    /// Cancelled meanwhile.
+    Cancelled,
+    /// Paid meanwhile.
+    Paid,
+    /// Deleted from the renewals table.
+    Missing,
+}
+
+/// What the shared rate limiter answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimiterAnswer {
+    /// A token was taken.
+    Granted,
+    /// No token within the allowed wait; one is expected after `retry_in`.
+    Denied {
+        /// When to try again.
+        retry_in: Duration,
+    },
+}
+
+/// Everything known so far about one message.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The decoded message, or why it could not be decoded.
+    pub message: Result<&'a ReminderMessage, &'a MalformedMessage>,
+    /// The current instant.
+    pub now: DateTime<Utc>,
+    /// When this invocation is killed.
+    pub invocation_deadline: DateTime<Utc>,
+    /// Measured delays.
+    pub observed: Observed,
+    /// The ledger's answer to the claim, once claimed.
+    pub claim: Option<ClaimView>,
+    /// The renewal's state, once looked up.
+    pub renewal: Option<RenewalView>,
+    /// The limiter's answer, once asked.
+    pub limiter: Option<LimiterAnswer>,
+    /// The provider call's classified result, once called.
+    pub provider: Option<&'a ProviderOutcome>,
+}
+
+/// An action the service must take before the decision can continue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Claim the idempotency record with a lease ending at `lease_until`.
+    Claim {
+        /// Never after the invocation deadline, never after `deliver_by`.
+        lease_until: DateTime<Utc>,
+    },
+    /// Look up the renewal in the system of record.
+    CheckRenewal,
+    /// Take a token from the shared limiter, waiting at most `max_wait`.
+    TakeToken {
+        /// Longest wait that still leaves time for the call.
+        max_wait: Duration,
+    },
+    /// Call the provider with this timeout; this is provider attempt number `attempt`.
+    CallProvider {
+        /// Ends before the invocation margin and before `deliver_by`.
+        timeout: Duration,
+        /// 1-based attempt number.
+        attempt: u32,
+    },
+}
+
+/// How a message ends this receive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Disposition {
+    /// The provider accepted it: record delivered with the receipt, acknowledge.
+    Delivered {
+        /// The attempt that succeeded.
+        attempt: u32,
+        /// The provider's receipt.
+        receipt: Option<String>,
+    },
+    /// Acknowledge without a new attempt: already delivered (`suppressed_duplicate`) or owned
+    /// by another live worker through the deadline (`claimed_elsewhere`).
+    Acknowledge {
+        /// Why nothing was done.
+        reason: ReasonCode,
+    },
+    /// Try again at `until` (always before `deliver_by`); release the claim if held.
+    Defer {
+        /// When the message should next be visible.
+        until: DateTime<Utc>,
+        /// Why it waits.
+        reason: ReasonCode,
+        /// Provider attempts made so far.
+        attempts_made: u32,
+        /// Last provider status, if a call was made.
+        provider_status: Option<u16>,
+    },
+    /// Send to the DLQ with this metadata, then delete from the send queue.
+    Quarantine {
+        /// Why.
+        reason: ReasonCode,
+        /// Provider attempts made so far.
+        attempts_made: u32,
+        /// Last provider status, if any.
+        provider_status: Option<u16>,
+        /// Human-readable detail for the DLQ `detail` attribute (never message content).
+        detail: String,
+    },
+    /// `deliver_by` passed: record expired, send to the DLQ with `business_deadline_expired`.
+    Expire {
+        /// Provider attempts made so far (the message's hint: the ledger was not read).
+        attempts_made: u32,
+    },
+    /// The renewal is no longer due: record cancelled, acknowledge.
+    Cancel {
+        /// What the system of record said.
+        renewal: RenewalView,
+    },
+}
+
+impl Disposition {
+    /// The reason code recorded for this disposition, if any.
+    pub fn reason(&self) -> Option<ReasonCode> {
+        match self {
+            Self::Delivered { .. } => None,
+            Self::Acknowledge { reason } | Self::Defer { reason, .. } | Self::Quarantine { reason, .. } => {
+                Some(*reason)
+            }
+            Self::Expire { .. } => Some(ReasonCode::BusinessDeadlineExpired),
+            Self::Cancel { .. } => Some(ReasonCode::Cancelled),
+        }
+    }
+}
+
+/// The decision's answer: one more step, or done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Perform this step, add its answer to the inputs, decide again.
+    Next(Step),
+    /// Finished.
+    Done(Disposition),
+}
+
+fn quarantine(reason: ReasonCode, attempts_made: u32, provider_status: Option<u16>, detail: String) -> Decision {
+    Decision::Done(Disposition::Quarantine { reason, attempts_made, provider_status, detail })
+}
+
+/// Decides the next step or the final disposition for one message. Pure: the same inputs and
+/// jitter state give the same answer.
+pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitter) -> Decision {
+    // 1. Decode.
+    let msg = match inputs.message {
+        Ok(m) => m,
+        Err(e) => return quarantine(ReasonCode::Malformed, 0, None, e.to_string()),
+    };
+    let now = inputs.now;
+    // 2. Not yet due.
+    if now < msg.deliver_after {
+        return Decision::Done(Disposition::Defer {
+            until: msg.deliver_after,
+            reason: ReasonCode::NotDue,
+            attempts_made: msg.attempt,
+            provider_status: None,
+        });
+    }
+    // 3. Past the business deadline.
+    if now >= msg.deliver_by {
+        return Decision::Done(Disposition::Expire { attempts_made: msg.attempt });
+    }
+    // 4. Claim.
+    let prior_attempts = match inputs.claim {
+        None => {
+            let lease_until = inputs.invocation_deadline.min(msg.deliver_by);
+            return Decision::Next(Step::Claim { lease_until });
+        }
+        Some(ClaimView::AlreadyDelivered) => {
+            return Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
+        }
+        Some(ClaimView::HeldElsewhere { lease_until }) => {
+            // The holder's own message comes back if it dies, so when its lease covers the
+            // rest of the window this copy has nothing left to do.
+            if lease_until >= msg.deliver_by {
+                return Decision::Done(Disposition::Acknowledge { reason: ReasonCode::ClaimedElsewhere });
+            }
+            return Decision::Done(Disposition::Defer {
+                until: lease_until.max(now),
+                reason: ReasonCode::ClaimedElsewhere,
+                attempts_made: msg.attempt,
+                provider_status: None,
+            });
+        }
+        Some(ClaimView::Claimed { prior_attempts }) => prior_attempts,
+    };
+    if prior_attempts >= policy.max_attempts {
+        return quarantine(
+            ReasonCode::AttemptLimit,
+            prior_attempts,
+            None,
+            format!("{prior_attempts} of {} provider attempts already made", policy.max_attempts),
+        );
+    }
+    // 5. Still wanted?
+    match inputs.renewal {
+        None => return Decision::Next(Step::CheckRenewal),
+        Some(RenewalView::Active) => {}
+        Some(renewal) => return Decision::Done(Disposition::Cancel { renewal }),
+    }
+    let call_room = until(now, inputs.invocation_deadline).saturating_sub(policy.invocation_margin);
+    // 6. A token from the shared limiter.
+    match inputs.limiter {
+        None => {
+            let max_wait = call_room.saturating_sub(policy.min_call_timeout);
+            return Decision::Next(Step::TakeToken { max_wait });
+        }
+        Some(LimiterAnswer::Denied { retry_in }) => {
+            let next = add(now, retry_in);
+            if add(next, inputs.observed.queue_delay) >= msg.deliver_by {
+                return quarantine(
+                    ReasonCode::NoSafeRetryWindow,
+                    prior_attempts,
+                    None,
+                    format!("rate limiter has no token for {}ms, past deliver_by", retry_in.as_millis()),
+                );
+            }
+            return Decision::Done(Disposition::Defer {
+                until: next,
+                reason: ReasonCode::RateLimited,
+                attempts_made: prior_attempts,
+                provider_status: None,
+            });
+        }
+        Some(LimiterAnswer::Granted) => {}
+    }
+    let attempt = prior_attempts + 1;
+    // 7. Call the provider, finishing before the invocation margin and before deliver_by.
+    let Some(outcome) = inputs.provider else {
+        let to_deadline = until(now, msg.deliver_by);
+        if to_deadline < policy.min_call_timeout {
+            return quarantine(
+                ReasonCode::NoSafeRetryWindow,
+                prior_attempts,
+                None,
+                format!("{}ms left before deliver_by, less than a provider call needs", to_deadline.as_millis()),
+            );
+        }
+        if call_room < policy.min_call_timeout {
+            return Decision::Done(Disposition::Defer {
+                until: now,
+                reason: ReasonCode::InvocationBudget,
+                attempts_made: prior_attempts,
+                provider_status: None,
+            });
+        }
+        let timeout = policy.max_call_timeout.min(call_room).min(to_deadline);
+        return Decision::Next(Step::CallProvider { timeout, attempt });
+    };
+    // 8. Classify.
+    let (status, retry_after, reason) = match outcome {
+        ProviderOutcome::Accepted { receipt, .. } => {
+            return Decision::Done(Disposition::Delivered { attempt, receipt: receipt.clone() });
+        }
+        ProviderOutcome::Permanent { status } => {
+            return quarantine(
+                ReasonCode::ClassifiedPermanent,
+                attempt,
+                Some(*status),
+                format!("provider answered {status}"),
+            );
+        }
+        ProviderOutcome::Transient { status, retry_after } => {
+            let reason =
+                if retry_after.is_some() { ReasonCode::ProviderRetryAfter } else { ReasonCode::ProviderTransient };
+            (*status, *retry_after, reason)
+        }
+        ProviderOutcome::Indeterminate { status } => (*status, None, ReasonCode::ProviderIndeterminate),
+    };
+    if attempt >= policy.max_attempts {
+        return quarantine(
+            ReasonCode::AttemptLimit,
+            attempt,
+            status,
+            format!("{attempt} of {} provider attempts made; last was {reason}", policy.max_attempts),
+        );
+    }
+    let backoff = policy.backoff.delay(attempt, jitter);
+    let asked = retry_after.map_or(Duration::ZERO, |r| r.delay_from(now));
+    let next = add(now, backoff.max(asked));
+    let earliest_done = add(add(next, inputs.observed.queue_delay), inputs.observed.call_latency);
+    if earliest_done >= msg.deliver_by {
+        return quarantine(
+            ReasonCode::NoSafeRetryWindow,
+            attempt,
+            status,
+            format!(
+                "next attempt at {} would finish no earlier than {}, at or after deliver_by",
+                crate::contract::format_instant(next),
+                crate::contract::format_instant(earliest_done)
+            ),
+        );
+    }
+    Decision::Done(Disposition::Defer { until: next, reason, attempts_made: attempt, provider_status: status })
+}

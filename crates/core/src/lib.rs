@@ -1,0 +1,19 @@
+//! `punctual-core`: the delivery contract, identifiers, states and reason codes, the sender's
+//! pure decision, backoff, time-zone rules and the ports the services are generic over.
+//!
+//! Nothing in here knows about AWS, Lambda or HTTP; `cargo test -p punctual-core` builds
+//! without the AWS SDK. Time enters only through [`clock::Clock`].
+
+pub mod backoff;
+pub mod clock;
+pub mod contract;
+pub mod decision;
+pub mod ids;
+pub mod provider;
+pub mod reason;
+pub mod tz;
+
+pub use contract::{MalformedMessage, RedriveStamp, ReminderMessage};
+pub use decision::{Decision, Disposition, SenderPolicy, Step};
+pub use ids::{CorrelationId, IdempotencyKey, ReminderId, ReminderKind, RenewalId, TenantId};
+pub use reason::{ReasonCode, ReminderState};

@@ -1,0 +1,155 @@
+//! What a provider call can come to, and `Retry-After` parsing. Pure, so the HTTP client, the
+//! simulator's provider model and the tests all classify the same way (DESIGN §4 step 8).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+/// A provider's `Retry-After`, in either of its HTTP forms, resolved against a reference time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryAfter {
+    /// `Retry-After: 7`.
+    Seconds(u64),
+    /// `Retry-After: Wed, 21 Oct 2026 07:28:00 GMT`.
+    At(DateTime<Utc>),
+}
+
+impl RetryAfter {
+    /// Parses a header value; `None` when it is neither delta-seconds nor an HTTP date.
+    pub fn parse(value: &str) -> Option<Self> {
+        let v = value.trim();
+        if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+            return Some(Self::Seconds(v.parse().unwrap_or(u64::MAX)));
+        }
+        // IMF-fixdate is a subset of RFC 2822 (which also accepts the obsolete forms HTTP
+        // tolerates). A "GMT" zone is required by HTTP; RFC 2822 parsing accepts it.
+        DateTime::parse_from_rfc2822(v).ok().map(|t| Self::At(t.with_timezone(&Utc)))
+    }
+
+    /// The wait from `now` this header asks for (zero for a date in the past). Never clamped:
+    /// a wait longer than the reminder's window ends in `no_safe_retry_window`, not in an early
+    /// retry the provider told us not to make.
+    pub fn delay_from(self, now: DateTime<Utc>) -> Duration {
+        match self {
+            Self::Seconds(s) => Duration::from_secs(s),
+            Self::At(t) => crate::clock::until(now, t),
+        }
+    }
+}
+
+/// The result of one provider call, classified (DESIGN §4 step 8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderOutcome {
+    /// 2xx: the provider has it.
+    Accepted {
+        /// HTTP status.
+        status: u16,
+        /// The provider's receipt (message id), if it returned one.
+        receipt: Option<String>,
+    },
+    /// Determinate transient: 429, 503, or the connection was refused — the request was not
+    /// processed and may be retried after `retry_after` (if given).
+    Transient {
+        /// HTTP status; `None` when no connection was made.
+        status: Option<u16>,
+        /// The provider's `Retry-After`, if any.
+        retry_after: Option<RetryAfter>,
+    },
+    /// Indeterminate: the request was sent and may have been processed (timeout after send,
+    /// a 5xx other than 503, a dropped connection). Retried with the same idempotency key;
+    /// never treated as permanent, never as delivered.
+    Indeterminate {
+        /// HTTP status; `None` for a timeout or dropped connection.
+        status: Option<u16>,
+    },
+    /// Permanent: a 4xx other than 429 (and 408, which is a timeout). Retrying cannot help.
+    Permanent {
+        /// HTTP status.
+        status: u16,
+    },
+}
+
+impl ProviderOutcome {
+    /// Classifies an HTTP answer by its status.
+    pub fn from_status(status: u16, retry_after: Option<RetryAfter>, receipt: Option<String>) -> Self {
+        match status {
+            200..=299 => Self::Accepted { status, receipt },
+            429 | 503 => Self::Transient { status: Some(status), retry_after },
+            // 408: the server timed out reading our request; it may or may not act on it.
+            408 => Self::Indeterminate { status: Some(status) },
+            400..=499 => Self::Permanent { status },
+            // 1xx/3xx are not answers a JSON API gives to a POST; treat like 5xx: maybe done.
+            _ => Self::Indeterminate { status: Some(status) },
+        }
+    }
+
+    /// The HTTP status, if an answer came back.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::Accepted { status, .. } | Self::Permanent { status } => Some(*status),
+            Self::Transient { status, .. } | Self::Indeterminate { status } => *status,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn retry_after_parses_both_http_forms() {
+        assert_eq!(RetryAfter::parse("7"), Some(RetryAfter::Seconds(7)));
+        assert_eq!(RetryAfter::parse(" 120 "), Some(RetryAfter::Seconds(120)));
+        assert_eq!(
+            RetryAfter::parse("Wed, 21 Oct 2026 07:28:00 GMT"),
+            Some(RetryAfter::At(utc("2026-10-21T07:28:00Z")))
+        );
+        for bad in ["", "-1", "1.5", "soon", "2026-10-21T07:28:00Z"] {
+            assert_eq!(RetryAfter::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn retry_after_delay_is_relative_to_now_and_clamped() {
+        let now = utc("2026-10-21T07:27:50Z");
+        assert_eq!(RetryAfter::At(utc("2026-10-21T07:28:00Z")).delay_from(now), Duration::from_secs(10));
+        assert_eq!(RetryAfter::At(utc("2026-10-21T07:00:00Z")).delay_from(now), Duration::ZERO);
+        assert_eq!(RetryAfter::Seconds(7).delay_from(now), Duration::from_secs(7));
+        assert_eq!(RetryAfter::parse("99999999999999999999999"), Some(RetryAfter::Seconds(u64::MAX)));
+    }
+
+    #[test]
+    fn status_classification_table() {
+        use ProviderOutcome as P;
+        let cases: &[(u16, &str)] = &[
+            (200, "accepted"),
+            (202, "accepted"),
+            (400, "permanent"),
+            (401, "permanent"),
+            (404, "permanent"),
+            (408, "indeterminate"),
+            (409, "permanent"),
+            (422, "permanent"),
+            (429, "transient"),
+            (500, "indeterminate"),
+            (502, "indeterminate"),
+            (503, "transient"),
+            (504, "indeterminate"),
+            (302, "indeterminate"),
+        ];
+        for (status, want) in cases {
+            let got = match P::from_status(*status, None, None) {
+                P::Accepted { .. } => "accepted",
+                P::Transient { .. } => "transient",
+                P::Indeterminate { .. } => "indeterminate",
+                P::Permanent { .. } => "permanent",
+            };
+            assert_eq!(got, *want, "status {status}");
+            assert_eq!(P::from_status(*status, None, None).status(), Some(*status));
+        }
+    }
+}

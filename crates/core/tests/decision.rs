@@ -1,0 +1,533 @@
+//! The sender decision (DESIGN §4): a table with a row for every branch, and property tests for
+//! the invariants the delivery contract promises.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use proptest::prelude::*;
+use punctual_core::backoff::{Backoff, Jitter, SplitMix64};
+use punctual_core::contract::{MalformedMessage, ReminderMessage};
+use punctual_core::decision::{
+    ClaimView, Decision, Disposition, Inputs, LimiterAnswer, Observed, RenewalView, SenderPolicy, Step, decide,
+};
+use punctual_core::provider::{ProviderOutcome, RetryAfter};
+use punctual_core::{CorrelationId, ReasonCode, ReminderId, ReminderKind, RenewalId, TenantId};
+
+/// A jitter source that always returns the same sample, so table rows are exact.
+struct Fixed(f64);
+impl Jitter for Fixed {
+    fn next_unit(&mut self) -> f64 {
+        self.0
+    }
+}
+
+fn t(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+fn secs(s: i64) -> TimeDelta {
+    TimeDelta::seconds(s)
+}
+
+const AFTER: &str = "2026-12-01T14:00:00Z";
+const BY: &str = "2026-12-01T16:00:00Z";
+
+fn message(after: DateTime<Utc>, by: DateTime<Utc>) -> ReminderMessage {
+    ReminderMessage {
+        reminder_id: ReminderId::parse("rem_c9dd29194f09d2128544bc59f58b2395").unwrap(),
+        renewal_id: RenewalId::parse("ren-1").unwrap(),
+        tenant_id: TenantId::parse("acme").unwrap(),
+        kind: ReminderKind::parse("renewal_7d").unwrap(),
+        deliver_after: after,
+        deliver_by: by,
+        attempt: 0,
+        first_enqueued: after - secs(600),
+        correlation_id: CorrelationId::parse("c-1").unwrap(),
+        redrive: None,
+    }
+}
+
+fn policy() -> SenderPolicy {
+    SenderPolicy {
+        backoff: Backoff { base: Duration::from_secs(2), cap: Duration::from_secs(300) },
+        max_attempts: 5,
+        invocation_margin: Duration::from_secs(2),
+        min_call_timeout: Duration::from_secs(1),
+        max_call_timeout: Duration::from_secs(10),
+    }
+}
+
+/// One row's world, owned; `inputs()` borrows it the way the sender service does.
+#[derive(Clone)]
+struct World {
+    message: Result<ReminderMessage, MalformedMessage>,
+    now: DateTime<Utc>,
+    invocation_deadline: DateTime<Utc>,
+    observed: Observed,
+    claim: Option<ClaimView>,
+    renewal: Option<RenewalView>,
+    limiter: Option<LimiterAnswer>,
+    provider: Option<ProviderOutcome>,
+}
+
+impl World {
+    /// Due, claimed by us, active, token granted: one call away from the provider.
+    fn ready() -> Self {
+        let now = t(AFTER) + secs(60);
+        Self {
+            message: Ok(message(t(AFTER), t(BY))),
+            now,
+            invocation_deadline: now + secs(60),
+            observed: Observed { queue_delay: Duration::from_secs(1), call_latency: Duration::from_millis(200) },
+            claim: Some(ClaimView::Claimed { prior_attempts: 0 }),
+            renewal: Some(RenewalView::Active),
+            limiter: Some(LimiterAnswer::Granted),
+            provider: None,
+        }
+    }
+    fn fresh() -> Self {
+        Self { claim: None, renewal: None, limiter: None, ..Self::ready() }
+    }
+    fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            message: self.message.as_ref(),
+            now: self.now,
+            invocation_deadline: self.invocation_deadline,
+            observed: self.observed,
+            claim: self.claim,
+            renewal: self.renewal,
+            limiter: self.limiter,
+            provider: self.provider.as_ref(),
+        }
+    }
+    fn decide(&self) -> Decision {
+        decide(&policy(), &self.inputs(), &mut Fixed(0.5))
+    }
+    fn called(mut self, outcome: ProviderOutcome) -> Self {
+        self.provider = Some(outcome);
+        self
+    }
+}
+
+fn defer(until: DateTime<Utc>, reason: ReasonCode, attempts_made: u32, provider_status: Option<u16>) -> Decision {
+    Decision::Done(Disposition::Defer { until, reason, attempts_made, provider_status })
+}
+
+fn quarantined(d: &Decision) -> Option<(ReasonCode, u32, Option<u16>)> {
+    match d {
+        Decision::Done(Disposition::Quarantine { reason, attempts_made, provider_status, .. }) => {
+            Some((*reason, *attempts_made, *provider_status))
+        }
+        _ => None,
+    }
+}
+
+#[test]
+fn decision_table_covers_every_branch() {
+    let ready = World::ready();
+    let now = ready.now;
+    let bad = ReminderMessage::decode("{\"v\":7}").unwrap_err();
+    let transient = |status, retry_after| ProviderOutcome::Transient { status, retry_after };
+
+    // (name, world, expected decision)
+    let rows: Vec<(&str, World, Decision)> = vec![
+        // 1. decode
+        (
+            "malformed is quarantined",
+            World { message: Err(bad.clone()), ..World::fresh() },
+            Decision::Done(Disposition::Quarantine {
+                reason: ReasonCode::Malformed,
+                attempts_made: 0,
+                provider_status: None,
+                detail: "unsupported contract version 7 (this build understands version 1)".into(),
+            }),
+        ),
+        // 2. not due
+        (
+            "early is deferred to deliver_after",
+            World { now: t(AFTER) - secs(30), ..World::fresh() },
+            defer(t(AFTER), ReasonCode::NotDue, 0, None),
+        ),
+        // 3. expired
+        (
+            "at deliver_by is expired",
+            World { now: t(BY), ..World::fresh() },
+            Decision::Done(Disposition::Expire { attempts_made: 0 }),
+        ),
+        (
+            "after deliver_by is expired",
+            World { now: t(BY) + secs(1), ..World::ready() },
+            Decision::Done(Disposition::Expire { attempts_made: 0 }),
+        ),
+        // 4. claim
+        (
+            "due and unclaimed asks for a claim to the invocation deadline",
+            World::fresh(),
+            Decision::Next(Step::Claim { lease_until: now + secs(60) }),
+        ),
+        (
+            "lease never outlives deliver_by",
+            World { invocation_deadline: t(BY) + secs(600), ..World::fresh() },
+            Decision::Next(Step::Claim { lease_until: t(BY) }),
+        ),
+        (
+            "already delivered is acknowledged as a suppressed duplicate",
+            World { claim: Some(ClaimView::AlreadyDelivered), ..World::fresh() },
+            Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }),
+        ),
+        (
+            "held elsewhere is deferred until the lease ends",
+            World { claim: Some(ClaimView::HeldElsewhere { lease_until: now + secs(45) }), ..World::fresh() },
+            defer(now + secs(45), ReasonCode::ClaimedElsewhere, 0, None),
+        ),
+        (
+            "a lapsed foreign lease defers to now, never to the past",
+            World { claim: Some(ClaimView::HeldElsewhere { lease_until: now - secs(5) }), ..World::fresh() },
+            defer(now, ReasonCode::ClaimedElsewhere, 0, None),
+        ),
+        (
+            "held elsewhere through the deadline is left to its holder",
+            World { claim: Some(ClaimView::HeldElsewhere { lease_until: t(BY) }), ..World::fresh() },
+            Decision::Done(Disposition::Acknowledge { reason: ReasonCode::ClaimedElsewhere }),
+        ),
+        // 5. renewal
+        (
+            "claimed asks for the renewal",
+            World { claim: Some(ClaimView::Claimed { prior_attempts: 2 }), ..World::fresh() },
+            Decision::Next(Step::CheckRenewal),
+        ),
+        (
+            "cancelled renewal is cancelled",
+            World { renewal: Some(RenewalView::Cancelled), limiter: None, ..World::ready() },
+            Decision::Done(Disposition::Cancel { renewal: RenewalView::Cancelled }),
+        ),
+        (
+            "paid renewal is cancelled",
+            World { renewal: Some(RenewalView::Paid), limiter: None, ..World::ready() },
+            Decision::Done(Disposition::Cancel { renewal: RenewalView::Paid }),
+        ),
+        (
+            "deleted renewal is cancelled",
+            World { renewal: Some(RenewalView::Missing), limiter: None, ..World::ready() },
+            Decision::Done(Disposition::Cancel { renewal: RenewalView::Missing }),
+        ),
+        // 6. limiter
+        (
+            "active asks for a token, waiting no longer than leaves room for a call",
+            World { limiter: None, ..World::ready() },
+            Decision::Next(Step::TakeToken { max_wait: Duration::from_secs(60 - 2 - 1) }),
+        ),
+        (
+            "limiter denial defers by its wait",
+            World { limiter: Some(LimiterAnswer::Denied { retry_in: Duration::from_secs(3) }), ..World::ready() },
+            defer(now + secs(3), ReasonCode::RateLimited, 0, None),
+        ),
+        // 7. call
+        (
+            "granted calls the provider, bounded by the call cap",
+            World::ready(),
+            Decision::Next(Step::CallProvider { timeout: Duration::from_secs(10), attempt: 1 }),
+        ),
+        (
+            "the call timeout shrinks to the invocation's remaining time minus the margin",
+            World { invocation_deadline: now + secs(6), ..World::ready() },
+            Decision::Next(Step::CallProvider { timeout: Duration::from_secs(4), attempt: 1 }),
+        ),
+        (
+            "the call timeout shrinks to deliver_by",
+            World { now: t(BY) - secs(3), invocation_deadline: t(BY) + secs(60), ..World::ready() },
+            Decision::Next(Step::CallProvider { timeout: Duration::from_secs(3), attempt: 1 }),
+        ),
+        (
+            "too little invocation time left defers to the next invocation at once",
+            World {
+                invocation_deadline: now + secs(2),
+                claim: Some(ClaimView::Claimed { prior_attempts: 1 }),
+                ..World::ready()
+            },
+            defer(now, ReasonCode::InvocationBudget, 1, None),
+        ),
+        // 8. classify
+        (
+            "2xx is delivered with its receipt",
+            World::ready().called(ProviderOutcome::Accepted { status: 202, receipt: Some("msg-9".into()) }),
+            Decision::Done(Disposition::Delivered { attempt: 1, receipt: Some("msg-9".into()) }),
+        ),
+        (
+            "429 with Retry-After 7 s waits the later of Retry-After and backoff",
+            World::ready().called(transient(Some(429), Some(RetryAfter::Seconds(7)))),
+            defer(now + secs(7), ReasonCode::ProviderRetryAfter, 1, Some(429)),
+        ),
+        (
+            "backoff wins when later than Retry-After",
+            World { claim: Some(ClaimView::Claimed { prior_attempts: 3 }), ..World::ready() }
+                .called(transient(Some(429), Some(RetryAfter::Seconds(1)))),
+            // attempt 4: ceiling 2 s · 2^3 = 16 s, jitter 0.5 → 8 s
+            defer(now + secs(8), ReasonCode::ProviderRetryAfter, 4, Some(429)),
+        ),
+        (
+            "503 without Retry-After backs off",
+            World::ready().called(transient(Some(503), None)),
+            defer(now + secs(1), ReasonCode::ProviderTransient, 1, Some(503)),
+        ),
+        (
+            "connection refused backs off",
+            World::ready().called(transient(None, None)),
+            defer(now + secs(1), ReasonCode::ProviderTransient, 1, None),
+        ),
+        (
+            "timeout is indeterminate and retried",
+            World::ready().called(ProviderOutcome::Indeterminate { status: None }),
+            defer(now + secs(1), ReasonCode::ProviderIndeterminate, 1, None),
+        ),
+        (
+            "500 is indeterminate and retried",
+            World::ready().called(ProviderOutcome::Indeterminate { status: Some(500) }),
+            defer(now + secs(1), ReasonCode::ProviderIndeterminate, 1, Some(500)),
+        ),
+    ];
+    for (name, world, want) in rows {
+        assert_eq!(world.decide(), want, "row: {name}");
+    }
+
+    // Quarantine rows: the reason, attempts and status matter; the detail is prose.
+    type QRow = (&'static str, World, (ReasonCode, u32, Option<u16>));
+    let q_rows: Vec<QRow> = vec![
+        (
+            "attempts already spent (a crash after the last attempt) are dead-lettered before any token",
+            World {
+                claim: Some(ClaimView::Claimed { prior_attempts: 5 }),
+                renewal: None,
+                limiter: None,
+                ..World::ready()
+            },
+            (ReasonCode::AttemptLimit, 5, None),
+        ),
+        (
+            "limiter denial past the deadline has no safe window",
+            World {
+                now: t(BY) - secs(10),
+                limiter: Some(LimiterAnswer::Denied { retry_in: Duration::from_secs(10) }),
+                ..World::ready()
+            },
+            (ReasonCode::NoSafeRetryWindow, 0, None),
+        ),
+        (
+            "less time to deliver_by than a call needs has no safe window",
+            World { now: t(BY) - TimeDelta::milliseconds(500), ..World::ready() },
+            (ReasonCode::NoSafeRetryWindow, 0, None),
+        ),
+        (
+            "400 is permanent",
+            World::ready().called(ProviderOutcome::Permanent { status: 400 }),
+            (ReasonCode::ClassifiedPermanent, 1, Some(400)),
+        ),
+        (
+            "the last allowed attempt failing transiently spends the budget",
+            World { claim: Some(ClaimView::Claimed { prior_attempts: 4 }), ..World::ready() }
+                .called(transient(Some(429), None)),
+            (ReasonCode::AttemptLimit, 5, Some(429)),
+        ),
+        (
+            "an indeterminate last attempt spends the budget too, never permanent",
+            World { claim: Some(ClaimView::Claimed { prior_attempts: 4 }), ..World::ready() }
+                .called(ProviderOutcome::Indeterminate { status: None }),
+            (ReasonCode::AttemptLimit, 5, None),
+        ),
+        (
+            "Retry-After landing past deliver_by has no safe window",
+            World { now: t(BY) - secs(60), ..World::ready() }
+                .called(transient(Some(429), Some(RetryAfter::Seconds(60)))),
+            (ReasonCode::NoSafeRetryWindow, 1, Some(429)),
+        ),
+        (
+            "queue delay plus call latency count against the window",
+            World {
+                now: t(BY) - secs(20),
+                observed: Observed { queue_delay: Duration::from_secs(12), call_latency: Duration::from_secs(1) },
+                ..World::ready()
+            }
+            .called(transient(Some(429), Some(RetryAfter::Seconds(7)))),
+            (ReasonCode::NoSafeRetryWindow, 1, Some(429)),
+        ),
+    ];
+    for (name, world, want) in q_rows {
+        let got = world.decide();
+        assert_eq!(quarantined(&got), Some(want), "row: {name}: {got:?}");
+    }
+}
+
+#[test]
+fn the_same_world_with_more_slack_still_retries() {
+    // The counterpart of the last quarantine row: 8 s more window and it defers instead.
+    let w = World {
+        now: t(BY) - secs(28),
+        observed: Observed { queue_delay: Duration::from_secs(12), call_latency: Duration::from_secs(1) },
+        ..World::ready()
+    }
+    .called(ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(7)) });
+    assert!(matches!(w.decide(), Decision::Done(Disposition::Defer { reason: ReasonCode::ProviderRetryAfter, .. })));
+}
+
+#[test]
+fn retry_after_as_an_http_date_is_honoured() {
+    let w = World::ready();
+    let at = w.now + secs(42);
+    let w = w.called(ProviderOutcome::Transient { status: Some(503), retry_after: Some(RetryAfter::At(at)) });
+    assert_eq!(w.decide(), defer(at, ReasonCode::ProviderRetryAfter, 1, Some(503)));
+}
+
+// ---- properties -------------------------------------------------------------------------
+
+fn arb_outcome() -> impl Strategy<Value = ProviderOutcome> {
+    prop_oneof![
+        (200u16..300).prop_map(|status| ProviderOutcome::Accepted { status, receipt: None }),
+        (prop::option::of(prop_oneof![Just(429u16), Just(503u16)]), prop::option::of(0u64..100_000))
+            .prop_map(|(status, ra)| ProviderOutcome::Transient { status, retry_after: ra.map(RetryAfter::Seconds) }),
+        prop::option::of(500u16..600).prop_map(|status| ProviderOutcome::Indeterminate { status }),
+        (400u16..429).prop_map(|status| ProviderOutcome::Permanent { status }),
+    ]
+}
+
+fn arb_claim() -> impl Strategy<Value = ClaimView> {
+    prop_oneof![
+        (0u32..8).prop_map(|prior_attempts| ClaimView::Claimed { prior_attempts }),
+        Just(ClaimView::AlreadyDelivered),
+        (-100i64..20_000).prop_map(|s| ClaimView::HeldElsewhere { lease_until: t(AFTER) + secs(s) }),
+    ]
+}
+
+fn arb_renewal() -> impl Strategy<Value = RenewalView> {
+    prop_oneof![4 => Just(RenewalView::Active), 1 => Just(RenewalView::Cancelled), 1 => Just(RenewalView::Paid), 1 => Just(RenewalView::Missing)]
+}
+
+fn arb_limiter() -> impl Strategy<Value = LimiterAnswer> {
+    prop_oneof![3 => Just(LimiterAnswer::Granted), 1 => (0u64..20_000).prop_map(|ms| LimiterAnswer::Denied { retry_in: Duration::from_millis(ms) })]
+}
+
+/// Everything a run through the state machine can meet.
+#[derive(Debug, Clone)]
+struct Run {
+    window_s: i64,
+    now_offset_s: i64,
+    invocation_s: i64,
+    queue_delay_ms: u64,
+    call_latency_ms: u64,
+    claim: ClaimView,
+    renewal: RenewalView,
+    limiter: LimiterAnswer,
+    outcome: ProviderOutcome,
+    seed: u64,
+}
+
+fn arb_run() -> impl Strategy<Value = Run> {
+    (
+        (1i64..20_000, -3_000i64..25_000, 0i64..900, 0u64..30_000, 0u64..10_000),
+        (arb_claim(), arb_renewal(), arb_limiter(), arb_outcome(), any::<u64>()),
+    )
+        .prop_map(
+            |(
+                (window_s, now_offset_s, invocation_s, queue_delay_ms, call_latency_ms),
+                (claim, renewal, limiter, outcome, seed),
+            )| Run {
+                window_s,
+                now_offset_s,
+                invocation_s,
+                queue_delay_ms,
+                call_latency_ms,
+                claim,
+                renewal,
+                limiter,
+                outcome,
+                seed,
+            },
+        )
+}
+
+/// Drives the decision to its end, answering each step from `run`. Returns the disposition
+/// and, if the provider was called, the (now, timeout) of the call.
+fn drive(run: &Run) -> (World, Disposition, Option<(DateTime<Utc>, Duration)>) {
+    let after = t(AFTER);
+    let by = after + secs(run.window_s);
+    let now = after + secs(run.now_offset_s);
+    let mut world = World {
+        message: Ok(message(after, by)),
+        now,
+        invocation_deadline: now + secs(run.invocation_s),
+        observed: Observed {
+            queue_delay: Duration::from_millis(run.queue_delay_ms),
+            call_latency: Duration::from_millis(run.call_latency_ms),
+        },
+        claim: None,
+        renewal: None,
+        limiter: None,
+        provider: None,
+    };
+    let mut rng = SplitMix64::new(run.seed);
+    let mut call = None;
+    for _ in 0..10 {
+        match decide(&policy(), &world.inputs(), &mut rng) {
+            Decision::Done(d) => return (world, d, call),
+            Decision::Next(Step::Claim { .. }) => world.claim = Some(run.claim),
+            Decision::Next(Step::CheckRenewal) => world.renewal = Some(run.renewal),
+            Decision::Next(Step::TakeToken { .. }) => world.limiter = Some(run.limiter),
+            Decision::Next(Step::CallProvider { timeout, .. }) => {
+                call = Some((world.now, timeout));
+                world.provider = Some(run.outcome.clone());
+            }
+        }
+    }
+    panic!("decision did not finish in 10 steps: {run:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+    /// The provider is only ever called inside [deliver_after, deliver_by), with a timeout that
+    /// ends by deliver_by and leaves the invocation margin; so a delivery is never outside it.
+    #[test]
+    fn never_a_delivery_outside_the_window(run in arb_run()) {
+        let (world, disposition, call) = drive(&run);
+        let m = world.message.as_ref().unwrap();
+        if let Some((at, timeout)) = call {
+            prop_assert!(m.deliver_after <= at && at < m.deliver_by);
+            prop_assert!(at + TimeDelta::from_std(timeout).unwrap() <= m.deliver_by);
+            prop_assert!(at + TimeDelta::from_std(timeout + policy().invocation_margin).unwrap() <= world.invocation_deadline);
+        }
+        if matches!(disposition, Disposition::Delivered { .. }) {
+            prop_assert!(call.is_some(), "delivered without a call");
+        }
+    }
+
+    /// A deferral never lands at or after deliver_by, and never in the past.
+    #[test]
+    fn a_deferral_never_lands_at_or_after_deliver_by(run in arb_run()) {
+        let (world, disposition, _) = drive(&run);
+        if let Disposition::Defer { until, .. } = disposition {
+            let m = world.message.as_ref().unwrap();
+            prop_assert!(until < m.deliver_by, "deferred to {until}, deliver_by {}", m.deliver_by);
+            prop_assert!(until >= world.now);
+        }
+    }
+
+    /// A later Retry-After is never shortened: a deferral after one waits at least as long.
+    #[test]
+    fn a_later_retry_after_is_never_shortened(run in arb_run(), ra in 0u64..20_000) {
+        let run = Run { outcome: ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(ra)) }, ..run };
+        let (world, disposition, _) = drive(&run);
+        if let Disposition::Defer { until, reason: ReasonCode::ProviderRetryAfter, .. } = disposition {
+            prop_assert!(until >= world.now + secs(ra as i64));
+        }
+    }
+
+    /// Indeterminate results are never permanent and never delivered.
+    #[test]
+    fn indeterminate_is_never_permanent_nor_delivered(run in arb_run(), status in prop::option::of(500u16..600)) {
+        let run = Run { outcome: ProviderOutcome::Indeterminate { status }, ..run };
+        let (_, disposition, _) = drive(&run);
+        let delivered = matches!(disposition, Disposition::Delivered { .. });
+        prop_assert!(!delivered);
+        prop_assert_ne!(disposition.reason(), Some(ReasonCode::ClassifiedPermanent));
+    }
+}
