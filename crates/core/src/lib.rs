@@ -9,8 +9,13 @@ pub mod clock;
 pub mod contract;
 pub mod decision;
 pub mod ids;
+pub mod limiter;
+pub mod ports;
 pub mod provider;
 pub mod reason;
+pub mod sender;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod tz;
 
 pub use contract::{MalformedMessage, RedriveStamp, ReminderMessage};

@@ -1,0 +1,431 @@
+//! The sender service: drives [`decide`] for one received message over the ports, then
+//! applies the disposition (ledger, requeue, DLQ) and says whether the message can be
+//! acknowledged.
+//!
+//! Order of effects, chosen so that a crash at any point loses nothing:
+//! - deferral: requeue the copy first, then release the claim, then acknowledge — a crash in
+//!   between leaves two copies, and the ledger absorbs the duplicate;
+//! - quarantine: DLQ first, then the ledger, then acknowledge — the message is never only in
+//!   a log;
+//! - delivery: ledger after the provider accepted; if that write fails the message is retried,
+//!   reaches the provider again with the same `Idempotency-Key`, and is recorded then.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::backoff::SplitMix64;
+use crate::clock::{Clock, until};
+use crate::contract::{MalformedMessage, ReminderMessage};
+use crate::decision::{ClaimView, Decision, Disposition, Inputs, Observed, SenderPolicy, Step, decide};
+use crate::ports::{
+    Ledger, LedgerError, Limiter, LimiterClass, LimiterError, OwnerToken, Provider, ProviderError, ProviderRequest,
+    Quarantine, QueueError, RenewalLookup, Renewals, RenewalsError, SendQueue, SettleOutcome, Settlement,
+};
+use crate::provider::ProviderOutcome;
+use crate::reason::{ReasonCode, ReminderState};
+
+/// One message as received from the send queue.
+#[derive(Debug, Clone, Copy)]
+pub struct Received<'a> {
+    /// SQS message id (used for the owner token and DLQ metadata, never as the reminder id).
+    pub message_id: &'a str,
+    /// The raw body.
+    pub body: &'a str,
+}
+
+/// The result of processing one message, for metrics and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Processed {
+    /// The reminder, when the body decoded.
+    pub reminder_id: Option<crate::ids::ReminderId>,
+    /// What was decided.
+    pub disposition: Disposition,
+    /// Provider calls made (0 or 1).
+    pub provider_calls: u32,
+    /// The provider's last answer, if called.
+    pub provider_status: Option<u16>,
+    /// True when the provider answered 429.
+    pub throttled: bool,
+    /// Time from `deliver_after` to delivery, for delivered reminders.
+    pub delivery_lag: Option<Duration>,
+    /// Time left to `deliver_by` when decided.
+    pub slack: Option<Duration>,
+    /// The ledger said the lease was lost or the reminder already delivered at settle time.
+    pub settle_conflict: Option<SettleOutcome>,
+}
+
+/// Infrastructure failed while processing one message; the message is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum SenderError {
+    /// The ledger.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// The renewals table.
+    #[error(transparent)]
+    Renewals(#[from] RenewalsError),
+    /// The limiter.
+    #[error(transparent)]
+    Limiter(#[from] LimiterError),
+    /// The provider client (before any call).
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// A queue.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl SenderError {
+    /// A stable, low-cardinality name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Ledger(_) => "ledger",
+            Self::Renewals(_) => "renewals",
+            Self::Limiter(_) => "limiter",
+            Self::Provider(_) => "provider_client",
+            Self::Queue(_) => "queue",
+        }
+    }
+}
+
+/// Tunables of the service beyond the pure policy.
+#[derive(Debug, Clone, Copy)]
+pub struct SenderSettings {
+    /// The decision policy.
+    pub policy: SenderPolicy,
+    /// Work with less slack than this is `deadline_near` for the limiter.
+    pub deadline_near: Duration,
+    /// Expected time from visible to received (added to the retry cutoff).
+    pub queue_delay: Duration,
+    /// Starting estimate of a provider call's latency, refined by measurement.
+    pub initial_call_latency: Duration,
+}
+
+impl Default for SenderSettings {
+    fn default() -> Self {
+        Self {
+            policy: SenderPolicy::default(),
+            deadline_near: Duration::from_secs(15 * 60),
+            queue_delay: Duration::from_secs(5),
+            initial_call_latency: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The sender service, generic over its ports.
+pub struct Sender<L, R, T, P, Q, C> {
+    ledger: L,
+    renewals: R,
+    limiter: T,
+    provider: P,
+    queue: Q,
+    clock: C,
+    settings: SenderSettings,
+    jitter: Mutex<SplitMix64>,
+    /// Exponentially weighted provider latency, seconds.
+    latency: Mutex<f64>,
+}
+
+impl<L, R, T, P, Q, C> Sender<L, R, T, P, Q, C>
+where
+    L: Ledger,
+    R: Renewals,
+    T: Limiter,
+    P: Provider,
+    Q: SendQueue,
+    C: Clock,
+{
+    /// Composes a sender. `seed` seeds the backoff jitter and owner-token nonces.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        ledger: L,
+        renewals: R,
+        limiter: T,
+        provider: P,
+        queue: Q,
+        clock: C,
+        settings: SenderSettings,
+        seed: u64,
+    ) -> Self {
+        let latency = settings.initial_call_latency.as_secs_f64();
+        Self {
+            ledger,
+            renewals,
+            limiter,
+            provider,
+            queue,
+            clock,
+            settings,
+            jitter: Mutex::new(SplitMix64::new(seed)),
+            latency: Mutex::new(latency),
+        }
+    }
+
+    /// The ledger port (for tests and `explain`).
+    pub fn ledger(&self) -> &L {
+        &self.ledger
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn observed(&self) -> Observed {
+        let secs = *self.latency.lock().unwrap_or_else(PoisonError::into_inner);
+        Observed { queue_delay: self.settings.queue_delay, call_latency: Duration::from_secs_f64(secs) }
+    }
+
+    fn measure(&self, took: Duration) {
+        let mut l = self.latency.lock().unwrap_or_else(PoisonError::into_inner);
+        *l = 0.8 * *l + 0.2 * took.as_secs_f64();
+    }
+
+    fn owner_token(&self, message_id: &str) -> OwnerToken {
+        let nonce = self.jitter.lock().unwrap_or_else(PoisonError::into_inner).next_u64();
+        OwnerToken::new(format!("{message_id}/{nonce:016x}"))
+    }
+
+    /// Processes one message within an invocation ending at `invocation_deadline`.
+    ///
+    /// `Ok` means the message is handled (delivered, requeued, quarantined or dropped) and must
+    /// be deleted from the send queue. `Err` means infrastructure failed mid-way: leave the
+    /// message to reappear after its visibility timeout (SQS's `maxReceiveCount` is the crash
+    /// backstop).
+    pub async fn process(
+        &self,
+        received: Received<'_>,
+        invocation_deadline: DateTime<Utc>,
+    ) -> Result<Processed, SenderError> {
+        let decoded = ReminderMessage::decode(received.body);
+        let owner = self.owner_token(received.message_id);
+        let mut claim = None;
+        let mut renewal: Option<RenewalLookup> = None;
+        let mut limiter = None;
+        let mut provider: Option<ProviderOutcome> = None;
+        let mut provider_calls = 0;
+        let mut now = self.clock.now();
+        let disposition = loop {
+            let inputs = Inputs {
+                message: decoded.as_ref(),
+                now,
+                invocation_deadline,
+                observed: self.observed(),
+                claim,
+                renewal: renewal.as_ref().map(|r| r.view),
+                limiter,
+                provider: provider.as_ref(),
+            };
+            let decision = {
+                let mut j = self.jitter.lock().unwrap_or_else(PoisonError::into_inner);
+                decide(&self.settings.policy, &inputs, &mut *j)
+            };
+            // Every step is only asked for once the message decoded.
+            let Ok(msg) = decoded.as_ref() else {
+                if let Decision::Done(d) = decision {
+                    break d;
+                }
+                continue;
+            };
+            match decision {
+                Decision::Done(d) => break d,
+                Decision::Next(Step::Claim { lease_until }) => {
+                    claim = Some(self.ledger.claim(msg, &owner, now, lease_until).await?);
+                }
+                Decision::Next(Step::CheckRenewal) => {
+                    renewal = Some(self.renewals.lookup(&msg.tenant_id, &msg.renewal_id).await?);
+                }
+                Decision::Next(Step::TakeToken { max_wait }) => {
+                    let class = LimiterClass::of(msg, now, self.settings.deadline_near);
+                    limiter = Some(self.limiter.acquire(class, max_wait).await?);
+                }
+                Decision::Next(Step::CallProvider { timeout, .. }) => {
+                    let r = renewal.as_ref();
+                    let req = ProviderRequest {
+                        message: msg,
+                        recipient_ref: r.and_then(|r| r.recipient_ref.as_deref()),
+                        channel: r.and_then(|r| r.channel.as_deref()),
+                        timeout,
+                    };
+                    let started = self.clock.now();
+                    let outcome = self.provider.send(&req).await?;
+                    provider_calls += 1;
+                    self.measure(until(started, self.clock.now()));
+                    if let ProviderOutcome::Transient { status: Some(429), retry_after } = &outcome {
+                        let ra = retry_after.map(|r| r.delay_from(self.clock.now()));
+                        self.limiter.throttled(ra).await?;
+                    }
+                    provider = Some(outcome);
+                }
+            }
+            now = self.clock.now();
+        };
+        self.apply(received, &decoded, &owner, claim, now, disposition, provider_calls, provider.as_ref()).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn apply(
+        &self,
+        received: Received<'_>,
+        decoded: &Result<ReminderMessage, MalformedMessage>,
+        owner: &OwnerToken,
+        claim: Option<ClaimView>,
+        now: DateTime<Utc>,
+        disposition: Disposition,
+        provider_calls: u32,
+        outcome: Option<&ProviderOutcome>,
+    ) -> Result<Processed, SenderError> {
+        let msg = decoded.as_ref().ok();
+        let held = matches!(claim, Some(ClaimView::Claimed { .. })).then_some(owner);
+        let mut settle_conflict = None;
+        let mut settle = async |owner: Option<&OwnerToken>, s: Settlement| -> Result<(), SenderError> {
+            if let Some(m) = msg {
+                match self.ledger.settle(m, owner, now, &s).await? {
+                    SettleOutcome::Recorded => {}
+                    other => settle_conflict = Some(other),
+                }
+            }
+            Ok(())
+        };
+        let provider_status = outcome.and_then(ProviderOutcome::status);
+        let mut delivery_lag = None;
+        match &disposition {
+            Disposition::Delivered { attempt, receipt } => {
+                settle(
+                    held,
+                    Settlement {
+                        state: ReminderState::Delivered,
+                        reason: None,
+                        attempts: *attempt,
+                        receipt: receipt.clone(),
+                        provider_status,
+                        next_at: None,
+                    },
+                )
+                .await?;
+                delivery_lag = msg.map(|m| until(m.deliver_after, now));
+            }
+            Disposition::Acknowledge { .. } => {}
+            Disposition::Defer { until: at, reason, attempts_made, provider_status } => {
+                if let Some(m) = msg {
+                    let copy = ReminderMessage { attempt: *attempts_made, ..m.clone() };
+                    self.queue.requeue(&copy, until(now, *at)).await?;
+                }
+                // Only a claimed reminder changes state; a not-yet-due or lease-blocked copy
+                // leaves the ledger alone (no write spent on a message that merely waits).
+                if held.is_some() {
+                    settle(
+                        held,
+                        Settlement {
+                            state: ReminderState::Deferred,
+                            reason: Some(*reason),
+                            attempts: *attempts_made,
+                            receipt: None,
+                            provider_status: *provider_status,
+                            next_at: Some(*at),
+                        },
+                    )
+                    .await?;
+                }
+            }
+            Disposition::Quarantine { reason, attempts_made, provider_status, detail } => {
+                self.dead_letter(received, msg, *reason, detail, *attempts_made, *provider_status, now).await?;
+                settle(
+                    held,
+                    Settlement {
+                        state: ReminderState::DeadLettered,
+                        reason: Some(*reason),
+                        attempts: *attempts_made,
+                        receipt: None,
+                        provider_status: *provider_status,
+                        next_at: None,
+                    },
+                )
+                .await?;
+            }
+            Disposition::Expire { attempts_made } => {
+                let detail = msg.map_or_else(String::new, |m| {
+                    format!("deliver_by {} passed", crate::contract::format_instant(m.deliver_by))
+                });
+                self.dead_letter(
+                    received,
+                    msg,
+                    ReasonCode::BusinessDeadlineExpired,
+                    &detail,
+                    *attempts_made,
+                    None,
+                    now,
+                )
+                .await?;
+                settle(
+                    None,
+                    Settlement {
+                        state: ReminderState::Expired,
+                        reason: Some(ReasonCode::BusinessDeadlineExpired),
+                        attempts: *attempts_made,
+                        receipt: None,
+                        provider_status: None,
+                        next_at: None,
+                    },
+                )
+                .await?;
+            }
+            Disposition::Cancel { .. } => {
+                let attempts = match claim {
+                    Some(ClaimView::Claimed { prior_attempts }) => prior_attempts,
+                    _ => 0,
+                };
+                settle(
+                    held,
+                    Settlement {
+                        state: ReminderState::Cancelled,
+                        reason: Some(ReasonCode::Cancelled),
+                        attempts,
+                        receipt: None,
+                        provider_status: None,
+                        next_at: None,
+                    },
+                )
+                .await?;
+            }
+        }
+        let processed = Processed {
+            reminder_id: msg.map(|m| m.reminder_id.clone()),
+            disposition,
+            provider_calls,
+            provider_status,
+            throttled: provider_status == Some(429),
+            delivery_lag,
+            slack: msg.map(|m| until(now, m.deliver_by)),
+            settle_conflict,
+        };
+        Ok(processed)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn dead_letter(
+        &self,
+        received: Received<'_>,
+        msg: Option<&ReminderMessage>,
+        reason: ReasonCode,
+        detail: &str,
+        attempts: u32,
+        provider_status: Option<u16>,
+        now: DateTime<Utc>,
+    ) -> Result<(), SenderError> {
+        let q = Quarantine {
+            body: received.body,
+            reason,
+            detail,
+            attempts,
+            provider_status,
+            reminder_id: msg.map(|m| &m.reminder_id),
+            first_enqueued: msg.map(|m| m.first_enqueued),
+            original_message_id: received.message_id,
+            at: now,
+        };
+        self.queue.dead_letter(&q).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,525 @@
+//! In-memory implementations of every port, and a fault-injecting ledger wrapper, for unit
+//! tests, handler tests and the simulator (feature `testing`). The ledger fake obeys the same
+//! contract suite as the DynamoDB adapter, so it cannot drift.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::clock::Clock;
+use crate::contract::ReminderMessage;
+use crate::decision::{ClaimView, RenewalView};
+use crate::ids::{ReminderId, RenewalId, TenantId};
+use crate::ports::{
+    HistoryEntry, Ledger, LedgerError, LedgerRecord, OwnerToken, Provider, ProviderError, ProviderRequest, Quarantine,
+    QueueError, RenewalLookup, Renewals, RenewalsError, SendQueue, SettleOutcome, Settlement,
+};
+use crate::provider::ProviderOutcome;
+use crate::reason::{ReasonCode, ReminderState};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn entry(msg: &ReminderMessage, at: DateTime<Utc>, state: ReminderState, s: Option<&Settlement>) -> HistoryEntry {
+    HistoryEntry {
+        at,
+        state,
+        reason: s.and_then(|s| s.reason),
+        attempts: s.map_or(0, |s| s.attempts),
+        correlation_id: msg.correlation_id.to_string(),
+        redrive_id: msg.redrive.as_ref().map(|r| r.id.to_string()),
+        provider_status: s.and_then(|s| s.provider_status),
+        next_at: s.and_then(|s| s.next_at),
+    }
+}
+
+/// The in-memory ledger.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryLedger {
+    records: Arc<Mutex<HashMap<ReminderId, LedgerRecord>>>,
+}
+
+impl MemoryLedger {
+    /// An empty ledger.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn lease_live(r: &LedgerRecord, now: DateTime<Utc>) -> bool {
+    r.lease_until.is_some_and(|l| l > now)
+}
+
+impl Ledger for MemoryLedger {
+    async fn claim(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<ClaimView, LedgerError> {
+        let mut records = lock(&self.records);
+        let r = records.entry(msg.reminder_id.clone()).or_insert_with(|| LedgerRecord {
+            reminder_id: msg.reminder_id.clone(),
+            state: ReminderState::Enqueued,
+            attempts: 0,
+            owner: None,
+            lease_until: None,
+            receipt: None,
+            last_reason: None,
+            next_at: None,
+            deliver_by: msg.deliver_by,
+            history: Vec::new(),
+        });
+        if r.state == ReminderState::Delivered {
+            return Ok(ClaimView::AlreadyDelivered);
+        }
+        let ours = r.owner.as_deref() == Some(owner.as_str());
+        if lease_live(r, now) && !ours {
+            return Ok(ClaimView::HeldElsewhere { lease_until: r.lease_until.unwrap_or(now) });
+        }
+        r.state = ReminderState::Leased;
+        r.owner = Some(owner.as_str().to_owned());
+        r.lease_until = Some(lease_until);
+        r.history.push(HistoryEntry { attempts: r.attempts, ..entry(msg, now, ReminderState::Leased, None) });
+        Ok(ClaimView::Claimed { prior_attempts: r.attempts })
+    }
+
+    async fn settle(
+        &self,
+        msg: &ReminderMessage,
+        owner: Option<&OwnerToken>,
+        now: DateTime<Utc>,
+        s: &Settlement,
+    ) -> Result<SettleOutcome, LedgerError> {
+        let mut records = lock(&self.records);
+        let existing = records.get(&msg.reminder_id);
+        if let Some(r) = existing {
+            if r.state == ReminderState::Delivered {
+                return Ok(SettleOutcome::AlreadyDelivered);
+            }
+            if s.state != ReminderState::Delivered {
+                let allowed = match owner {
+                    Some(o) => r.owner.as_deref() == Some(o.as_str()) && r.state == ReminderState::Leased,
+                    None => !lease_live(r, now),
+                };
+                if !allowed {
+                    return Ok(SettleOutcome::LeaseLost);
+                }
+            }
+        }
+        let r = records.entry(msg.reminder_id.clone()).or_insert_with(|| LedgerRecord {
+            reminder_id: msg.reminder_id.clone(),
+            state: ReminderState::Enqueued,
+            attempts: 0,
+            owner: None,
+            lease_until: None,
+            receipt: None,
+            last_reason: None,
+            next_at: None,
+            deliver_by: msg.deliver_by,
+            history: Vec::new(),
+        });
+        r.state = s.state;
+        r.attempts = s.attempts;
+        r.owner = None;
+        r.lease_until = None;
+        r.receipt = s.receipt.clone().or(r.receipt.take());
+        r.last_reason = s.reason;
+        r.next_at = s.next_at;
+        r.history.push(entry(msg, now, s.state, Some(s)));
+        Ok(SettleOutcome::Recorded)
+    }
+
+    async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
+        Ok(lock(&self.records).get(id).cloned())
+    }
+}
+
+/// Which ledger call a [`FaultyLedger`] breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// `settle(delivered)` fails without writing: a crash after the provider accepted and
+    /// before the ledger recorded it.
+    LoseDeliveredWrite,
+    /// `claim` writes, then reports a failure: a timeout whose write actually happened.
+    UncertainClaim,
+}
+
+/// A ledger wrapper that injects one kind of fault a set number of times.
+#[derive(Debug, Clone)]
+pub struct FaultyLedger<L> {
+    inner: L,
+    fault: Fault,
+    remaining: Arc<AtomicU32>,
+}
+
+impl<L> FaultyLedger<L> {
+    /// Wraps `inner`, injecting `fault` the next `times` times it applies.
+    pub fn new(inner: L, fault: Fault, times: u32) -> Self {
+        Self { inner, fault, remaining: Arc::new(AtomicU32::new(times)) }
+    }
+
+    /// The wrapped ledger.
+    pub fn inner(&self) -> &L {
+        &self.inner
+    }
+
+    fn fire(&self, fault: Fault) -> bool {
+        fault == self.fault
+            && self.remaining.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("injected fault: {0:?}")]
+struct Injected(Fault);
+
+impl<L: Ledger> Ledger for FaultyLedger<L> {
+    async fn claim(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<ClaimView, LedgerError> {
+        let view = self.inner.claim(msg, owner, now, lease_until).await?;
+        if self.fire(Fault::UncertainClaim) {
+            return Err(LedgerError::Unknown(Box::new(Injected(Fault::UncertainClaim))));
+        }
+        Ok(view)
+    }
+
+    async fn settle(
+        &self,
+        msg: &ReminderMessage,
+        owner: Option<&OwnerToken>,
+        now: DateTime<Utc>,
+        s: &Settlement,
+    ) -> Result<SettleOutcome, LedgerError> {
+        if s.state == ReminderState::Delivered && self.fire(Fault::LoseDeliveredWrite) {
+            return Err(LedgerError::Unknown(Box::new(Injected(Fault::LoseDeliveredWrite))));
+        }
+        self.inner.settle(msg, owner, now, s).await
+    }
+
+    async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
+        self.inner.get(id).await
+    }
+}
+
+/// The in-memory renewals table. Unknown renewals are `Missing`.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryRenewals {
+    rows: Arc<Mutex<HashMap<(TenantId, RenewalId), RenewalLookup>>>,
+}
+
+impl MemoryRenewals {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets one renewal's view.
+    pub fn set(&self, tenant: &TenantId, renewal: &RenewalId, view: RenewalView) {
+        let lookup = RenewalLookup {
+            view,
+            recipient_ref: Some(format!("recipient:{tenant}:{renewal}")),
+            channel: Some("email".to_owned()),
+        };
+        lock(&self.rows).insert((tenant.clone(), renewal.clone()), lookup);
+    }
+
+    /// A table where every renewal is active.
+    pub fn all_active() -> AllActive {
+        AllActive
+    }
+}
+
+impl Renewals for MemoryRenewals {
+    async fn lookup(&self, tenant: &TenantId, renewal: &RenewalId) -> Result<RenewalLookup, RenewalsError> {
+        Ok(lock(&self.rows).get(&(tenant.clone(), renewal.clone())).cloned().unwrap_or(RenewalLookup {
+            view: RenewalView::Missing,
+            recipient_ref: None,
+            channel: None,
+        }))
+    }
+}
+
+/// A renewals table where every renewal is active.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllActive;
+
+impl Renewals for AllActive {
+    async fn lookup(&self, tenant: &TenantId, renewal: &RenewalId) -> Result<RenewalLookup, RenewalsError> {
+        Ok(RenewalLookup {
+            view: RenewalView::Active,
+            recipient_ref: Some(format!("recipient:{tenant}:{renewal}")),
+            channel: Some("email".to_owned()),
+        })
+    }
+}
+
+/// An owned copy of a quarantined message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLettered {
+    /// The body.
+    pub body: String,
+    /// Why.
+    pub reason: ReasonCode,
+    /// Detail.
+    pub detail: String,
+    /// Attempts.
+    pub attempts: u32,
+    /// Last provider status.
+    pub provider_status: Option<u16>,
+    /// The send queue's message id.
+    pub original_message_id: String,
+}
+
+/// The in-memory send queue and DLQ, recording what the sender put on them.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryQueue {
+    /// Requeued copies and their delays.
+    pub requeued: Arc<Mutex<Vec<(ReminderMessage, Duration)>>>,
+    /// Dead-lettered messages.
+    pub dead: Arc<Mutex<Vec<DeadLettered>>>,
+}
+
+impl MemoryQueue {
+    /// Empty queues.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Requeued copies so far.
+    pub fn requeued(&self) -> Vec<(ReminderMessage, Duration)> {
+        lock(&self.requeued).clone()
+    }
+    /// Dead-lettered messages so far.
+    pub fn dead(&self) -> Vec<DeadLettered> {
+        lock(&self.dead).clone()
+    }
+}
+
+impl SendQueue for MemoryQueue {
+    async fn requeue(&self, msg: &ReminderMessage, delay: Duration) -> Result<(), QueueError> {
+        lock(&self.requeued).push((msg.clone(), delay));
+        Ok(())
+    }
+
+    async fn dead_letter(&self, q: &Quarantine<'_>) -> Result<(), QueueError> {
+        lock(&self.dead).push(DeadLettered {
+            body: q.body.to_owned(),
+            reason: q.reason,
+            detail: q.detail.to_owned(),
+            attempts: q.attempts,
+            provider_status: q.provider_status,
+            original_message_id: q.original_message_id.to_owned(),
+        });
+        Ok(())
+    }
+}
+
+/// A provider that answers from a script (then accepts), advancing a clock by its latency,
+/// and records every call's idempotency key and timeout.
+#[derive(Debug, Clone)]
+pub struct ScriptedProvider<C> {
+    script: Arc<Mutex<VecDeque<ProviderOutcome>>>,
+    calls: Arc<Mutex<Vec<(String, Duration)>>>,
+    latency: Duration,
+    clock: C,
+}
+
+impl<C: Clock> ScriptedProvider<C> {
+    /// A provider answering `script` in order, then 202 for every further call.
+    pub fn new(clock: C, latency: Duration, script: impl IntoIterator<Item = ProviderOutcome>) -> Self {
+        Self { script: Arc::new(Mutex::new(script.into_iter().collect())), calls: Arc::default(), latency, clock }
+    }
+
+    /// Every call so far: (idempotency key, timeout).
+    pub fn calls(&self) -> Vec<(String, Duration)> {
+        lock(&self.calls).clone()
+    }
+}
+
+impl<C: Clock> Provider for ScriptedProvider<C> {
+    async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
+        let key = req.message.reminder_id.idempotency_key().to_string();
+        lock(&self.calls).push((key.clone(), req.timeout));
+        self.clock.sleep(self.latency).await;
+        let next = lock(&self.script).pop_front();
+        Ok(next.unwrap_or(ProviderOutcome::Accepted { status: 202, receipt: Some(format!("receipt-{key}")) }))
+    }
+}
+
+/// The ledger contract suite: every [`Ledger`] implementation must pass it. Panics with the
+/// failed expectation (it is test support).
+#[allow(clippy::panic)]
+pub mod ledger_contract {
+    use super::*;
+    use crate::ids::{CorrelationId, ReminderKind};
+    use chrono::{NaiveDate, TimeDelta};
+
+    fn msg(n: u32, base: DateTime<Utc>) -> ReminderMessage {
+        let tenant = TenantId::parse("contract").unwrap_or_else(|e| panic!("{e}"));
+        // A fresh id per run and case, so a long-lived store needs no cleanup.
+        let renewal = RenewalId::parse(format!("ren-{}-{n}", base.timestamp_nanos_opt().unwrap_or_default()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let kind = ReminderKind::parse("renewal_7d").unwrap_or_else(|e| panic!("{e}"));
+        let day = NaiveDate::from_ymd_opt(2026, 12, 1).unwrap_or_default();
+        ReminderMessage {
+            reminder_id: ReminderId::derive(&tenant, &renewal, &kind, day),
+            renewal_id: renewal,
+            tenant_id: tenant,
+            kind,
+            deliver_after: base,
+            deliver_by: base + TimeDelta::hours(2),
+            attempt: 0,
+            first_enqueued: base,
+            correlation_id: CorrelationId::parse(format!("corr-{n}")).unwrap_or_else(|e| panic!("{e}")),
+            redrive: None,
+        }
+    }
+
+    fn deferred(attempts: u32, next_at: DateTime<Utc>) -> Settlement {
+        Settlement {
+            state: ReminderState::Deferred,
+            reason: Some(ReasonCode::ProviderTransient),
+            attempts,
+            receipt: None,
+            provider_status: Some(503),
+            next_at: Some(next_at),
+        }
+    }
+
+    fn delivered(attempts: u32) -> Settlement {
+        Settlement {
+            state: ReminderState::Delivered,
+            reason: None,
+            attempts,
+            receipt: Some("prov-receipt-1".into()),
+            provider_status: Some(202),
+            next_at: None,
+        }
+    }
+
+    async fn must<T, E: std::fmt::Debug>(what: &str, f: impl std::future::Future<Output = Result<T, E>>) -> T {
+        match f.await {
+            Ok(v) => v,
+            Err(e) => panic!("{what}: machinery failed: {e:?}"),
+        }
+    }
+
+    /// Runs every case against `ledger`. `base` should be "now-ish" with millisecond precision.
+    pub async fn run<L: Ledger>(ledger: &L, base: DateTime<Utc>) {
+        let base = DateTime::<Utc>::from_timestamp_millis(base.timestamp_millis()).unwrap_or(base);
+        let s = TimeDelta::seconds;
+        let (a, b) = (OwnerToken::new("owner-a"), OwnerToken::new("owner-b"));
+
+        // claim; lost race returns the holder's lease end; own claim recognised after an
+        // uncertain write; expired lease reclaimable.
+        let m = msg(1, base);
+        let lease = base + s(30);
+        assert_eq!(must("claim", ledger.claim(&m, &a, base, lease)).await, ClaimView::Claimed { prior_attempts: 0 });
+        assert_eq!(
+            must("rival claim", ledger.claim(&m, &b, base + s(1), base + s(60))).await,
+            ClaimView::HeldElsewhere { lease_until: lease },
+            "a live lease must be reported with its end, from the same write"
+        );
+        assert_eq!(
+            must("own re-claim", ledger.claim(&m, &a, base + s(2), lease)).await,
+            ClaimView::Claimed { prior_attempts: 0 },
+            "a retry by the same owner must recognise its own claim"
+        );
+        assert_eq!(
+            must("claim at lease end", ledger.claim(&m, &b, lease, lease + s(30))).await,
+            ClaimView::Claimed { prior_attempts: 0 },
+            "a lease ending at `now` is expired"
+        );
+        // The old owner lost its lease: its settle writes nothing.
+        assert_eq!(
+            must("stale settle", ledger.settle(&m, Some(&a), lease + s(1), &deferred(1, lease + s(10)))).await,
+            SettleOutcome::LeaseLost
+        );
+
+        // release after a determinate failure: attempts carried, lease freed at once.
+        assert_eq!(
+            must("release", ledger.settle(&m, Some(&b), lease + s(2), &deferred(1, lease + s(10)))).await,
+            SettleOutcome::Recorded
+        );
+        assert_eq!(
+            must("claim after release", ledger.claim(&m, &a, lease + s(3), lease + s(33))).await,
+            ClaimView::Claimed { prior_attempts: 1 }
+        );
+
+        // complete with receipt; then every claim and settle sees delivered.
+        assert_eq!(
+            must("complete", ledger.settle(&m, Some(&a), lease + s(4), &delivered(2))).await,
+            SettleOutcome::Recorded
+        );
+        assert_eq!(
+            must("claim delivered", ledger.claim(&m, &b, lease + s(5), lease + s(35))).await,
+            ClaimView::AlreadyDelivered
+        );
+        assert_eq!(
+            must("settle over delivered", ledger.settle(&m, Some(&a), lease + s(6), &deferred(3, lease + s(20)))).await,
+            SettleOutcome::AlreadyDelivered
+        );
+        assert_eq!(
+            must("complete twice", ledger.settle(&m, Some(&b), lease + s(6), &delivered(3))).await,
+            SettleOutcome::AlreadyDelivered
+        );
+        let Some(rec) = must("get", ledger.get(&m.reminder_id)).await else { panic!("record must exist") };
+        assert_eq!(rec.state, ReminderState::Delivered);
+        assert_eq!((rec.attempts, rec.receipt.as_deref()), (2, Some("prov-receipt-1")));
+        assert_eq!((rec.owner.as_deref(), rec.lease_until), (None, None));
+        assert_eq!(rec.deliver_by, m.deliver_by);
+        let states: Vec<_> = rec.history.iter().map(|h| h.state).collect();
+        use ReminderState::{Deferred, Delivered, Leased};
+        assert_eq!(states, [Leased, Leased, Leased, Deferred, Leased, Delivered], "history: {:?}", rec.history);
+        assert_eq!(rec.history[3].reason, Some(ReasonCode::ProviderTransient));
+        assert_eq!(rec.history[3].next_at, Some(lease + s(10)));
+        assert_eq!(rec.history[3].provider_status, Some(503));
+        assert!(rec.history.iter().all(|h| h.correlation_id == "corr-1"));
+        assert!(rec.history.windows(2).all(|w| w[0].at <= w[1].at));
+
+        // delivered is recorded even by a worker whose lease lapsed (the provider took it).
+        let m2 = msg(2, base);
+        must("claim 2", ledger.claim(&m2, &a, base, base + s(10))).await;
+        must("claim 2 by b", ledger.claim(&m2, &b, base + s(11), base + s(40))).await;
+        assert_eq!(
+            must("late complete", ledger.settle(&m2, Some(&a), base + s(12), &delivered(1))).await,
+            SettleOutcome::Recorded
+        );
+
+        // settle without an owner (expiry before any claim): refused under a live lease.
+        let m3 = msg(3, base);
+        let expired = Settlement {
+            state: ReminderState::Expired,
+            reason: Some(ReasonCode::BusinessDeadlineExpired),
+            attempts: 0,
+            receipt: None,
+            provider_status: None,
+            next_at: None,
+        };
+        assert_eq!(must("expire fresh", ledger.settle(&m3, None, base, &expired)).await, SettleOutcome::Recorded);
+        let m4 = msg(4, base);
+        must("claim 4", ledger.claim(&m4, &a, base, base + s(10))).await;
+        assert_eq!(
+            must("expire under lease", ledger.settle(&m4, None, base + s(1), &expired)).await,
+            SettleOutcome::LeaseLost
+        );
+        assert_eq!(
+            must("expire after lease", ledger.settle(&m4, None, base + s(10), &expired)).await,
+            SettleOutcome::Recorded
+        );
+        let Some(rec) = must("get 4", ledger.get(&m4.reminder_id)).await else { panic!("record 4 must exist") };
+        assert_eq!((rec.state, rec.last_reason), (ReminderState::Expired, Some(ReasonCode::BusinessDeadlineExpired)));
+
+        assert_eq!(must("get missing", ledger.get(&msg(5, base).reminder_id)).await, None);
+    }
+}

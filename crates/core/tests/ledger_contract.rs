@@ -1,0 +1,10 @@
+//! The ledger contract suite against the in-memory fake (the same suite runs against DynamoDB
+//! on the emulator and DynamoDB Local in `tests/`).
+
+use chrono::Utc;
+use punctual_core::testing::{MemoryLedger, ledger_contract};
+
+#[tokio::test]
+async fn memory_ledger_obeys_the_ledger_contract() {
+    ledger_contract::run(&MemoryLedger::new(), Utc::now()).await;
+}

@@ -1,0 +1,205 @@
+//! The sender service over in-memory ports and a manual clock.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use punctual_core::clock::{Clock, ManualClock};
+use punctual_core::decision::Disposition;
+use punctual_core::limiter::TokenBucket;
+use punctual_core::ports::Ledger;
+use punctual_core::provider::{ProviderOutcome, RetryAfter};
+use punctual_core::sender::{Received, Sender, SenderSettings};
+use punctual_core::testing::{AllActive, Fault, FaultyLedger, MemoryLedger, MemoryQueue, ScriptedProvider};
+use punctual_core::{
+    CorrelationId, ReasonCode, ReminderId, ReminderKind, ReminderMessage, ReminderState, RenewalId, TenantId,
+};
+
+type TestSender<L> =
+    Sender<L, AllActive, TokenBucket<ManualClock>, ScriptedProvider<ManualClock>, MemoryQueue, ManualClock>;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-12-01T14:00:00Z").unwrap().with_timezone(&Utc)
+}
+
+fn message() -> ReminderMessage {
+    let tenant = TenantId::parse("acme").unwrap();
+    let renewal = RenewalId::parse("ren-1").unwrap();
+    let kind = ReminderKind::parse("renewal_7d").unwrap();
+    ReminderMessage {
+        reminder_id: ReminderId::derive(&tenant, &renewal, &kind, t0().date_naive()),
+        renewal_id: renewal,
+        tenant_id: tenant,
+        kind,
+        deliver_after: t0(),
+        deliver_by: t0() + TimeDelta::hours(2),
+        attempt: 0,
+        first_enqueued: t0() - TimeDelta::minutes(10),
+        correlation_id: CorrelationId::parse("corr-1").unwrap(),
+        redrive: None,
+    }
+}
+
+struct Rig<L> {
+    clock: ManualClock,
+    queue: MemoryQueue,
+    provider: ScriptedProvider<ManualClock>,
+    sender: TestSender<L>,
+}
+
+fn rig_with<L: punctual_core::ports::Ledger>(ledger: L, script: Vec<ProviderOutcome>) -> Rig<L> {
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let queue = MemoryQueue::new();
+    let provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), script);
+    let sender = Sender::new(
+        ledger,
+        AllActive,
+        TokenBucket::new(100.0, 10.0, clock.clone()),
+        provider.clone(),
+        queue.clone(),
+        clock.clone(),
+        SenderSettings::default(),
+        7,
+    );
+    Rig { clock, queue, provider, sender }
+}
+
+fn rig(script: Vec<ProviderOutcome>) -> Rig<MemoryLedger> {
+    rig_with(MemoryLedger::new(), script)
+}
+
+impl<L: punctual_core::ports::Ledger> Rig<L> {
+    async fn process(
+        &self,
+        body: &str,
+    ) -> Result<punctual_core::sender::Processed, punctual_core::sender::SenderError> {
+        let deadline = self.clock.now() + TimeDelta::seconds(30);
+        self.sender.process(Received { message_id: "m-1", body }, deadline).await
+    }
+}
+
+#[tokio::test]
+async fn sender_delivers_a_due_reminder_once() {
+    let r = rig(vec![]);
+    let m = message();
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Delivered { attempt: 1, .. }));
+    assert_eq!(r.provider.calls().len(), 1);
+    assert_eq!(r.provider.calls()[0].0, format!("reminder:{}", m.reminder_id));
+    let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!(rec.state, ReminderState::Delivered);
+    assert!(p.delivery_lag.unwrap() >= Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn sender_acks_when_reminder_already_delivered() {
+    let r = rig(vec![]);
+    let body = message().encode();
+    r.process(&body).await.unwrap();
+    let p = r.process(&body).await.unwrap();
+    assert_eq!(p.disposition, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
+    assert_eq!(r.provider.calls().len(), 1, "a duplicate must never reach the provider");
+}
+
+#[tokio::test]
+async fn a_crash_after_the_provider_accepted_is_recovered_with_the_same_key() {
+    let r = rig_with(FaultyLedger::new(MemoryLedger::new(), Fault::LoseDeliveredWrite, 1), vec![]);
+    let m = message();
+    assert!(r.process(&m.encode()).await.is_err(), "the lost ledger write fails the message, so SQS redelivers it");
+    // The crashed invocation's lease blocks until it ends.
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Defer { reason: ReasonCode::ClaimedElsewhere, .. }), "{p:?}");
+    r.clock.advance(Duration::from_secs(31));
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Delivered { .. }), "{p:?}");
+    let keys: Vec<_> = r.provider.calls().into_iter().map(|c| c.0).collect();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0], keys[1], "the redelivery must reuse the idempotency key");
+    let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!(rec.state, ReminderState::Delivered);
+}
+
+#[tokio::test]
+async fn a_429_with_retry_after_is_deferred_at_least_that_long() {
+    let r = rig(vec![ProviderOutcome::Transient { status: Some(429), retry_after: RetryAfter::parse("7") }]);
+    let m = message();
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(
+        p.disposition,
+        Disposition::Defer { reason: ReasonCode::ProviderRetryAfter, attempts_made: 1, .. }
+    ));
+    assert!(p.throttled);
+    let requeued = r.queue.requeued();
+    assert_eq!(requeued.len(), 1);
+    assert!(requeued[0].1 >= Duration::from_secs(7), "{:?}", requeued[0].1);
+    assert_eq!(requeued[0].0.attempt, 1, "the copy carries the attempt count");
+    assert!(r.queue.dead().is_empty());
+    let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.attempts, rec.owner), (ReminderState::Deferred, 1, None));
+}
+
+#[tokio::test]
+async fn an_expired_reminder_goes_to_the_dlq_without_a_provider_call() {
+    let r = rig(vec![]);
+    r.clock.set(t0() + TimeDelta::hours(3));
+    let m = message();
+    let p = r.process(&m.encode()).await.unwrap();
+    assert_eq!(p.disposition, Disposition::Expire { attempts_made: 0 });
+    assert!(r.provider.calls().is_empty());
+    let dead = r.queue.dead();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, ReasonCode::BusinessDeadlineExpired);
+    assert_eq!(dead[0].body, m.encode(), "the DLQ keeps the original body");
+    let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!(rec.state, ReminderState::Expired);
+}
+
+#[tokio::test]
+async fn a_permanent_4xx_is_dead_lettered_with_its_status() {
+    let r = rig(vec![ProviderOutcome::Permanent { status: 400 }]);
+    r.process(&message().encode()).await.unwrap();
+    let dead = r.queue.dead();
+    assert_eq!(
+        (dead[0].reason, dead[0].provider_status, dead[0].attempts),
+        (ReasonCode::ClassifiedPermanent, Some(400), 1)
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_body_is_dead_lettered_with_its_specific_detail() {
+    let r = rig(vec![]);
+    let p = r.process("{\"v\": 7}").await.unwrap();
+    assert_eq!(p.reminder_id, None);
+    let dead = r.queue.dead();
+    assert_eq!(dead[0].reason, ReasonCode::Malformed);
+    assert_eq!(dead[0].detail, "unsupported contract version 7 (this build understands version 1)");
+    assert_eq!(dead[0].body, "{\"v\": 7}");
+    assert!(r.provider.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_message_released_early_is_requeued_until_due_without_a_ledger_write() {
+    let r = rig(vec![]);
+    r.clock.set(t0() - TimeDelta::seconds(40));
+    let m = message();
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Defer { reason: ReasonCode::NotDue, .. }));
+    assert_eq!(r.queue.requeued()[0].1, Duration::from_secs(40));
+    assert_eq!(r.sender.ledger().get(&m.reminder_id).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_timeout_is_retried_with_the_same_key_and_never_dead_lettered_as_permanent() {
+    let r = rig(vec![ProviderOutcome::Indeterminate { status: None }]);
+    let m = message();
+    let p = r.process(&m.encode()).await.unwrap();
+    let Disposition::Defer { reason, until, .. } = p.disposition else { panic!("{p:?}") };
+    assert_eq!(reason, ReasonCode::ProviderIndeterminate);
+    r.clock.set(until);
+    let copy = r.queue.requeued()[0].0.encode();
+    let p = r.process(&copy).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Delivered { attempt: 2, .. }), "{p:?}");
+    let keys: Vec<_> = r.provider.calls().into_iter().map(|c| c.0).collect();
+    assert_eq!(keys, [keys[0].clone(), keys[0].clone()]);
+}
