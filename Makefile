@@ -6,6 +6,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 VENV_STAMP := $(VENV)/.installed
+# AWS's own DynamoDB Local ships inside this npm package; only its jar is used (npm pack, no
+# dependency install). Fetched only where Java and npm exist; the reference tests need it then.
+DDB_LOCAL_PKG := amplify-dynamodb-simulator@2.9.30
+DDB_LOCAL := .tools/dynamodb-local/DynamoDBLocal.jar
+HAVE_JAVA := $(shell command -v java >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && echo yes)
 CARGO ?= cargo
 
 .PHONY: help test run fmt-check clippy core-deps test-all lint-template tools clean
@@ -14,8 +19,15 @@ help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
 	@echo "make run    the whole pipeline on this machine (not built yet: see README)"
 
-## tools: a pinned Python venv with moto server and cfn-lint.
-tools: $(VENV_STAMP)
+## tools: a pinned Python venv with moto server and cfn-lint (+ DynamoDB Local where Java is).
+tools: $(VENV_STAMP) $(if $(HAVE_JAVA),$(DDB_LOCAL))
+
+$(DDB_LOCAL):
+	@echo "==> fetching DynamoDB Local from $(DDB_LOCAL_PKG)"
+	rm -rf .tools/dynamodb-local .tools/pack && mkdir -p .tools/pack
+	cd .tools/pack && npm pack --silent $(DDB_LOCAL_PKG) >/dev/null && tar xzf *.tgz
+	mv .tools/pack/package/emulator .tools/dynamodb-local && rm -rf .tools/pack
+
 $(VENV_STAMP): tools/requirements.txt
 	@echo "==> creating $(VENV) with $$($(PYTHON) --version)"
 	$(PYTHON) -m venv $(VENV)

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Runs "$@" with an AWS API emulator on loopback.
+# Runs "$@" with the AWS API emulators the tests need, on loopback, and stops them afterwards
+# (also on failure or Ctrl-C).
 #
-# If AWS_ENDPOINT_URL is already set (e.g. LocalStack on http://localhost:4566), it is used as
-# is. Otherwise moto server from ./.venv is started on a free 127.0.0.1 port, waited for, and
-# stopped when the command ends — also on failure or Ctrl-C.
+# - AWS_ENDPOINT_URL: if already set (e.g. LocalStack on http://localhost:4566) it is used as
+#   is; otherwise moto server from ./.venv starts on a free 127.0.0.1 port.
+# - PUNCTUAL_DYNAMODB_LOCAL_URL: AWS's own DynamoDB Local (the reference for conditional
+#   expressions) starts too when Java and .tools/dynamodb-local are present (`make tools`
+#   fetches it when Java is there). PUNCTUAL_REQUIRE_DYNAMODB_LOCAL=1 is then exported so the
+#   reference tests fail rather than skip if it cannot be reached.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv="${VENV:-$here/.venv}"
+ddb_dir="$here/.tools/dynamodb-local"
+logs="$here/target/emulators"
+mkdir -p "$logs"
 
 export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-testing}"
 export AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-testing}"
@@ -14,27 +21,54 @@ export AWS_REGION="${AWS_REGION:-us-east-1}"
 export AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-$AWS_REGION}"
 export AWS_EC2_METADATA_DISABLED=true
 
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() { "$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# wait_http NAME PID URL LOG: until URL answers any HTTP status (up to 30 s).
+wait_http() {
+  local name=$1 pid=$2 url=$3 log=$4
+  for _ in $(seq 1 300); do
+    if "$venv/bin/python" - "$url" <<'PY' 2>/dev/null; then return 0; fi
+import sys, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=1)
+except urllib.error.HTTPError:
+    pass
+PY
+    if ! kill -0 "$pid" 2>/dev/null; then echo "with-emulator: $name died; its log:" >&2; cat "$log" >&2; exit 1; fi
+    sleep 0.1
+  done
+  echo "with-emulator: $name did not answer at $url within 30 s; its log:" >&2; cat "$log" >&2; exit 1
+}
+
 if [[ -n "${AWS_ENDPOINT_URL:-}" ]]; then
   echo "with-emulator: using AWS_ENDPOINT_URL=$AWS_ENDPOINT_URL (not starting moto)" >&2
-  exec "$@"
+else
+  port=$(free_port)
+  log="$logs/moto-$port.log"
+  "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
+  pids+=($!)
+  wait_http "moto server" "$!" "http://127.0.0.1:$port/moto-api/" "$log"
+  export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
+  echo "with-emulator: moto server on $AWS_ENDPOINT_URL (log: $log)" >&2
 fi
 
-port=$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-log="$here/target/moto-$port.log"
-mkdir -p "$here/target"
-"$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
-moto_pid=$!
-cleanup() { kill "$moto_pid" 2>/dev/null || true; wait "$moto_pid" 2>/dev/null || true; }
-trap cleanup EXIT INT TERM
+if [[ -z "${PUNCTUAL_DYNAMODB_LOCAL_URL:-}" && -f "$ddb_dir/DynamoDBLocal.jar" ]] && command -v java >/dev/null; then
+  port=$(free_port)
+  log="$logs/dynamodb-local-$port.log"
+  (cd "$ddb_dir" && exec java -Xmx512m -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -port "$port") >"$log" 2>&1 &
+  pids+=($!)
+  wait_http "DynamoDB Local" "$!" "http://127.0.0.1:$port/" "$log"
+  export PUNCTUAL_DYNAMODB_LOCAL_URL="http://127.0.0.1:$port"
+  export PUNCTUAL_REQUIRE_DYNAMODB_LOCAL=1
+  echo "with-emulator: DynamoDB Local on $PUNCTUAL_DYNAMODB_LOCAL_URL (log: $log)" >&2
+fi
 
-for _ in $(seq 1 100); do
-  if "$venv/bin/python" - "$port" <<'PY' 2>/dev/null; then break; fi
-import sys, urllib.request
-urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/moto-api/", timeout=1)
-PY
-  if ! kill -0 "$moto_pid" 2>/dev/null; then echo "with-emulator: moto server died; log:" >&2; cat "$log" >&2; exit 1; fi
-  sleep 0.1
-done
-export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
-echo "with-emulator: moto server on $AWS_ENDPOINT_URL (log: $log)" >&2
 "$@"

@@ -40,3 +40,20 @@ pub fn unique(prefix: &str) -> String {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
     format!("{prefix}-{}-{nanos:x}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }
+
+/// The SDK configuration for AWS's own DynamoDB Local, when `make test` started it
+/// (`PUNCTUAL_DYNAMODB_LOCAL_URL`). `None` when it is not running; with
+/// `PUNCTUAL_REQUIRE_DYNAMODB_LOCAL=1` (set by `make test` whenever Java is present) its
+/// absence fails the test instead of passing quietly.
+#[allow(clippy::panic)]
+pub async fn dynamodb_local_config() -> Option<SdkConfig> {
+    let Ok(url) = std::env::var("PUNCTUAL_DYNAMODB_LOCAL_URL") else {
+        if std::env::var("PUNCTUAL_REQUIRE_DYNAMODB_LOCAL").is_ok_and(|v| v == "1") {
+            panic!("PUNCTUAL_REQUIRE_DYNAMODB_LOCAL=1 but PUNCTUAL_DYNAMODB_LOCAL_URL is not set");
+        }
+        eprintln!("DynamoDB Local not running (no PUNCTUAL_DYNAMODB_LOCAL_URL): reference run skipped");
+        return None;
+    };
+    let base = sdk_config().await;
+    Some(base.into_builder().endpoint_url(url).build())
+}

@@ -1,11 +1,18 @@
-//! DynamoDB primitives shared by the adapters: conditional writes whose failure is an outcome.
+//! DynamoDB primitives shared by the adapters: conditional writes whose failure is an outcome,
+//! attribute helpers, and the table definitions punctual needs.
 
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, ReturnValue,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
+};
+use punctual_core::ports::BoxError;
 
 /// A DynamoDB item.
 pub type Item = HashMap<String, AttributeValue>;
@@ -23,15 +30,44 @@ pub enum ConditionalPut {
     },
 }
 
+/// The result of a conditional update.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConditionalUpdate {
+    /// The condition held; the item as written (`ALL_NEW`).
+    Written(Option<Item>),
+    /// The condition failed; the item that made it fail (`ALL_OLD`).
+    ConditionFailed(Option<Item>),
+}
+
 /// The machinery failed (network, throttling, validation, permissions).
 #[derive(Debug, thiserror::Error)]
 pub enum DynamoError {
     /// The table does not exist.
     #[error("DynamoDB table not found")]
-    TableNotFound(#[source] Box<dyn std::error::Error + Send + Sync>),
+    TableNotFound(#[source] BoxError),
+    /// DynamoDB throttled the request (after the SDK's own retries).
+    #[error("DynamoDB throttled the request")]
+    Throttled(#[source] BoxError),
     /// Anything else, with its source kept.
     #[error("DynamoDB request failed")]
-    Unknown(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Unknown(#[source] BoxError),
+}
+
+fn classify<E, R>(e: SdkError<E, R>) -> DynamoError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match e.code() {
+        Some("ResourceNotFoundException") => DynamoError::TableNotFound(Box::new(e)),
+        Some(
+            "ProvisionedThroughputExceededException"
+            | "ThrottlingException"
+            | "RequestLimitExceeded"
+            | "TransactionConflictException",
+        ) => DynamoError::Throttled(Box::new(e)),
+        _ => DynamoError::Unknown(Box::new(e)),
+    }
 }
 
 /// Puts `item` into `table` if `condition` holds, returning the existing item when it does not.
@@ -55,15 +91,92 @@ pub async fn put_if(
         .await;
     match result {
         Ok(_) => Ok(ConditionalPut::Written),
-        Err(SdkError::ServiceError(e)) => match e.err() {
-            PutItemError::ConditionalCheckFailedException(c) => {
-                Ok(ConditionalPut::ConditionFailed { existing: c.item().cloned() })
-            }
-            PutItemError::ResourceNotFoundException(_) => {
-                Err(DynamoError::TableNotFound(Box::new(SdkError::ServiceError(e))))
-            }
-            _ => Err(DynamoError::Unknown(Box::new(SdkError::ServiceError(e)))),
-        },
-        Err(other) => Err(DynamoError::Unknown(Box::new(other))),
+        Err(SdkError::ServiceError(e)) if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) => {
+            let existing = match e.err() {
+                PutItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
+                _ => None,
+            };
+            Ok(ConditionalPut::ConditionFailed { existing })
+        }
+        Err(e) => Err(classify(e)),
     }
+}
+
+/// Sends a conditional update (its condition already set on `update`), returning `ALL_NEW` when
+/// it is written and `ALL_OLD` when the condition fails — one round trip either way.
+pub async fn update_if(update: UpdateItemFluentBuilder) -> Result<ConditionalUpdate, DynamoError> {
+    let result = update
+        .return_values(ReturnValue::AllNew)
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .send()
+        .await;
+    match result {
+        Ok(out) => Ok(ConditionalUpdate::Written(out.attributes)),
+        Err(SdkError::ServiceError(e)) if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) => {
+            let existing = match e.err() {
+                UpdateItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
+                _ => None,
+            };
+            Ok(ConditionalUpdate::ConditionFailed(existing))
+        }
+        Err(e) => Err(classify(e)),
+    }
+}
+
+/// Reads one item by its string partition key `pk`, strongly consistent.
+pub async fn get(client: &Client, table: &str, pk: &str) -> Result<Option<Item>, DynamoError> {
+    client
+        .get_item()
+        .table_name(table)
+        .key("pk", AttributeValue::S(pk.to_owned()))
+        .consistent_read(true)
+        .send()
+        .await
+        .map(|o| o.item)
+        .map_err(classify)
+}
+
+/// Creates an on-demand table keyed by a string `pk` (the ledger and renewals lookups). Used by
+/// tests and `punctual local`; on AWS the SAM template owns the tables.
+pub async fn create_pk_table(client: &Client, table: &str) -> Result<(), DynamoError> {
+    let def = AttributeDefinition::builder()
+        .attribute_name("pk")
+        .attribute_type(ScalarAttributeType::S)
+        .build()
+        .map_err(|e| DynamoError::Unknown(Box::new(e)))?;
+    let key = KeySchemaElement::builder()
+        .attribute_name("pk")
+        .key_type(KeyType::Hash)
+        .build()
+        .map_err(|e| DynamoError::Unknown(Box::new(e)))?;
+    client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(def)
+        .key_schema(key)
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .map_err(classify)?;
+    Ok(())
+}
+
+/// `S` attribute.
+pub fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+/// `N` attribute.
+pub fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Reads an `S` attribute.
+pub fn get_s<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
+    item.get(name).and_then(|v| v.as_s().ok()).map(String::as_str)
+}
+
+/// Reads an `N` attribute as `i64`.
+pub fn get_i64(item: &Item, name: &str) -> Option<i64> {
+    item.get(name).and_then(|v| v.as_n().ok()).and_then(|s| s.parse().ok())
 }

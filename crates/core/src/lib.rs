@@ -13,6 +13,7 @@ pub mod limiter;
 pub mod ports;
 pub mod provider;
 pub mod reason;
+pub mod secret;
 pub mod sender;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -46,7 +46,8 @@ pub struct HistoryEntry {
     pub state: ReminderState,
     /// Why, when there is a reason.
     pub reason: Option<ReasonCode>,
-    /// Provider attempts made by then.
+    /// Provider attempts made by then (for a claim: the message's attempt hint, since the
+    /// claim's single write cannot read the stored count into the entry it appends).
     pub attempts: u32,
     /// The chain's correlation id.
     pub correlation_id: String,

@@ -29,7 +29,7 @@ fn entry(msg: &ReminderMessage, at: DateTime<Utc>, state: ReminderState, s: Opti
         at,
         state,
         reason: s.and_then(|s| s.reason),
-        attempts: s.map_or(0, |s| s.attempts),
+        attempts: s.map_or(msg.attempt, |s| s.attempts),
         correlation_id: msg.correlation_id.to_string(),
         redrive_id: msg.redrive.as_ref().map(|r| r.id.to_string()),
         provider_status: s.and_then(|s| s.provider_status),
@@ -85,7 +85,7 @@ impl Ledger for MemoryLedger {
         r.state = ReminderState::Leased;
         r.owner = Some(owner.as_str().to_owned());
         r.lease_until = Some(lease_until);
-        r.history.push(HistoryEntry { attempts: r.attempts, ..entry(msg, now, ReminderState::Leased, None) });
+        r.history.push(entry(msg, now, ReminderState::Leased, None));
         Ok(ClaimView::Claimed { prior_attempts: r.attempts })
     }
 

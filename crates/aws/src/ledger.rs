@@ -1,0 +1,285 @@
+//! The idempotency ledger in DynamoDB (DESIGN §3, §4 step 4).
+//!
+//! One item per reminder, `pk = reminder:{reminder_id}`:
+//!
+//! | attribute | type | meaning |
+//! |---|---|---|
+//! | `state` | S | `leased`, `deferred`, `delivered`, `dead_lettered`, `expired`, `cancelled` |
+//! | `attempts` | N | provider attempts recorded |
+//! | `owner`, `lease_until_ms` | S, N | the live claim, absent when none |
+//! | `receipt` | S | provider receipt, once delivered |
+//! | `last_reason`, `next_at_ms` | S, N | last reason code; next eligible time while deferred |
+//! | `deliver_by_ms`, `tenant_id`, `renewal_id`, `updated_ms` | N, S, S, N | for `explain` and cleanup |
+//! | `history` | L of M | every transition, appended by the same write that makes it |
+//! | `ttl_epoch_s` | N | DynamoDB TTL, **seconds** as TTL requires: `deliver_by` + 30 days. Cleanup only. |
+//!
+//! Every instant the logic compares is epoch **milliseconds** (`*_ms`); the lease is expired
+//! when `lease_until_ms <= now_ms` — a timestamp comparison in the condition, never TTL.
+//! Keeping the history inside the item makes each transition one atomic write and the whole
+//! history one strongly consistent `GetItem`; an item grows ~120 bytes per transition, so a
+//! reminder with the default 8 attempts stays far below DynamoDB's 400 KB item limit.
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use punctual_core::contract::ReminderMessage;
+use punctual_core::decision::ClaimView;
+use punctual_core::ids::ReminderId;
+use punctual_core::ports::{HistoryEntry, Ledger, LedgerError, LedgerRecord, OwnerToken, SettleOutcome, Settlement};
+use punctual_core::reason::{ReasonCode, ReminderState};
+
+use crate::dynamodb::{ConditionalUpdate, DynamoError, Item, get, get_i64, get_s, n, s, update_if};
+
+/// Ledger items live this long after `deliver_by` before TTL may delete them.
+const RETENTION_SECS: i64 = 30 * 24 * 3600;
+
+/// The DynamoDB ledger.
+#[derive(Debug, Clone)]
+pub struct DynamoLedger {
+    client: Client,
+    table: String,
+}
+
+impl DynamoLedger {
+    /// A ledger in `table`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self { client, table: table.into() }
+    }
+
+    fn update(
+        &self,
+        msg: &ReminderMessage,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client.update_item().table_name(&self.table).key("pk", s(key(&msg.reminder_id)))
+    }
+}
+
+fn key(id: &ReminderId) -> String {
+    format!("reminder:{id}")
+}
+
+fn ms(t: DateTime<Utc>) -> AttributeValue {
+    n(t.timestamp_millis())
+}
+
+fn history_entry(
+    msg: &ReminderMessage,
+    now: DateTime<Utc>,
+    state: ReminderState,
+    settlement: Option<&Settlement>,
+) -> AttributeValue {
+    let mut m = Item::new();
+    m.insert("at_ms".into(), ms(now));
+    m.insert("state".into(), s(state.as_str()));
+    m.insert("attempts".into(), n(settlement.map_or(msg.attempt, |x| x.attempts)));
+    m.insert("correlation_id".into(), s(msg.correlation_id.as_str()));
+    if let Some(r) = &msg.redrive {
+        m.insert("redrive_id".into(), s(r.id.as_str()));
+    }
+    if let Some(x) = settlement {
+        if let Some(r) = x.reason {
+            m.insert("reason".into(), s(r.as_str()));
+        }
+        if let Some(p) = x.provider_status {
+            m.insert("provider_status".into(), n(p));
+        }
+        if let Some(t) = x.next_at {
+            m.insert("next_at_ms".into(), ms(t));
+        }
+    }
+    AttributeValue::L(vec![AttributeValue::M(m)])
+}
+
+fn from_dynamo(e: DynamoError) -> LedgerError {
+    match e {
+        DynamoError::Throttled(src) => LedgerError::Throttled(src),
+        DynamoError::TableNotFound(src) | DynamoError::Unknown(src) => LedgerError::Unknown(src),
+    }
+}
+
+fn instant(v: Option<i64>) -> Option<DateTime<Utc>> {
+    v.and_then(DateTime::<Utc>::from_timestamp_millis)
+}
+
+fn state_of(item: &Item) -> Option<ReminderState> {
+    get_s(item, "state").and_then(|s| s.parse().ok())
+}
+
+fn parse_record(id: &ReminderId, item: &Item) -> Result<LedgerRecord, LedgerError> {
+    let corrupt = |what: &str| LedgerError::Corrupt { reminder_id: id.to_string(), what: what.to_owned() };
+    let state = state_of(item).ok_or_else(|| corrupt("missing or unknown `state`"))?;
+    let attempts = get_i64(item, "attempts").and_then(|a| u32::try_from(a).ok()).unwrap_or(0);
+    let deliver_by = instant(get_i64(item, "deliver_by_ms")).ok_or_else(|| corrupt("missing `deliver_by_ms`"))?;
+    let mut history = Vec::new();
+    if let Some(AttributeValue::L(entries)) = item.get("history") {
+        for e in entries {
+            let AttributeValue::M(m) = e else { return Err(corrupt("history entry is not a map")) };
+            history.push(HistoryEntry {
+                at: instant(get_i64(m, "at_ms")).ok_or_else(|| corrupt("history entry without `at_ms`"))?,
+                state: state_of(m).ok_or_else(|| corrupt("history entry without a known `state`"))?,
+                reason: get_s(m, "reason").and_then(|r| r.parse::<ReasonCode>().ok()),
+                attempts: get_i64(m, "attempts").and_then(|a| u32::try_from(a).ok()).unwrap_or(0),
+                correlation_id: get_s(m, "correlation_id").unwrap_or_default().to_owned(),
+                redrive_id: get_s(m, "redrive_id").map(str::to_owned),
+                provider_status: get_i64(m, "provider_status").and_then(|p| u16::try_from(p).ok()),
+                next_at: instant(get_i64(m, "next_at_ms")),
+            });
+        }
+    }
+    Ok(LedgerRecord {
+        reminder_id: id.clone(),
+        state,
+        attempts,
+        owner: get_s(item, "owner").map(str::to_owned),
+        lease_until: instant(get_i64(item, "lease_until_ms")),
+        receipt: get_s(item, "receipt").map(str::to_owned),
+        last_reason: get_s(item, "last_reason").and_then(|r| r.parse().ok()),
+        next_at: instant(get_i64(item, "next_at_ms")),
+        deliver_by,
+        history,
+    })
+}
+
+impl Ledger for DynamoLedger {
+    async fn claim(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<ClaimView, LedgerError> {
+        let update = self
+            .update(msg)
+            .update_expression(
+                "SET #state = :leased, #owner = :owner, lease_until_ms = :lease, updated_ms = :now, \
+                 deliver_by_ms = :by, tenant_id = :tenant, renewal_id = :renewal, ttl_epoch_s = :ttl, \
+                 attempts = if_not_exists(attempts, :zero), \
+                 #history = list_append(if_not_exists(#history, :empty), :entry)",
+            )
+            // Free, or not delivered and (no lease, an ended lease, or our own lease: a retry
+            // after a write whose answer was lost).
+            .condition_expression(
+                "attribute_not_exists(pk) OR (#state <> :delivered AND \
+                 (attribute_not_exists(lease_until_ms) OR lease_until_ms <= :now OR #owner = :owner))",
+            )
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#history", "history")
+            .expression_attribute_values(":leased", s(ReminderState::Leased.as_str()))
+            .expression_attribute_values(":delivered", s(ReminderState::Delivered.as_str()))
+            .expression_attribute_values(":owner", s(owner.as_str()))
+            .expression_attribute_values(":lease", ms(lease_until))
+            .expression_attribute_values(":now", ms(now))
+            .expression_attribute_values(":by", ms(msg.deliver_by))
+            .expression_attribute_values(":tenant", s(msg.tenant_id.as_str()))
+            .expression_attribute_values(":renewal", s(msg.renewal_id.as_str()))
+            .expression_attribute_values(":ttl", n(msg.deliver_by.timestamp() + RETENTION_SECS))
+            .expression_attribute_values(":zero", n(0))
+            .expression_attribute_values(":empty", AttributeValue::L(vec![]))
+            .expression_attribute_values(":entry", history_entry(msg, now, ReminderState::Leased, None));
+        match update_if(update).await.map_err(from_dynamo)? {
+            ConditionalUpdate::Written(new) => {
+                let prior_attempts =
+                    new.as_ref().and_then(|i| get_i64(i, "attempts")).and_then(|a| u32::try_from(a).ok()).unwrap_or(0);
+                Ok(ClaimView::Claimed { prior_attempts })
+            }
+            ConditionalUpdate::ConditionFailed(old) => {
+                let old = old.ok_or_else(|| LedgerError::Corrupt {
+                    reminder_id: msg.reminder_id.to_string(),
+                    what: "claim refused but no ALL_OLD item returned".into(),
+                })?;
+                if state_of(&old) == Some(ReminderState::Delivered) {
+                    return Ok(ClaimView::AlreadyDelivered);
+                }
+                let lease_until = instant(get_i64(&old, "lease_until_ms")).unwrap_or(now);
+                Ok(ClaimView::HeldElsewhere { lease_until })
+            }
+        }
+    }
+
+    async fn settle(
+        &self,
+        msg: &ReminderMessage,
+        owner: Option<&OwnerToken>,
+        now: DateTime<Utc>,
+        x: &Settlement,
+    ) -> Result<SettleOutcome, LedgerError> {
+        let mut set = vec![
+            "#state = :state",
+            "attempts = :attempts",
+            "updated_ms = :now",
+            "deliver_by_ms = :by",
+            "tenant_id = :tenant",
+            "renewal_id = :renewal",
+            "ttl_epoch_s = :ttl",
+            "#history = list_append(if_not_exists(#history, :empty), :entry)",
+        ];
+        let mut remove = vec!["#owner", "lease_until_ms"];
+        let mut update = self
+            .update(msg)
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_names("#history", "history")
+            .expression_attribute_values(":state", s(x.state.as_str()))
+            .expression_attribute_values(":attempts", n(x.attempts))
+            .expression_attribute_values(":now", ms(now))
+            .expression_attribute_values(":by", ms(msg.deliver_by))
+            .expression_attribute_values(":tenant", s(msg.tenant_id.as_str()))
+            .expression_attribute_values(":renewal", s(msg.renewal_id.as_str()))
+            .expression_attribute_values(":ttl", n(msg.deliver_by.timestamp() + RETENTION_SECS))
+            .expression_attribute_values(":empty", AttributeValue::L(vec![]))
+            .expression_attribute_values(":entry", history_entry(msg, now, x.state, Some(x)));
+        match x.reason {
+            Some(r) => {
+                set.push("last_reason = :reason");
+                update = update.expression_attribute_values(":reason", s(r.as_str()));
+            }
+            None => remove.push("last_reason"),
+        }
+        match x.next_at {
+            Some(t) => {
+                set.push("next_at_ms = :next");
+                update = update.expression_attribute_values(":next", ms(t));
+            }
+            None => remove.push("next_at_ms"),
+        }
+        if let Some(r) = &x.receipt {
+            set.push("receipt = :receipt");
+            update = update.expression_attribute_values(":receipt", s(r.as_str()));
+        }
+        // DynamoDB refuses unused expression values, so `:delivered` is bound per condition.
+        let delivered = s(ReminderState::Delivered.as_str());
+        let condition = if x.state == ReminderState::Delivered {
+            // The provider accepted it: record that whoever holds the lease now.
+            update = update.expression_attribute_values(":delivered", delivered);
+            "attribute_not_exists(pk) OR #state <> :delivered"
+        } else if let Some(o) = owner {
+            update = update
+                .expression_attribute_values(":owner", s(o.as_str()))
+                .expression_attribute_values(":leased", s(ReminderState::Leased.as_str()));
+            "#owner = :owner AND #state = :leased"
+        } else {
+            update = update.expression_attribute_values(":delivered", delivered);
+            "attribute_not_exists(pk) OR (#state <> :delivered AND \
+             (attribute_not_exists(lease_until_ms) OR lease_until_ms <= :now))"
+        };
+        let update = update
+            .update_expression(format!("SET {} REMOVE {}", set.join(", "), remove.join(", ")))
+            .condition_expression(condition);
+        match update_if(update).await.map_err(from_dynamo)? {
+            ConditionalUpdate::Written(_) => Ok(SettleOutcome::Recorded),
+            ConditionalUpdate::ConditionFailed(old) => {
+                if old.as_ref().and_then(state_of) == Some(ReminderState::Delivered) {
+                    Ok(SettleOutcome::AlreadyDelivered)
+                } else {
+                    Ok(SettleOutcome::LeaseLost)
+                }
+            }
+        }
+    }
+
+    async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
+        let item = get(&self.client, &self.table, &key(id)).await.map_err(from_dynamo)?;
+        item.map(|i| parse_record(id, &i)).transpose()
+    }
+}
