@@ -6,4 +6,8 @@
 
 pub mod config;
 pub mod dynamodb;
+pub mod emf;
 pub mod ledger;
+pub mod renewals;
+pub mod secrets;
+pub mod sqs;

@@ -1,0 +1,156 @@
+//! CloudWatch Embedded Metric Format: metrics as structured log lines on stdout, extracted by
+//! CloudWatch Logs — no `PutMetricData` call on the hot path (DESIGN §8).
+//!
+//! One [`Metrics`] collects an invocation's counts and observations; [`Metrics::lines`]
+//! renders one EMF document per dimension set (`Function`, or `Function` + `Reason`).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use serde_json::{Map, Value, json};
+
+/// Metric names (DESIGN §8). Stable: dashboards and alarms use them.
+pub mod name {
+    /// Reminders the provider accepted.
+    pub const DELIVERED: &str = "Delivered";
+    /// Provider calls made.
+    pub const ATTEMPTS: &str = "ProviderAttempts";
+    /// Deferrals, by `Reason`.
+    pub const DEFERRED: &str = "Deferred";
+    /// Provider 429 answers.
+    pub const THROTTLED: &str = "Provider429";
+    /// Permanent provider failures.
+    pub const PERMANENT: &str = "PermanentFailures";
+    /// Messages sent to the DLQ, by `Reason`.
+    pub const DLQ_INGRESS: &str = "DlqIngress";
+    /// Duplicates acknowledged without a call.
+    pub const SUPPRESSED: &str = "SuppressedDuplicates";
+    /// Reminders cancelled before sending.
+    pub const CANCELLED: &str = "Cancelled";
+    /// Messages whose processing failed on infrastructure (retried by SQS).
+    pub const INFRA_FAILURES: &str = "InfrastructureFailures";
+    /// Delivery − `deliver_after`, milliseconds.
+    pub const DELIVERY_LAG: &str = "DeliveryLagMs";
+    /// `deliver_by` − now at decision, milliseconds.
+    pub const DEADLINE_SLACK: &str = "DeadlineSlackMs";
+}
+
+/// Metrics of one invocation.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    counts: BTreeMap<(&'static str, Option<String>), f64>,
+    observations: BTreeMap<&'static str, Vec<f64>>,
+}
+
+impl Metrics {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `n` to a count.
+    pub fn count(&mut self, metric: &'static str, n: f64) {
+        *self.counts.entry((metric, None)).or_default() += n;
+    }
+
+    /// Adds `n` to a count with a `Reason` dimension.
+    pub fn count_reason(&mut self, metric: &'static str, reason: &str, n: f64) {
+        *self.counts.entry((metric, Some(reason.to_owned()))).or_default() += n;
+    }
+
+    /// Records one observation (EMF takes an array of values per metric).
+    pub fn observe(&mut self, metric: &'static str, v: f64) {
+        self.observations.entry(metric).or_default().push(v);
+    }
+
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty() && self.observations.is_empty()
+    }
+
+    /// Renders the EMF documents, one per dimension set.
+    pub fn lines(&self, namespace: &str, function: &str, timestamp_ms: i64) -> Vec<String> {
+        let mut docs: BTreeMap<Option<&str>, Map<String, Value>> = BTreeMap::new();
+        let mut defs: BTreeMap<Option<&str>, Vec<Value>> = BTreeMap::new();
+        for ((metric, reason), v) in &self.counts {
+            let key = reason.as_deref();
+            docs.entry(key).or_default().insert((*metric).to_owned(), json!(v));
+            defs.entry(key).or_default().push(json!({"Name": metric, "Unit": "Count"}));
+        }
+        for (metric, values) in &self.observations {
+            docs.entry(None).or_default().insert((*metric).to_owned(), json!(values));
+            defs.entry(None).or_default().push(json!({"Name": metric, "Unit": "Milliseconds"}));
+        }
+        docs.into_iter()
+            .map(|(reason, mut doc)| {
+                let dims = if reason.is_some() { json!([["Function", "Reason"]]) } else { json!([["Function"]]) };
+                doc.insert("Function".into(), json!(function));
+                if let Some(r) = reason {
+                    doc.insert("Reason".into(), json!(r));
+                }
+                doc.insert(
+                    "_aws".into(),
+                    json!({
+                        "Timestamp": timestamp_ms,
+                        "CloudWatchMetrics": [{
+                            "Namespace": namespace,
+                            "Dimensions": dims,
+                            "Metrics": defs.remove(&reason).unwrap_or_default(),
+                        }]
+                    }),
+                );
+                Value::Object(doc).to_string()
+            })
+            .collect()
+    }
+
+    /// Writes the EMF documents as lines to `out` (stdout in Lambda).
+    pub fn flush(
+        &self,
+        out: &mut impl Write,
+        namespace: &str,
+        function: &str,
+        timestamp_ms: i64,
+    ) -> std::io::Result<()> {
+        for line in self.lines(namespace, function, timestamp_ms) {
+            writeln!(out, "{line}")?;
+        }
+        out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emf_documents_declare_every_metric_they_carry() {
+        let mut m = Metrics::new();
+        m.count(name::DELIVERED, 2.0);
+        m.count_reason(name::DEFERRED, "rate_limited", 3.0);
+        m.count_reason(name::DLQ_INGRESS, "malformed", 1.0);
+        m.observe(name::DELIVERY_LAG, 1200.0);
+        m.observe(name::DELIVERY_LAG, 800.0);
+        let lines = m.lines("punctual", "sender", 1_764_600_000_000);
+        assert_eq!(lines.len(), 3);
+        for line in &lines {
+            let doc: Value = serde_json::from_str(line).unwrap();
+            let directive = &doc["_aws"]["CloudWatchMetrics"][0];
+            assert_eq!(doc["_aws"]["Timestamp"], 1_764_600_000_000i64);
+            assert_eq!(directive["Namespace"], "punctual");
+            assert_eq!(doc["Function"], "sender");
+            for def in directive["Metrics"].as_array().unwrap() {
+                let name = def["Name"].as_str().unwrap();
+                assert!(doc.get(name).is_some(), "metric {name} declared but absent: {line}");
+            }
+            for dims in directive["Dimensions"][0].as_array().unwrap() {
+                assert!(doc.get(dims.as_str().unwrap()).is_some(), "dimension missing: {line}");
+            }
+        }
+        let plain: Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(plain["Delivered"], 2.0);
+        assert_eq!(plain["DeliveryLagMs"], json!([1200.0, 800.0]));
+        let reasons: Vec<Value> = lines[1..].iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert!(reasons.iter().any(|d| d["Reason"] == "rate_limited" && d["Deferred"] == 3.0));
+    }
+}

@@ -1,0 +1,72 @@
+//! The provider token, read once at cold start: from `PROVIDER_TOKEN`, or from Secrets
+//! Manager when `PROVIDER_TOKEN_SECRET_ARN` is set. The value is a [`Secret`] from the moment
+//! it is read, so it never prints.
+
+use aws_config::SdkConfig;
+use punctual_core::ports::BoxError;
+use punctual_core::secret::Secret;
+
+/// Why the token could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Neither variable is set.
+    #[error("set PROVIDER_TOKEN, or PROVIDER_TOKEN_SECRET_ARN to a Secrets Manager secret holding the token")]
+    NotConfigured,
+    /// The secret has no string value.
+    #[error("secret {arn} has no SecretString")]
+    NotAString {
+        /// The secret.
+        arn: String,
+    },
+    /// The secret is JSON without a `token` string field.
+    #[error("secret {arn} is a JSON object without a string field `token`")]
+    NoTokenField {
+        /// The secret.
+        arn: String,
+    },
+    /// Secrets Manager failed.
+    #[error("could not read secret {arn} from Secrets Manager")]
+    SecretsManager {
+        /// The secret.
+        arn: String,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// Reads the token: `PROVIDER_TOKEN` wins; else the secret named by
+/// `PROVIDER_TOKEN_SECRET_ARN`, whose value is the token itself or JSON `{"token": "..."}`.
+pub async fn provider_token(config: &SdkConfig) -> Result<Secret, TokenError> {
+    if let Ok(t) = std::env::var("PROVIDER_TOKEN")
+        && !t.is_empty()
+    {
+        return Ok(Secret::new(t));
+    }
+    let Ok(arn) = std::env::var("PROVIDER_TOKEN_SECRET_ARN") else {
+        return Err(TokenError::NotConfigured);
+    };
+    from_secrets_manager(config, &arn).await
+}
+
+/// Reads the token from one Secrets Manager secret.
+pub async fn from_secrets_manager(config: &SdkConfig, arn: &str) -> Result<Secret, TokenError> {
+    let client = aws_sdk_secretsmanager::Client::new(config);
+    let out = client
+        .get_secret_value()
+        .secret_id(arn)
+        .send()
+        .await
+        .map_err(|e| TokenError::SecretsManager { arn: arn.to_owned(), source: Box::new(e) })?;
+    let value = out.secret_string().ok_or_else(|| TokenError::NotAString { arn: arn.to_owned() })?;
+    if value.trim_start().starts_with('{') {
+        let v: serde_json::Value =
+            serde_json::from_str(value).map_err(|_| TokenError::NoTokenField { arn: arn.to_owned() })?;
+        return v
+            .get("token")
+            .and_then(|t| t.as_str())
+            .map(Secret::new)
+            .ok_or_else(|| TokenError::NoTokenField { arn: arn.to_owned() });
+    }
+    Ok(Secret::new(value))
+}

@@ -1,0 +1,324 @@
+//! SQS adapter: batch sends with per-entry results, visibility, delete, receive, and the
+//! sender's requeue and quarantine (DLQ with failure metadata as message attributes).
+
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry};
+use chrono::{DateTime, Utc};
+use punctual_core::contract::{ReminderMessage, format_instant};
+use punctual_core::ports::{BoxError, Quarantine, QueueError, SendQueue};
+
+/// SQS's limit on `DelaySeconds` (15 minutes).
+pub const MAX_DELAY: Duration = Duration::from_secs(900);
+/// SQS's limit on entries in one batch call.
+pub const MAX_BATCH: usize = 10;
+/// DLQ `detail` attributes are cut to this many bytes.
+pub const MAX_DETAIL_BYTES: usize = 1024;
+
+/// The DLQ message attributes a quarantine sets (names are stable: the redrive and `explain`
+/// read them). A DLQ message without `reason` arrived through the queue's redrive policy
+/// (`maxReceiveCount`): reason `receive_count_backstop`.
+pub mod attr {
+    /// Reason code.
+    pub const REASON: &str = "reason";
+    /// Human-readable detail.
+    pub const DETAIL: &str = "detail";
+    /// Provider attempts made.
+    pub const ATTEMPTS: &str = "attempts";
+    /// Last provider HTTP status.
+    pub const PROVIDER_STATUS: &str = "provider_status";
+    /// The reminder id.
+    pub const REMINDER_ID: &str = "reminder_id";
+    /// When the chain was first enqueued.
+    pub const FIRST_ENQUEUED: &str = "first_enqueued";
+    /// The send queue's message id.
+    pub const ORIGINAL_MESSAGE_ID: &str = "original_message_id";
+    /// When it was quarantined.
+    pub const QUARANTINED_AT: &str = "quarantined_at";
+}
+
+fn sdk<E: std::error::Error + Send + Sync + 'static>(e: E) -> QueueError {
+    QueueError::Unknown(Box::new(e) as BoxError)
+}
+
+/// Whole seconds of delay for SQS: rounded **up** (never release early), capped at 15 min.
+pub fn delay_seconds(d: Duration) -> i32 {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    i32::try_from(secs.min(MAX_DELAY.as_secs())).unwrap_or(900)
+}
+
+/// One message to send in a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// Batch entry id (unique within the call; `[A-Za-z0-9_-]{1,80}`).
+    pub id: String,
+    /// The body.
+    pub body: String,
+    /// Delay before it becomes visible (rounded up to whole seconds, capped at 15 min).
+    pub delay: Duration,
+}
+
+/// The result of one batch entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryResult {
+    /// Accepted with this message id.
+    Sent {
+        /// Entry id.
+        id: String,
+        /// SQS message id.
+        message_id: String,
+    },
+    /// Refused; `sender_fault` says whether retrying the same entry can help.
+    Failed {
+        /// Entry id.
+        id: String,
+        /// SQS error code.
+        code: String,
+        /// SQS message.
+        message: String,
+        /// True when the entry itself is at fault.
+        sender_fault: bool,
+    },
+}
+
+/// A received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// SQS message id.
+    pub message_id: String,
+    /// Receipt handle for delete / visibility.
+    pub receipt_handle: String,
+    /// Body.
+    pub body: String,
+    /// `ApproximateReceiveCount`.
+    pub receive_count: u32,
+    /// `SentTimestamp`.
+    pub sent_at: Option<DateTime<Utc>>,
+    /// String message attributes.
+    pub attributes: Vec<(String, String)>,
+}
+
+/// The send queue and its DLQ.
+#[derive(Debug, Clone)]
+pub struct SqsQueues {
+    client: Client,
+    send_url: String,
+    dlq_url: String,
+}
+
+impl SqsQueues {
+    /// Queues at known URLs.
+    pub fn new(client: Client, send_url: impl Into<String>, dlq_url: impl Into<String>) -> Self {
+        Self { client, send_url: send_url.into(), dlq_url: dlq_url.into() }
+    }
+
+    /// The send queue URL.
+    pub fn send_url(&self) -> &str {
+        &self.send_url
+    }
+
+    /// The DLQ URL.
+    pub fn dlq_url(&self) -> &str {
+        &self.dlq_url
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Sends any number of messages to `queue_url` in calls of at most 10, returning one
+    /// result per entry in input order. Entry failures are values; only machinery failure of a
+    /// whole call is an error.
+    pub async fn send_batch(&self, queue_url: &str, messages: &[Outgoing]) -> Result<Vec<EntryResult>, QueueError> {
+        let mut results = Vec::with_capacity(messages.len());
+        for chunk in messages.chunks(MAX_BATCH) {
+            let entries = chunk
+                .iter()
+                .map(|m| {
+                    SendMessageBatchRequestEntry::builder()
+                        .id(&m.id)
+                        .message_body(&m.body)
+                        .delay_seconds(delay_seconds(m.delay))
+                        .build()
+                        .map_err(sdk)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = self
+                .client
+                .send_message_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(sdk)?;
+            for m in chunk {
+                if let Some(ok) = out.successful().iter().find(|s| s.id() == m.id) {
+                    results.push(EntryResult::Sent { id: m.id.clone(), message_id: ok.message_id().to_owned() });
+                } else if let Some(f) = out.failed().iter().find(|f| f.id() == m.id) {
+                    results.push(EntryResult::Failed {
+                        id: m.id.clone(),
+                        code: f.code().to_owned(),
+                        message: f.message().unwrap_or_default().to_owned(),
+                        sender_fault: f.sender_fault(),
+                    });
+                } else {
+                    results.push(EntryResult::Failed {
+                        id: m.id.clone(),
+                        code: "MissingFromResponse".into(),
+                        message: "SQS answered neither success nor failure for this entry".into(),
+                        sender_fault: false,
+                    });
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// Receives up to `max` (≤ 10) messages from `queue_url`, long-polling up to `wait`.
+    pub async fn receive(&self, queue_url: &str, max: i32, wait: Duration) -> Result<Vec<Received>, QueueError> {
+        let out = self
+            .client
+            .receive_message()
+            .queue_url(queue_url)
+            .max_number_of_messages(max.clamp(1, 10))
+            .wait_time_seconds(i32::try_from(wait.as_secs().min(20)).unwrap_or(20))
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(out
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| {
+                let sys = m.attributes();
+                let get = |k: MessageSystemAttributeName| sys.and_then(|a| a.get(&k)).cloned();
+                let mut attributes: Vec<(String, String)> = m
+                    .message_attributes()
+                    .map(|a| {
+                        a.iter().filter_map(|(k, v)| v.string_value().map(|s| (k.clone(), s.to_owned()))).collect()
+                    })
+                    .unwrap_or_default();
+                attributes.sort();
+                Received {
+                    message_id: m.message_id().unwrap_or_default().to_owned(),
+                    receipt_handle: m.receipt_handle().unwrap_or_default().to_owned(),
+                    body: m.body().unwrap_or_default().to_owned(),
+                    receive_count: get(MessageSystemAttributeName::ApproximateReceiveCount)
+                        .and_then(|c| c.parse().ok())
+                        .unwrap_or(1),
+                    sent_at: get(MessageSystemAttributeName::SentTimestamp)
+                        .and_then(|t| t.parse().ok())
+                        .and_then(DateTime::<Utc>::from_timestamp_millis),
+                    attributes,
+                }
+            })
+            .collect())
+    }
+
+    /// Deletes a received message.
+    pub async fn delete(&self, queue_url: &str, receipt_handle: &str) -> Result<(), QueueError> {
+        self.client.delete_message().queue_url(queue_url).receipt_handle(receipt_handle).send().await.map_err(sdk)?;
+        Ok(())
+    }
+
+    /// Makes a received message visible again after `timeout` (≤ 12 h).
+    pub async fn change_visibility(
+        &self,
+        queue_url: &str,
+        receipt_handle: &str,
+        timeout: Duration,
+    ) -> Result<(), QueueError> {
+        let secs = i32::try_from(timeout.as_secs().min(12 * 3600)).unwrap_or(12 * 3600);
+        self.client
+            .change_message_visibility()
+            .queue_url(queue_url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(secs)
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(())
+    }
+}
+
+fn string_attr(v: &str) -> Result<MessageAttributeValue, QueueError> {
+    MessageAttributeValue::builder().data_type("String").string_value(v).build().map_err(sdk)
+}
+
+fn number_attr(v: impl ToString) -> Result<MessageAttributeValue, QueueError> {
+    MessageAttributeValue::builder().data_type("Number").string_value(v.to_string()).build().map_err(sdk)
+}
+
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+impl SendQueue for SqsQueues {
+    async fn requeue(&self, msg: &ReminderMessage, delay: Duration) -> Result<(), QueueError> {
+        self.client
+            .send_message()
+            .queue_url(&self.send_url)
+            .message_body(msg.encode())
+            .delay_seconds(delay_seconds(delay))
+            .send()
+            .await
+            .map_err(sdk)?;
+        Ok(())
+    }
+
+    async fn dead_letter(&self, q: &Quarantine<'_>) -> Result<(), QueueError> {
+        let mut send = self
+            .client
+            .send_message()
+            .queue_url(&self.dlq_url)
+            .message_body(q.body)
+            .message_attributes(attr::REASON, string_attr(q.reason.as_str())?)
+            .message_attributes(attr::ATTEMPTS, number_attr(q.attempts)?)
+            .message_attributes(attr::ORIGINAL_MESSAGE_ID, string_attr(q.original_message_id)?)
+            .message_attributes(attr::QUARANTINED_AT, string_attr(&format_instant(q.at))?);
+        if !q.detail.is_empty() {
+            send = send.message_attributes(attr::DETAIL, string_attr(cut(q.detail, MAX_DETAIL_BYTES))?);
+        }
+        if let Some(s) = q.provider_status {
+            send = send.message_attributes(attr::PROVIDER_STATUS, number_attr(s)?);
+        }
+        if let Some(id) = q.reminder_id {
+            send = send.message_attributes(attr::REMINDER_ID, string_attr(id.as_str())?);
+        }
+        if let Some(t) = q.first_enqueued {
+            send = send.message_attributes(attr::FIRST_ENQUEUED, string_attr(&format_instant(t))?);
+        }
+        send.send().await.map_err(sdk)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_rounds_up_and_caps_at_fifteen_minutes() {
+        assert_eq!(delay_seconds(Duration::ZERO), 0);
+        assert_eq!(delay_seconds(Duration::from_millis(6_001)), 7);
+        assert_eq!(delay_seconds(Duration::from_secs(7)), 7);
+        assert_eq!(delay_seconds(Duration::from_secs(3600)), 900);
+    }
+
+    #[test]
+    fn detail_is_cut_on_a_char_boundary() {
+        assert_eq!(cut("héllo", 2), "h");
+        assert_eq!(cut("abc", 10), "abc");
+    }
+}

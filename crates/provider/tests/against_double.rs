@@ -1,0 +1,172 @@
+//! The provider client against the real HTTP double on loopback: every answer class.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::time::Duration;
+
+use chrono::{TimeDelta, Utc};
+use punctual_core::ports::{Provider, ProviderRequest};
+use punctual_core::provider::{ProviderOutcome, RetryAfter};
+use punctual_core::secret::Secret;
+use punctual_core::{CorrelationId, ReminderId, ReminderKind, ReminderMessage, RenewalId, TenantId};
+use punctual_provider::HttpProvider;
+use punctual_provider_double::{Behaviour, Config, Double};
+
+const TOKEN: &str = "test-token-not-a-secret";
+
+fn message(n: u32) -> ReminderMessage {
+    let tenant = TenantId::parse("acme").unwrap();
+    let renewal = RenewalId::parse(format!("ren-{n}")).unwrap();
+    let kind = ReminderKind::parse("renewal_7d").unwrap();
+    let now = Utc::now();
+    ReminderMessage {
+        reminder_id: ReminderId::derive(&tenant, &renewal, &kind, now.date_naive()),
+        renewal_id: renewal,
+        tenant_id: tenant,
+        kind,
+        deliver_after: now,
+        deliver_by: now + TimeDelta::hours(1),
+        attempt: 0,
+        first_enqueued: now,
+        correlation_id: CorrelationId::parse("c").unwrap(),
+        redrive: None,
+    }
+}
+
+async fn setup() -> (Double, HttpProvider) {
+    let double = Double::start(Config { token: Some(TOKEN.into()), ..Config::default() }, 0).await.unwrap();
+    let client = HttpProvider::new(&double.url(), &Secret::new(TOKEN), Duration::from_secs(1)).unwrap();
+    (double, client)
+}
+
+async fn send(client: &HttpProvider, m: &ReminderMessage, timeout: Duration) -> ProviderOutcome {
+    client
+        .send(&ProviderRequest { message: m, recipient_ref: Some("r"), channel: Some("email"), timeout })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_2xx_is_accepted_with_the_receipt_and_a_repeat_is_a_duplicate_attempt() {
+    let (double, client) = setup().await;
+    let m = message(1);
+    let first = send(&client, &m, Duration::from_secs(2)).await;
+    assert_eq!(first, ProviderOutcome::Accepted { status: 202, receipt: Some("msg-1".into()) });
+    let again = send(&client, &m, Duration::from_secs(2)).await;
+    assert_eq!(again, first, "a repeated key returns the first result");
+    let s = double.stats();
+    assert_eq!((s.accepted, s.distinct_keys, s.duplicate_key_attempts, s.missing_key), (1, 1, 1, 0));
+}
+
+#[tokio::test]
+async fn a_429_carries_retry_after_in_both_forms() {
+    let (double, client) = setup().await;
+    double.script([
+        Behaviour { status: Some(429), retry_after: Some("7".into()), ..Behaviour::default() },
+        Behaviour {
+            status: Some(503),
+            retry_after: Some("Wed, 21 Oct 2026 07:28:00 GMT".into()),
+            ..Behaviour::default()
+        },
+    ]);
+    assert_eq!(
+        send(&client, &message(2), Duration::from_secs(2)).await,
+        ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(7)) }
+    );
+    let ProviderOutcome::Transient { status: Some(503), retry_after: Some(RetryAfter::At(at)) } =
+        send(&client, &message(2), Duration::from_secs(2)).await
+    else {
+        panic!("503 with an HTTP-date Retry-After");
+    };
+    assert_eq!(at.to_rfc3339(), "2026-10-21T07:28:00+00:00");
+    assert_eq!(double.stats().accepted, 0);
+}
+
+#[tokio::test]
+async fn the_quota_answers_429_past_the_burst() {
+    let double = Double::start(Config { quota: 1.0, burst: 2.0, ..Config::default() }, 0).await.unwrap();
+    let client = HttpProvider::new(&double.url(), &Secret::new("x"), Duration::from_secs(1)).unwrap();
+    let mut outcomes = Vec::new();
+    for n in 0..4 {
+        outcomes.push(send(&client, &message(100 + n), Duration::from_secs(2)).await);
+    }
+    assert!(matches!(outcomes[0], ProviderOutcome::Accepted { .. }));
+    assert!(matches!(outcomes[1], ProviderOutcome::Accepted { .. }));
+    assert!(matches!(
+        outcomes[2],
+        ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(1)) }
+    ));
+    assert_eq!(double.stats().throttled, 2);
+}
+
+#[tokio::test]
+async fn other_4xx_are_permanent_and_a_wrong_token_is_refused() {
+    let (double, client) = setup().await;
+    double.script([Behaviour { status: Some(400), ..Behaviour::default() }]);
+    assert_eq!(send(&client, &message(3), Duration::from_secs(2)).await, ProviderOutcome::Permanent { status: 400 });
+    let bad = HttpProvider::new(&double.url(), &Secret::new("wrong"), Duration::from_secs(1)).unwrap();
+    assert_eq!(send(&bad, &message(4), Duration::from_secs(2)).await, ProviderOutcome::Permanent { status: 401 });
+    assert_eq!(double.stats().unauthorized, 1);
+}
+
+#[tokio::test]
+async fn a_5xx_is_indeterminate() {
+    let (double, client) = setup().await;
+    double.script([Behaviour { status: Some(500), ..Behaviour::default() }]);
+    assert_eq!(
+        send(&client, &message(5), Duration::from_secs(2)).await,
+        ProviderOutcome::Indeterminate { status: Some(500) }
+    );
+}
+
+#[tokio::test]
+async fn a_slow_answer_times_out_as_indeterminate_and_the_retry_with_the_same_key_is_not_a_second_delivery() {
+    let (double, client) = setup().await;
+    double.script([Behaviour { slow_ms: Some(800), ..Behaviour::default() }]);
+    let m = message(6);
+    let started = std::time::Instant::now();
+    assert_eq!(send(&client, &m, Duration::from_millis(200)).await, ProviderOutcome::Indeterminate { status: None });
+    assert!(started.elapsed() < Duration::from_millis(700), "the timeout bounds the call");
+    tokio::time::sleep(Duration::from_millis(800)).await; // the double processes it anyway
+    assert!(matches!(send(&client, &m, Duration::from_secs(2)).await, ProviderOutcome::Accepted { .. }));
+    let s = double.stats();
+    assert_eq!((s.accepted, s.duplicate_key_attempts), (1, 1));
+}
+
+#[tokio::test]
+async fn a_dropped_connection_is_indeterminate_and_accept_then_drop_is_found_by_the_retry() {
+    let (double, client) = setup().await;
+    double.script([
+        Behaviour { drop: true, ..Behaviour::default() },
+        Behaviour { accept_then_drop: true, ..Behaviour::default() },
+    ]);
+    let m = message(7);
+    assert_eq!(send(&client, &m, Duration::from_secs(2)).await, ProviderOutcome::Indeterminate { status: None });
+    assert_eq!(double.stats().accepted, 0, "drop closes before processing");
+    assert_eq!(send(&client, &m, Duration::from_secs(2)).await, ProviderOutcome::Indeterminate { status: None });
+    assert!(matches!(send(&client, &m, Duration::from_secs(2)).await, ProviderOutcome::Accepted { .. }));
+    let s = double.stats();
+    assert_eq!((s.accepted, s.duplicate_key_attempts, s.dropped), (1, 1, 2));
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_a_determinate_transient() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    }; // closed again: nothing listens there now
+    let client =
+        HttpProvider::new(&format!("http://127.0.0.1:{port}/v1/messages"), &Secret::new("x"), Duration::from_secs(1))
+            .unwrap();
+    assert_eq!(
+        send(&client, &message(8), Duration::from_secs(2)).await,
+        ProviderOutcome::Transient { status: None, retry_after: None }
+    );
+}
+
+#[test]
+fn a_bad_url_or_token_is_refused_by_name() {
+    assert!(HttpProvider::new("ftp://x", &Secret::new("t"), Duration::from_secs(1)).is_err());
+    let e = HttpProvider::new("http://127.0.0.1:1/", &Secret::new("bad\ntoken"), Duration::from_secs(1)).unwrap_err();
+    assert!(!e.to_string().contains("bad"), "the token must not leak into the error: {e}");
+}
