@@ -1,0 +1,125 @@
+//! SQS batch → sender service → partial batch response + EMF metrics.
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::LambdaEvent;
+use punctual_aws::emf::{Metrics, name};
+use punctual_core::clock::Clock;
+use punctual_core::decision::Disposition;
+use punctual_core::ports::{Ledger, Limiter, Provider, Renewals, SendQueue};
+use punctual_core::reason::ReasonCode;
+use punctual_core::sender::{Processed, Received, Sender, SenderError};
+use punctual_lambda::batch::process_records;
+use punctual_lambda::error::HandlerError;
+use punctual_lambda::invocation_deadline;
+
+/// What a sender invocation needs, built once per cold start.
+pub struct Deps<L, R, T, P, Q, C> {
+    /// The service.
+    pub sender: Sender<L, R, T, P, Q, C>,
+    /// Records processed at once.
+    pub concurrency: usize,
+}
+
+/// An invocation's answer and its metrics.
+#[derive(Debug)]
+pub struct Handled {
+    /// For the event source mapping.
+    pub response: SqsBatchResponse,
+    /// To flush as EMF.
+    pub metrics: Metrics,
+}
+
+fn record_metrics(m: &mut Metrics, p: &Processed) {
+    m.count(name::ATTEMPTS, f64::from(p.provider_calls));
+    if p.throttled {
+        m.count(name::THROTTLED, 1.0);
+    }
+    if let Some(slack) = p.slack {
+        m.observe(name::DEADLINE_SLACK, slack.as_millis() as f64);
+    }
+    match &p.disposition {
+        Disposition::Delivered { .. } => {
+            m.count(name::DELIVERED, 1.0);
+            if let Some(lag) = p.delivery_lag {
+                m.observe(name::DELIVERY_LAG, lag.as_millis() as f64);
+            }
+        }
+        Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate } => m.count(name::SUPPRESSED, 1.0),
+        Disposition::Acknowledge { .. } => {}
+        Disposition::Defer { reason, .. } => m.count_reason(name::DEFERRED, reason.as_str(), 1.0),
+        Disposition::Quarantine { reason, .. } => {
+            if *reason == ReasonCode::ClassifiedPermanent {
+                m.count(name::PERMANENT, 1.0);
+            }
+            m.count_reason(name::DLQ_INGRESS, reason.as_str(), 1.0);
+        }
+        Disposition::Expire { .. } => {
+            m.count_reason(name::DLQ_INGRESS, ReasonCode::BusinessDeadlineExpired.as_str(), 1.0);
+        }
+        Disposition::Cancel { .. } => m.count(name::CANCELLED, 1.0),
+    }
+}
+
+fn log(message_id: &str, result: &Result<Processed, SenderError>) {
+    match result {
+        Ok(p) => {
+            let reason = p.disposition.reason().map(ReasonCode::as_str);
+            let outcome = match &p.disposition {
+                Disposition::Delivered { .. } => "delivered",
+                Disposition::Acknowledge { .. } => "acknowledged",
+                Disposition::Defer { .. } => "deferred",
+                Disposition::Quarantine { .. } => "dead_lettered",
+                Disposition::Expire { .. } => "expired",
+                Disposition::Cancel { .. } => "cancelled",
+            };
+            tracing::info!(
+                message_id,
+                reminder_id = p.reminder_id.as_ref().map(|r| r.as_str()),
+                outcome,
+                reason,
+                provider_status = p.provider_status,
+                provider_calls = p.provider_calls,
+                "processed"
+            );
+        }
+        Err(e) => {
+            let source = std::error::Error::source(e).map(|s| s.to_string());
+            tracing::warn!(message_id, error_kind = e.kind(), error = %e, source, "infrastructure failure; message left for SQS to redeliver");
+        }
+    }
+}
+
+/// Handles one SQS batch. Records whose processing hit an infrastructure failure are reported
+/// as batch item failures; everything else (including malformed and expired messages, which
+/// are quarantined) is acknowledged. The invocation as a whole never fails for a record.
+pub async fn handle<L, R, T, P, Q, C>(
+    deps: &Deps<L, R, T, P, Q, C>,
+    event: LambdaEvent<SqsEvent>,
+) -> Result<Handled, HandlerError>
+where
+    L: Ledger,
+    R: Renewals,
+    T: Limiter,
+    P: Provider,
+    Q: SendQueue,
+    C: Clock,
+{
+    let deadline = invocation_deadline(&event.context);
+    let (response, results) = process_records(&event.payload, deps.concurrency, |record| {
+        let received = Received {
+            message_id: record.message_id.as_deref().unwrap_or_default(),
+            body: record.body.as_deref().unwrap_or_default(),
+        };
+        deps.sender.process(received, deadline)
+    })
+    .await;
+    let mut metrics = Metrics::new();
+    for (record, result) in &results {
+        log(record.message_id.as_deref().unwrap_or_default(), result);
+        match result {
+            Ok(p) => record_metrics(&mut metrics, p),
+            Err(_) => metrics.count(name::INFRA_FAILURES, 1.0),
+        }
+    }
+    Ok(Handled { response, metrics })
+}
