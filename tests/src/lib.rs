@@ -4,6 +4,8 @@
 //! or a LocalStack the user runs). They refuse to run without one, and refuse a non-loopback
 //! endpoint, so a stray credential can never point a test at a real AWS account.
 
+pub mod stack;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 

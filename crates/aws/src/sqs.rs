@@ -153,25 +153,13 @@ impl SqsQueues {
                 .send()
                 .await
                 .map_err(sdk)?;
-            for m in chunk {
-                if let Some(ok) = out.successful().iter().find(|s| s.id() == m.id) {
-                    results.push(EntryResult::Sent { id: m.id.clone(), message_id: ok.message_id().to_owned() });
-                } else if let Some(f) = out.failed().iter().find(|f| f.id() == m.id) {
-                    results.push(EntryResult::Failed {
-                        id: m.id.clone(),
-                        code: f.code().to_owned(),
-                        message: f.message().unwrap_or_default().to_owned(),
-                        sender_fault: f.sender_fault(),
-                    });
-                } else {
-                    results.push(EntryResult::Failed {
-                        id: m.id.clone(),
-                        code: "MissingFromResponse".into(),
-                        message: "SQS answered neither success nor failure for this entry".into(),
-                        sender_fault: false,
-                    });
-                }
-            }
+            let ok: Vec<(&str, &str)> = out.successful().iter().map(|s| (s.id(), s.message_id())).collect();
+            let failed: Vec<(&str, &str, &str, bool)> = out
+                .failed()
+                .iter()
+                .map(|f| (f.id(), f.code(), f.message().unwrap_or_default(), f.sender_fault()))
+                .collect();
+            results.extend(match_entries(chunk, &ok, &failed));
         }
         Ok(results)
     }
@@ -245,6 +233,33 @@ impl SqsQueues {
     }
 }
 
+/// Pairs each sent entry with its result, in input order. An entry SQS mentions in neither list
+/// is reported as failed (retryable), never silently as sent.
+fn match_entries(chunk: &[Outgoing], ok: &[(&str, &str)], failed: &[(&str, &str, &str, bool)]) -> Vec<EntryResult> {
+    chunk
+        .iter()
+        .map(|m| {
+            if let Some((_, message_id)) = ok.iter().find(|(id, _)| *id == m.id) {
+                EntryResult::Sent { id: m.id.clone(), message_id: (*message_id).to_owned() }
+            } else if let Some((_, code, message, sender_fault)) = failed.iter().find(|f| f.0 == m.id) {
+                EntryResult::Failed {
+                    id: m.id.clone(),
+                    code: (*code).to_owned(),
+                    message: (*message).to_owned(),
+                    sender_fault: *sender_fault,
+                }
+            } else {
+                EntryResult::Failed {
+                    id: m.id.clone(),
+                    code: "MissingFromResponse".into(),
+                    message: "SQS answered neither success nor failure for this entry".into(),
+                    sender_fault: false,
+                }
+            }
+        })
+        .collect()
+}
+
 fn string_attr(v: &str) -> Result<MessageAttributeValue, QueueError> {
     MessageAttributeValue::builder().data_type("String").string_value(v).build().map_err(sdk)
 }
@@ -314,6 +329,24 @@ mod tests {
         assert_eq!(delay_seconds(Duration::from_millis(6_001)), 7);
         assert_eq!(delay_seconds(Duration::from_secs(7)), 7);
         assert_eq!(delay_seconds(Duration::from_secs(3600)), 900);
+    }
+
+    #[test]
+    fn batch_results_keep_input_order_and_never_lose_an_entry() {
+        let chunk: Vec<Outgoing> = ["a", "b", "c"]
+            .iter()
+            .map(|id| Outgoing { id: (*id).into(), body: "{}".into(), delay: Duration::ZERO })
+            .collect();
+        let got = match_entries(&chunk, &[("c", "m-c"), ("a", "m-a")], &[]);
+        assert_eq!(got[0], EntryResult::Sent { id: "a".into(), message_id: "m-a".into() });
+        assert!(
+            matches!(&got[1], EntryResult::Failed { id, code, sender_fault: false, .. } if id == "b" && code == "MissingFromResponse")
+        );
+        assert_eq!(got[2], EntryResult::Sent { id: "c".into(), message_id: "m-c".into() });
+        let got = match_entries(&chunk[..1], &[], &[("a", "InvalidMessageContents", "bad", true)]);
+        assert!(
+            matches!(&got[0], EntryResult::Failed { sender_fault: true, code, .. } if code == "InvalidMessageContents")
+        );
     }
 
     #[test]

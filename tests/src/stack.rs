@@ -1,0 +1,119 @@
+//! A uniquely named punctual stack on the emulator (send queue with its DLQ and redrive policy,
+//! ledger and renewals tables), and an event source that plays the SQS → Lambda event source
+//! mapping: receive a batch, hand it to a handler as an `SqsEvent`, delete what succeeded.
+
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use aws_lambda_events::event::sqs::SqsEvent;
+use aws_sdk_sqs::types::QueueAttributeName;
+use punctual_aws::dynamodb::create_pk_table;
+use punctual_aws::sqs::{Received, SqsQueues};
+
+use crate::unique;
+
+/// Send queue `maxReceiveCount` before SQS itself moves a message to the DLQ (crash backstop).
+pub const MAX_RECEIVE_COUNT: u32 = 5;
+
+/// Queues and tables of one test.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    /// SQS client.
+    pub sqs: aws_sdk_sqs::Client,
+    /// DynamoDB client.
+    pub ddb: aws_sdk_dynamodb::Client,
+    /// The queues.
+    pub queues: SqsQueues,
+    /// Ledger table name.
+    pub ledger_table: String,
+    /// Renewals table name.
+    pub renewals_table: String,
+}
+
+/// Machinery failure while building or driving the stack.
+pub type StackError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Stack {
+    /// Creates the queues and tables under fresh names.
+    pub async fn create(config: &SdkConfig, prefix: &str) -> Result<Self, StackError> {
+        let sqs = aws_sdk_sqs::Client::new(config);
+        let ddb = aws_sdk_dynamodb::Client::new(config);
+        let dlq_url =
+            sqs.create_queue().queue_name(unique(&format!("{prefix}-dlq"))).send().await?.queue_url.unwrap_or_default();
+        let dlq_arn = sqs
+            .get_queue_attributes()
+            .queue_url(&dlq_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await?
+            .attributes
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+            .unwrap_or_default();
+        let redrive = format!("{{\"deadLetterTargetArn\":\"{dlq_arn}\",\"maxReceiveCount\":\"{MAX_RECEIVE_COUNT}\"}}");
+        let send_url = sqs
+            .create_queue()
+            .queue_name(unique(&format!("{prefix}-send")))
+            .attributes(QueueAttributeName::RedrivePolicy, redrive)
+            .attributes(QueueAttributeName::VisibilityTimeout, "30")
+            .send()
+            .await?
+            .queue_url
+            .unwrap_or_default();
+        let ledger_table = unique(&format!("{prefix}-ledger"));
+        let renewals_table = unique(&format!("{prefix}-renewals"));
+        create_pk_table(&ddb, &ledger_table).await?;
+        create_pk_table(&ddb, &renewals_table).await?;
+        Ok(Self { queues: SqsQueues::new(sqs.clone(), send_url, dlq_url), sqs, ddb, ledger_table, renewals_table })
+    }
+
+    /// A queue attribute as a number (e.g. `ApproximateNumberOfMessagesDelayed`).
+    pub async fn queue_count(&self, url: &str, name: QueueAttributeName) -> Result<u64, StackError> {
+        let out = self.sqs.get_queue_attributes().queue_url(url).attribute_names(name.clone()).send().await?;
+        Ok(out.attributes.and_then(|a| a.get(&name).and_then(|v| v.parse().ok())).unwrap_or(0))
+    }
+
+    /// Everything currently visible on the DLQ (received with a short visibility so tests can
+    /// read it more than once).
+    pub async fn dlq_messages(&self) -> Result<Vec<Received>, StackError> {
+        let mut all = Vec::new();
+        loop {
+            let batch = self.queues.receive(self.queues.dlq_url(), 10, Duration::from_secs(1)).await?;
+            if batch.is_empty() {
+                return Ok(all);
+            }
+            all.extend(batch);
+        }
+    }
+
+    /// Deletes the queues and tables.
+    pub async fn destroy(&self) {
+        let _ = self.sqs.delete_queue().queue_url(self.queues.send_url()).send().await;
+        let _ = self.sqs.delete_queue().queue_url(self.queues.dlq_url()).send().await;
+        let _ = self.ddb.delete_table().table_name(&self.ledger_table).send().await;
+        let _ = self.ddb.delete_table().table_name(&self.renewals_table).send().await;
+    }
+}
+
+/// Builds the `SqsEvent` Lambda would deliver for these messages (through JSON: the event types
+/// are `#[non_exhaustive]`).
+pub fn sqs_event(messages: &[Received], queue_arn: &str) -> Result<SqsEvent, serde_json::Error> {
+    let records: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "messageId": m.message_id,
+                "receiptHandle": m.receipt_handle,
+                "body": m.body,
+                "attributes": {
+                    "ApproximateReceiveCount": m.receive_count.to_string(),
+                    "SentTimestamp": m.sent_at.map(|t| t.timestamp_millis().to_string()).unwrap_or_default(),
+                },
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": "us-east-1",
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({ "Records": records }))
+}

@@ -1,0 +1,91 @@
+//! Adapters on the emulator beyond the ledger: Secrets Manager token loading, the renewals
+//! table, SQS batch sends with per-entry results.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::time::Duration;
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use punctual_aws::dynamodb::create_pk_table;
+use punctual_aws::renewals::DynamoRenewals;
+use punctual_aws::secrets::{TokenError, from_secrets_manager};
+use punctual_aws::sqs::{EntryResult, Outgoing};
+use punctual_core::decision::RenewalView;
+use punctual_core::ports::Renewals;
+use punctual_core::{RenewalId, TenantId};
+use punctual_tests::stack::Stack;
+use punctual_tests::{sdk_config, unique};
+
+#[tokio::test]
+async fn the_provider_token_is_read_from_secrets_manager_in_both_shapes() {
+    let config = sdk_config().await;
+    let sm = aws_sdk_secretsmanager::Client::new(&config);
+    let plain = sm.create_secret().name(unique("punctual-token")).secret_string("tok-plain").send().await.unwrap();
+    let json = sm
+        .create_secret()
+        .name(unique("punctual-token"))
+        .secret_string("{\"token\":\"tok-json\"}")
+        .send()
+        .await
+        .unwrap();
+    let bad = sm.create_secret().name(unique("punctual-token")).secret_string("{\"key\":\"x\"}").send().await.unwrap();
+    assert_eq!(from_secrets_manager(&config, plain.arn().unwrap()).await.unwrap().expose(), "tok-plain");
+    assert_eq!(from_secrets_manager(&config, json.arn().unwrap()).await.unwrap().expose(), "tok-json");
+    let e = from_secrets_manager(&config, bad.arn().unwrap()).await.unwrap_err();
+    assert!(matches!(e, TokenError::NoTokenField { .. }), "{e}");
+    let missing =
+        from_secrets_manager(&config, "arn:aws:secretsmanager:us-east-1:000000000000:secret:nope").await.unwrap_err();
+    assert!(matches!(missing, TokenError::SecretsManager { .. }));
+}
+
+#[tokio::test]
+async fn the_renewals_table_answers_each_status() {
+    let config = sdk_config().await;
+    let ddb = aws_sdk_dynamodb::Client::new(&config);
+    let table = unique("punctual-renewals");
+    create_pk_table(&ddb, &table).await.unwrap();
+    let renewals = DynamoRenewals::new(ddb.clone(), &table);
+    let tenant = TenantId::parse("acme").unwrap();
+    for (id, status, view) in [
+        ("r-a", "active", RenewalView::Active),
+        ("r-c", "cancelled", RenewalView::Cancelled),
+        ("r-p", "paid", RenewalView::Paid),
+    ] {
+        let rid = RenewalId::parse(id).unwrap();
+        renewals.put(&tenant, &rid, status, "ref-1", "sms").await.unwrap();
+        let got = renewals.lookup(&tenant, &rid).await.unwrap();
+        assert_eq!(
+            (got.view, got.recipient_ref.as_deref(), got.channel.as_deref()),
+            (view, Some("ref-1"), Some("sms"))
+        );
+    }
+    let none = renewals.lookup(&tenant, &RenewalId::parse("r-none").unwrap()).await.unwrap();
+    assert_eq!(none.view, RenewalView::Missing);
+    renewals.put(&tenant, &RenewalId::parse("r-x").unwrap(), "archived", "ref", "email").await.unwrap();
+    let e = renewals.lookup(&tenant, &RenewalId::parse("r-x").unwrap()).await.unwrap_err();
+    assert!(e.to_string().contains("archived"), "{e}");
+    ddb.delete_table().table_name(&table).send().await.unwrap();
+}
+
+#[tokio::test]
+async fn batch_sends_split_into_tens_and_report_each_entry() {
+    let stack = Stack::create(&sdk_config().await, "batch").await.unwrap();
+    let out: Vec<Outgoing> = (0..23)
+        .map(|i| Outgoing { id: format!("e{i}"), body: format!("{{\"n\":{i}}}"), delay: Duration::ZERO })
+        .collect();
+    let results = stack.queues.send_batch(stack.queues.send_url(), &out).await.unwrap();
+    assert_eq!(results.len(), 23);
+    assert!(results.iter().all(|r| matches!(r, EntryResult::Sent { .. })), "{results:?}");
+    assert_eq!(
+        stack.queue_count(stack.queues.send_url(), QueueAttributeName::ApproximateNumberOfMessages).await.unwrap(),
+        23
+    );
+    let ids: Vec<_> = results
+        .iter()
+        .map(|r| match r {
+            EntryResult::Sent { id, .. } | EntryResult::Failed { id, .. } => id.clone(),
+        })
+        .collect();
+    assert_eq!(ids, (0..23).map(|i| format!("e{i}")).collect::<Vec<_>>(), "results come back in input order");
+    stack.destroy().await;
+}
