@@ -12,6 +12,7 @@ use lambda_runtime::{Context, LambdaEvent};
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::sqs::{SqsQueues, attr};
+use punctual_core::ReminderMessage;
 use punctual_core::backoff::Backoff;
 use punctual_core::clock::{Clock, ManualClock};
 use punctual_core::decision::SenderPolicy;
@@ -21,7 +22,6 @@ use punctual_core::reason::ReminderState;
 use punctual_core::secret::Secret;
 use punctual_core::sender::{Sender, SenderSettings};
 use punctual_core::testing::{Fault, FaultyLedger};
-use punctual_core::{CorrelationId, ReminderId, ReminderKind, ReminderMessage, RenewalId, TenantId};
 use punctual_provider::HttpProvider;
 use punctual_provider_double::{Behaviour, Config, Double, Stats};
 use punctual_sender::handler::{Deps, Handled, handle};
@@ -77,23 +77,7 @@ async fn rig(name: &str) -> Rig<DynamoLedger> {
     rig_with(name, |l| l).await
 }
 
-fn message(n: &str, after: DateTime<Utc>, by: DateTime<Utc>) -> ReminderMessage {
-    let tenant = TenantId::parse("acme").unwrap();
-    let renewal = RenewalId::parse(format!("ren-{n}")).unwrap();
-    let kind = ReminderKind::parse("renewal_7d").unwrap();
-    ReminderMessage {
-        reminder_id: ReminderId::derive(&tenant, &renewal, &kind, after.date_naive()),
-        renewal_id: renewal,
-        tenant_id: tenant,
-        kind,
-        deliver_after: after,
-        deliver_by: by,
-        attempt: 0,
-        first_enqueued: after,
-        correlation_id: CorrelationId::parse(format!("corr-{n}")).unwrap(),
-        redrive: None,
-    }
-}
+use punctual_core::testing::message;
 
 impl<L: Ledger> Rig<L> {
     /// A due message for an active renewal, sent to the send queue.

@@ -9,26 +9,12 @@ use aws_sdk_dynamodb::types::{
 };
 use chrono::{TimeDelta, Utc};
 use punctual_aws::dynamodb::{ConditionalPut, put_if};
-use punctual_core::{CorrelationId, ReminderId, ReminderKind, ReminderMessage, RenewalId, TenantId};
+use punctual_core::ReminderMessage;
 use punctual_tests::{sdk_config, unique};
 
 fn message() -> ReminderMessage {
-    let tenant = TenantId::parse("acme").unwrap();
-    let renewal = RenewalId::parse("ren-smoke-1").unwrap();
-    let kind = ReminderKind::parse("renewal_7d").unwrap();
     let now = Utc::now();
-    ReminderMessage {
-        reminder_id: ReminderId::derive(&tenant, &renewal, &kind, now.date_naive()),
-        renewal_id: renewal,
-        tenant_id: tenant,
-        kind,
-        deliver_after: now,
-        deliver_by: now + TimeDelta::hours(8),
-        attempt: 0,
-        first_enqueued: now,
-        correlation_id: CorrelationId::parse("smoke-1").unwrap(),
-        redrive: None,
-    }
+    punctual_core::testing::message("smoke-1", now, now + TimeDelta::hours(8))
 }
 
 #[tokio::test]

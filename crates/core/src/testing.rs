@@ -37,6 +37,33 @@ fn entry(msg: &ReminderMessage, at: DateTime<Utc>, state: ReminderState, s: Opti
     }
 }
 
+/// A valid message for tests: tenant `acme`, kind `renewal_7d`, renewal `ren-{name}`,
+/// correlation `corr-{name}`, window `[after, by)`, first enqueued at `after`, attempt 0; the
+/// reminder id is derived from these as production derives it.
+///
+/// # Panics
+/// When `name` makes an invalid renewal id (test support only).
+#[allow(clippy::panic)]
+pub fn message(name: &str, after: DateTime<Utc>, by: DateTime<Utc>) -> ReminderMessage {
+    use crate::ids::{CorrelationId, ReminderKind};
+    let ok = |e: crate::ids::IdError| -> ! { panic!("test message {name:?}: {e}") };
+    let tenant = TenantId::parse("acme").unwrap_or_else(|e| ok(e));
+    let renewal = RenewalId::parse(format!("ren-{name}")).unwrap_or_else(|e| ok(e));
+    let kind = ReminderKind::parse("renewal_7d").unwrap_or_else(|e| ok(e));
+    ReminderMessage {
+        reminder_id: ReminderId::derive(&tenant, &renewal, &kind, after.date_naive()),
+        renewal_id: renewal,
+        tenant_id: tenant,
+        kind,
+        deliver_after: after,
+        deliver_by: by,
+        attempt: 0,
+        first_enqueued: after,
+        correlation_id: CorrelationId::parse(format!("corr-{name}")).unwrap_or_else(|e| ok(e)),
+        redrive: None,
+    }
+}
+
 /// The in-memory ledger.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryLedger {
@@ -47,6 +74,21 @@ impl MemoryLedger {
     /// An empty ledger.
     pub fn new() -> Self {
         Self::default()
+    }
+}
+
+fn fresh_record(msg: &ReminderMessage) -> LedgerRecord {
+    LedgerRecord {
+        reminder_id: msg.reminder_id.clone(),
+        state: ReminderState::Enqueued,
+        attempts: 0,
+        owner: None,
+        lease_until: None,
+        receipt: None,
+        last_reason: None,
+        next_at: None,
+        deliver_by: msg.deliver_by,
+        history: Vec::new(),
     }
 }
 
@@ -63,18 +105,7 @@ impl Ledger for MemoryLedger {
         lease_until: DateTime<Utc>,
     ) -> Result<ClaimView, LedgerError> {
         let mut records = lock(&self.records);
-        let r = records.entry(msg.reminder_id.clone()).or_insert_with(|| LedgerRecord {
-            reminder_id: msg.reminder_id.clone(),
-            state: ReminderState::Enqueued,
-            attempts: 0,
-            owner: None,
-            lease_until: None,
-            receipt: None,
-            last_reason: None,
-            next_at: None,
-            deliver_by: msg.deliver_by,
-            history: Vec::new(),
-        });
+        let r = records.entry(msg.reminder_id.clone()).or_insert_with(|| fresh_record(msg));
         if r.state == ReminderState::Delivered {
             return Ok(ClaimView::AlreadyDelivered);
         }
@@ -112,18 +143,7 @@ impl Ledger for MemoryLedger {
                 }
             }
         }
-        let r = records.entry(msg.reminder_id.clone()).or_insert_with(|| LedgerRecord {
-            reminder_id: msg.reminder_id.clone(),
-            state: ReminderState::Enqueued,
-            attempts: 0,
-            owner: None,
-            lease_until: None,
-            receipt: None,
-            last_reason: None,
-            next_at: None,
-            deliver_by: msg.deliver_by,
-            history: Vec::new(),
-        });
+        let r = records.entry(msg.reminder_id.clone()).or_insert_with(|| fresh_record(msg));
         r.state = s.state;
         r.attempts = s.attempts;
         r.owner = None;
@@ -361,28 +381,14 @@ impl<C: Clock> Provider for ScriptedProvider<C> {
 #[allow(clippy::panic)]
 pub mod ledger_contract {
     use super::*;
-    use crate::ids::{CorrelationId, ReminderKind};
-    use chrono::{NaiveDate, TimeDelta};
+    use chrono::TimeDelta;
 
     fn msg(n: u32, base: DateTime<Utc>) -> ReminderMessage {
-        let tenant = TenantId::parse("contract").unwrap_or_else(|e| panic!("{e}"));
         // A fresh id per run and case, so a long-lived store needs no cleanup.
-        let renewal = RenewalId::parse(format!("ren-{}-{n}", base.timestamp_nanos_opt().unwrap_or_default()))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let kind = ReminderKind::parse("renewal_7d").unwrap_or_else(|e| panic!("{e}"));
-        let day = NaiveDate::from_ymd_opt(2026, 12, 1).unwrap_or_default();
-        ReminderMessage {
-            reminder_id: ReminderId::derive(&tenant, &renewal, &kind, day),
-            renewal_id: renewal,
-            tenant_id: tenant,
-            kind,
-            deliver_after: base,
-            deliver_by: base + TimeDelta::hours(2),
-            attempt: 0,
-            first_enqueued: base,
-            correlation_id: CorrelationId::parse(format!("corr-{n}")).unwrap_or_else(|e| panic!("{e}")),
-            redrive: None,
-        }
+        let run = base.timestamp_nanos_opt().unwrap_or_default();
+        let mut m = super::message(&format!("{run}-{n}"), base, base + TimeDelta::hours(2));
+        m.correlation_id = crate::ids::CorrelationId::parse(format!("corr-{n}")).unwrap_or_else(|e| panic!("{e}"));
+        m
     }
 
     fn deferred(attempts: u32, next_at: DateTime<Utc>) -> Settlement {

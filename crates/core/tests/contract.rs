@@ -192,8 +192,14 @@ fn malformed_classes_do_not_leak_the_body() {
     assert!(e.to_string().len() < 200, "{e}");
 }
 
+/// Cases per decoder property: 2,000 in `make test`; raise with `PUNCTUAL_FUZZ_CASES=200000`
+/// for a longer fuzzing run.
+fn fuzz_cases() -> u32 {
+    std::env::var("PUNCTUAL_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2_000))]
+    #![proptest_config(ProptestConfig::with_cases(fuzz_cases()))]
 
     /// The decoder never panics and never accepts a window that is not `after < by`.
     #[test]

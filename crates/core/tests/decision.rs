@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use proptest::prelude::*;
+use punctual_core::ReasonCode;
 use punctual_core::backoff::{Backoff, Jitter, SplitMix64};
 use punctual_core::contract::{MalformedMessage, ReminderMessage};
 use punctual_core::decision::{
     ClaimView, Decision, Disposition, Inputs, LimiterAnswer, Observed, RenewalView, SenderPolicy, Step, decide,
 };
 use punctual_core::provider::{ProviderOutcome, RetryAfter};
-use punctual_core::{CorrelationId, ReasonCode, ReminderId, ReminderKind, RenewalId, TenantId};
 
 /// A jitter source that always returns the same sample, so table rows are exact.
 struct Fixed(f64);
@@ -34,18 +34,7 @@ const AFTER: &str = "2026-12-01T14:00:00Z";
 const BY: &str = "2026-12-01T16:00:00Z";
 
 fn message(after: DateTime<Utc>, by: DateTime<Utc>) -> ReminderMessage {
-    ReminderMessage {
-        reminder_id: ReminderId::parse("rem_c9dd29194f09d2128544bc59f58b2395").unwrap(),
-        renewal_id: RenewalId::parse("ren-1").unwrap(),
-        tenant_id: TenantId::parse("acme").unwrap(),
-        kind: ReminderKind::parse("renewal_7d").unwrap(),
-        deliver_after: after,
-        deliver_by: by,
-        attempt: 0,
-        first_enqueued: after - secs(600),
-        correlation_id: CorrelationId::parse("c-1").unwrap(),
-        redrive: None,
-    }
+    ReminderMessage { first_enqueued: after - secs(600), ..punctual_core::testing::message("1", after, by) }
 }
 
 fn policy() -> SenderPolicy {

@@ -12,9 +12,7 @@ use punctual_core::ports::Ledger;
 use punctual_core::provider::{ProviderOutcome, RetryAfter};
 use punctual_core::sender::{Received, Sender, SenderSettings};
 use punctual_core::testing::{AllActive, Fault, FaultyLedger, MemoryLedger, MemoryQueue, ScriptedProvider};
-use punctual_core::{
-    CorrelationId, ReasonCode, ReminderId, ReminderKind, ReminderMessage, ReminderState, RenewalId, TenantId,
-};
+use punctual_core::{ReasonCode, ReminderMessage, ReminderState};
 
 type TestSender<L> =
     Sender<L, AllActive, TokenBucket<ManualClock>, ScriptedProvider<ManualClock>, MemoryQueue, ManualClock>;
@@ -24,21 +22,7 @@ fn t0() -> DateTime<Utc> {
 }
 
 fn message() -> ReminderMessage {
-    let tenant = TenantId::parse("acme").unwrap();
-    let renewal = RenewalId::parse("ren-1").unwrap();
-    let kind = ReminderKind::parse("renewal_7d").unwrap();
-    ReminderMessage {
-        reminder_id: ReminderId::derive(&tenant, &renewal, &kind, t0().date_naive()),
-        renewal_id: renewal,
-        tenant_id: tenant,
-        kind,
-        deliver_after: t0(),
-        deliver_by: t0() + TimeDelta::hours(2),
-        attempt: 0,
-        first_enqueued: t0() - TimeDelta::minutes(10),
-        correlation_id: CorrelationId::parse("corr-1").unwrap(),
-        redrive: None,
-    }
+    punctual_core::testing::message("1", t0(), t0() + TimeDelta::hours(2))
 }
 
 struct Rig<L> {

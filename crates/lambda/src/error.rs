@@ -44,3 +44,21 @@ impl From<HandlerError> for Diagnostic {
         Diagnostic { error_type: e.error_type().to_owned(), error_message: e.to_string() }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_whole_invocation_failure_has_a_stable_error_type() {
+        let bad = HandlerError::BadEvent { expected: "SQS", detail: "missing Records".into() };
+        let d: Diagnostic = bad.into();
+        assert_eq!(d.error_type, "punctual.BadEvent");
+        assert_eq!(d.error_message, "event is not a valid SQS event: missing Records");
+        let cfg: Diagnostic = HandlerError::from(crate::config::ConfigError::Missing("DLQ_URL")).into();
+        assert_eq!(
+            (cfg.error_type.as_str(), cfg.error_message.as_str()),
+            ("punctual.Config", "environment variable DLQ_URL is required")
+        );
+    }
+}

@@ -5,32 +5,18 @@
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
+use punctual_core::ReminderMessage;
 use punctual_core::ports::{Provider, ProviderRequest};
 use punctual_core::provider::{ProviderOutcome, RetryAfter};
 use punctual_core::secret::Secret;
-use punctual_core::{CorrelationId, ReminderId, ReminderKind, ReminderMessage, RenewalId, TenantId};
 use punctual_provider::HttpProvider;
 use punctual_provider_double::{Behaviour, Config, Double};
 
 const TOKEN: &str = "test-token-not-a-secret";
 
 fn message(n: u32) -> ReminderMessage {
-    let tenant = TenantId::parse("acme").unwrap();
-    let renewal = RenewalId::parse(format!("ren-{n}")).unwrap();
-    let kind = ReminderKind::parse("renewal_7d").unwrap();
     let now = Utc::now();
-    ReminderMessage {
-        reminder_id: ReminderId::derive(&tenant, &renewal, &kind, now.date_naive()),
-        renewal_id: renewal,
-        tenant_id: tenant,
-        kind,
-        deliver_after: now,
-        deliver_by: now + TimeDelta::hours(1),
-        attempt: 0,
-        first_enqueued: now,
-        correlation_id: CorrelationId::parse("c").unwrap(),
-        redrive: None,
-    }
+    punctual_core::testing::message(&n.to_string(), now, now + TimeDelta::hours(1))
 }
 
 async fn setup() -> (Double, HttpProvider) {
