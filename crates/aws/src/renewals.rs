@@ -1,15 +1,45 @@
-//! The renewals table (system of record), as the sender reads it.
+//! The renewals table (system of record): rows written by `punctual import`, pending renewals
+//! paged by the scheduler through a sparse sharded GSI, status read by the sender.
 //!
-//! Item key `pk = renewal:{tenant_id}:{renewal_id}`; the sender reads `status`
-//! (`active` | `cancelled` | `paid`), `recipient_ref` and `channel`. The scheduler issue adds
-//! the due-time attributes and the GSI; this adapter reads only what the sender needs.
+//! | attribute | type | meaning |
+//! |---|---|---|
+//! | `pk` | S | `renewal:{tenant_id}:{renewal_id}` |
+//! | `tenant_id`, `renewal_id`, `kind`, `recipient_ref`, `channel` | S | from the row |
+//! | `zone`, `local_due_date`, `local_send_time`, `window_minutes` | S, S, S, N | from the row |
+//! | `status` | S | `active`, `cancelled`, `paid` (the sender re-reads it before calling) |
+//! | `reminder_id`, `deliver_after_ms`, `deliver_by_ms` | S, N, N | computed with the DST policy |
+//! | `sched_state` | S | `scheduled` → `enqueued`, or `expired` (`sched_reason = missed_schedule_window`) |
+//! | `due_shard`, `due_after_ms` | S, N | **GSI `due`** keys, present only while `active` and `scheduled` |
+//!
+//! The `due` index is sparse (only renewals waiting for release) and sharded 16 ways by reminder
+//! id (`due#00` … `due#15`), so a 200,000-renewal morning spreads over 16 partitions and the
+//! scheduler's query `due_shard = S AND due_after_ms <= horizon` returns exactly what is
+//! pending and due, oldest first. The watermark lives in the item `pk = scheduler:watermark`.
 
 use aws_sdk_dynamodb::Client;
 use punctual_core::decision::RenewalView;
 use punctual_core::ids::{RenewalId, TenantId};
 use punctual_core::ports::{RenewalLookup, Renewals, RenewalsError};
 
-use crate::dynamodb::{DynamoError, Item, get, get_s, s};
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
+    KeysAndAttributes, Projection, ProjectionType, PutRequest, ScalarAttributeType, WriteRequest,
+};
+use chrono::{DateTime, Utc};
+use punctual_core::ids::{ReminderId, ReminderKind};
+use punctual_core::renewal::{Renewal, RenewalStatus};
+use punctual_core::scheduler::{DueStore, DueStoreError, Marked, Page, Pending};
+
+use crate::dynamodb::{ConditionalUpdate, DynamoError, Item, get, get_i64, get_s, n, s, update_if};
+
+/// Shards of the `due` index.
+pub const DUE_SHARDS: u32 = 16;
+/// The GSI name.
+pub const DUE_INDEX: &str = "due";
+const WATERMARK_KEY: &str = "scheduler:watermark";
 
 /// The renewals table.
 #[derive(Debug, Clone)]
@@ -86,5 +116,357 @@ impl Renewals for DynamoRenewals {
             recipient_ref: get_s(&item, "recipient_ref").map(str::to_owned),
             channel: get_s(&item, "channel").map(str::to_owned),
         })
+    }
+}
+
+/// The shard of a reminder in the `due` index: its id's first 32 bits, modulo the shard count.
+pub fn shard_of(reminder: &ReminderId, shards: u32) -> u32 {
+    let hex = reminder.as_str().get(4..12).unwrap_or("0");
+    u32::from_str_radix(hex, 16).unwrap_or(0) % shards.max(1)
+}
+
+fn shard_key(shard: u32) -> String {
+    format!("due#{shard:02}")
+}
+
+fn ms(t: DateTime<Utc>) -> AttributeValue {
+    n(t.timestamp_millis())
+}
+
+fn unknown(e: impl std::error::Error + Send + Sync + 'static) -> DueStoreError {
+    DueStoreError::Unknown(Box::new(e))
+}
+
+fn from_dynamo(e: DynamoError) -> DueStoreError {
+    match e {
+        DynamoError::TableNotFound(src) | DynamoError::Throttled(src) | DynamoError::Unknown(src) => {
+            DueStoreError::Unknown(src)
+        }
+    }
+}
+
+/// The full item for a validated row, pending release when active.
+pub fn row_item(r: &Renewal, now: DateTime<Utc>) -> Item {
+    let mut item: Item = [
+        ("pk", s(renewal_key(&r.tenant_id, &r.renewal_id))),
+        ("tenant_id", s(r.tenant_id.as_str())),
+        ("renewal_id", s(r.renewal_id.as_str())),
+        ("kind", s(r.kind.as_str())),
+        ("recipient_ref", s(&r.recipient_ref)),
+        ("channel", s(&r.channel)),
+        ("zone", s(&r.zone)),
+        ("local_due_date", s(r.local_due_date.format("%Y-%m-%d").to_string())),
+        ("local_send_time", s(r.local_send_time.format("%H:%M").to_string())),
+        ("window_minutes", n(r.window_minutes)),
+        ("status", s(r.status.as_str())),
+        ("reminder_id", s(r.reminder_id.as_str())),
+        ("deliver_after_ms", ms(r.deliver_after)),
+        ("deliver_by_ms", ms(r.deliver_by)),
+        ("sched_state", s("scheduled")),
+        ("updated_ms", ms(now)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    if r.status == RenewalStatus::Active {
+        item.insert("due_shard".into(), s(shard_key(shard_of(&r.reminder_id, DUE_SHARDS))));
+        item.insert("due_after_ms".into(), ms(r.deliver_after));
+    }
+    item
+}
+
+/// The columns that define a row's content (a re-import with the same content changes nothing).
+const CONTENT: &[&str] = &[
+    "tenant_id",
+    "renewal_id",
+    "kind",
+    "recipient_ref",
+    "channel",
+    "zone",
+    "local_due_date",
+    "local_send_time",
+    "window_minutes",
+    "status",
+];
+
+/// What importing one row came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowOutcome {
+    /// New renewal written.
+    Inserted,
+    /// Existing renewal not yet released, rewritten with new content.
+    Updated,
+    /// Already present with the same content: nothing written (re-import is idempotent).
+    Unchanged,
+    /// Already released; only a status change may follow it. The text says why not.
+    Conflict(String),
+}
+
+/// Creates the renewals table with its sparse `due` GSI (tests and `punctual local`; on AWS
+/// the SAM template owns it).
+pub async fn create_table(client: &Client, table: &str) -> Result<(), DynamoError> {
+    let attr = |name: &str, t: ScalarAttributeType| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(t)
+            .build()
+            .map_err(|e| DynamoError::Unknown(Box::new(e)))
+    };
+    let key = |name: &str, t: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(t)
+            .build()
+            .map_err(|e| DynamoError::Unknown(Box::new(e)))
+    };
+    let gsi = GlobalSecondaryIndex::builder()
+        .index_name(DUE_INDEX)
+        .key_schema(key("due_shard", KeyType::Hash)?)
+        .key_schema(key("due_after_ms", KeyType::Range)?)
+        .projection(Projection::builder().projection_type(ProjectionType::All).build())
+        .build()
+        .map_err(|e| DynamoError::Unknown(Box::new(e)))?;
+    client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(attr("pk", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("due_shard", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("due_after_ms", ScalarAttributeType::N)?)
+        .key_schema(key("pk", KeyType::Hash)?)
+        .global_secondary_indexes(gsi)
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .map_err(|e| DynamoError::Unknown(Box::new(e)))?;
+    Ok(())
+}
+
+impl DynamoRenewals {
+    /// Imports validated rows: reads the existing items (BatchGetItem, 100 keys), decides per
+    /// row, writes new and changed ones (BatchWriteItem, 25 items), retrying unprocessed items
+    /// with backoff. Returns one outcome per row, in order.
+    pub async fn import(&self, rows: &[Renewal], now: DateTime<Utc>) -> Result<Vec<RowOutcome>, RenewalsError> {
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| RenewalsError::Unknown(e);
+        let mut existing: HashMap<String, Item> = HashMap::new();
+        for chunk in rows.chunks(100) {
+            let mut keys = KeysAndAttributes::builder().consistent_read(true);
+            let mut seen = std::collections::HashSet::new();
+            for r in chunk {
+                let k = renewal_key(&r.tenant_id, &r.renewal_id);
+                if seen.insert(k.clone()) {
+                    keys = keys.keys([("pk".to_owned(), s(k))].into());
+                }
+            }
+            let mut request = Some(keys.build().map_err(|e| err(Box::new(e)))?);
+            for attempt in 0..8u32 {
+                let Some(req) = request.take() else { break };
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, req)
+                    .send()
+                    .await
+                    .map_err(|e| err(Box::new(e)))?;
+                for item in out.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default() {
+                    if let Some(pk) = get_s(&item, "pk") {
+                        existing.insert(pk.to_owned(), item);
+                    }
+                }
+                request = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)).filter(|k| !k.keys().is_empty());
+                if request.is_some() {
+                    tokio_sleep(Duration::from_millis(50 << attempt)).await;
+                }
+            }
+        }
+        let mut outcomes = Vec::with_capacity(rows.len());
+        let mut writes: Vec<(String, Item)> = Vec::new();
+        for r in rows {
+            let item = row_item(r, now);
+            let key = renewal_key(&r.tenant_id, &r.renewal_id);
+            let outcome = match existing.get(&key) {
+                None => RowOutcome::Inserted,
+                Some(old) if CONTENT.iter().all(|c| old.get(*c) == item.get(*c)) => RowOutcome::Unchanged,
+                Some(old) if get_s(old, "sched_state") == Some("scheduled") => RowOutcome::Updated,
+                Some(old) => {
+                    let only_status = CONTENT.iter().filter(|c| **c != "status").all(|c| old.get(*c) == item.get(*c));
+                    if only_status {
+                        let mut merged = old.clone();
+                        merged.insert("status".into(), s(r.status.as_str()));
+                        merged.insert("updated_ms".into(), ms(now));
+                        writes.push((key.clone(), merged));
+                        outcomes.push(RowOutcome::Updated);
+                        existing.insert(key, item);
+                        continue;
+                    }
+                    RowOutcome::Conflict(format!(
+                        "renewal already {}; only its status may change now (import it under a new renewal_id to reschedule)",
+                        get_s(old, "sched_state").unwrap_or("released")
+                    ))
+                }
+            };
+            if matches!(outcome, RowOutcome::Inserted | RowOutcome::Updated) {
+                writes.push((key.clone(), item.clone()));
+                existing.insert(key, item);
+            }
+            outcomes.push(outcome);
+        }
+        // A later row for the same key wins; BatchWriteItem refuses duplicate keys in one call.
+        let mut last: HashMap<String, usize> = HashMap::new();
+        for (i, (k, _)) in writes.iter().enumerate() {
+            last.insert(k.clone(), i);
+        }
+        let writes: Vec<Item> = writes
+            .into_iter()
+            .enumerate()
+            .filter(|(i, (k, _))| last.get(k) == Some(i))
+            .map(|(_, (_, item))| item)
+            .collect();
+        for chunk in writes.chunks(25) {
+            let mut pending: Vec<WriteRequest> = chunk
+                .iter()
+                .map(|item| {
+                    PutRequest::builder()
+                        .set_item(Some(item.clone()))
+                        .build()
+                        .map(|p| WriteRequest::builder().put_request(p).build())
+                        .map_err(|e| err(Box::new(e)))
+                })
+                .collect::<Result<_, _>>()?;
+            for attempt in 0..10u32 {
+                if pending.is_empty() {
+                    break;
+                }
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.table, std::mem::take(&mut pending))
+                    .send()
+                    .await
+                    .map_err(|e| err(Box::new(e)))?;
+                pending = out.unprocessed_items.and_then(|mut u| u.remove(&self.table)).unwrap_or_default();
+                if !pending.is_empty() {
+                    tokio_sleep(Duration::from_millis(50 << attempt.min(6))).await;
+                }
+            }
+            if !pending.is_empty() {
+                return Err(RenewalsError::Corrupt {
+                    tenant_id: String::new(),
+                    renewal_id: String::new(),
+                    what: format!("{} items still unprocessed after 10 BatchWriteItem retries", pending.len()),
+                });
+            }
+        }
+        Ok(outcomes)
+    }
+
+    async fn mark(
+        &self,
+        p: &Pending,
+        at: DateTime<Utc>,
+        state: &str,
+        reason: Option<&str>,
+    ) -> Result<Marked, DueStoreError> {
+        let mut update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(renewal_key(&p.tenant_id, &p.renewal_id)))
+            .condition_expression("sched_state = :scheduled")
+            .expression_attribute_values(":scheduled", s("scheduled"))
+            .expression_attribute_values(":state", s(state))
+            .expression_attribute_values(":at", ms(at));
+        let expr = match reason {
+            Some(r) => {
+                update = update.expression_attribute_values(":reason", s(r));
+                "SET sched_state = :state, sched_at_ms = :at, sched_reason = :reason REMOVE due_shard, due_after_ms"
+            }
+            None => "SET sched_state = :state, sched_at_ms = :at REMOVE due_shard, due_after_ms",
+        };
+        match update_if(update.update_expression(expr)).await.map_err(from_dynamo)? {
+            ConditionalUpdate::Written(_) => Ok(Marked::Done),
+            ConditionalUpdate::ConditionFailed(_) => Ok(Marked::NotPending),
+        }
+    }
+}
+
+async fn tokio_sleep(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+fn pending_of(item: &Item) -> Option<Pending> {
+    Some(Pending {
+        tenant_id: TenantId::parse(get_s(item, "tenant_id")?).ok()?,
+        renewal_id: RenewalId::parse(get_s(item, "renewal_id")?).ok()?,
+        kind: ReminderKind::parse(get_s(item, "kind")?).ok()?,
+        reminder_id: ReminderId::parse(get_s(item, "reminder_id")?).ok()?,
+        deliver_after: DateTime::<Utc>::from_timestamp_millis(get_i64(item, "deliver_after_ms")?)?,
+        deliver_by: DateTime::<Utc>::from_timestamp_millis(get_i64(item, "deliver_by_ms")?)?,
+    })
+}
+
+impl DueStore for DynamoRenewals {
+    type Cursor = Item;
+
+    fn shards(&self) -> u32 {
+        DUE_SHARDS
+    }
+
+    async fn due_page(
+        &self,
+        shard: u32,
+        horizon: DateTime<Utc>,
+        limit: usize,
+        cursor: Option<Item>,
+    ) -> Result<Page<Item>, DueStoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(DUE_INDEX)
+            .key_condition_expression("due_shard = :shard AND due_after_ms <= :horizon")
+            .expression_attribute_values(":shard", s(shard_key(shard)))
+            .expression_attribute_values(":horizon", ms(horizon))
+            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .set_exclusive_start_key(cursor)
+            .send()
+            .await
+            .map_err(unknown)?;
+        let mut items = Vec::new();
+        for item in out.items.unwrap_or_default() {
+            // A row that no longer parses cannot be released; it stays in the index, visible
+            // to `punctual status`, rather than stopping the whole tick.
+            match pending_of(&item) {
+                Some(p) => items.push(p),
+                None => tracing::warn!(pk = get_s(&item, "pk"), "unreadable pending renewal skipped"),
+            }
+        }
+        Ok(Page { items, next: out.last_evaluated_key.filter(|k| !k.is_empty()) })
+    }
+
+    async fn mark_enqueued(&self, p: &Pending, at: DateTime<Utc>) -> Result<Marked, DueStoreError> {
+        self.mark(p, at, "enqueued", None).await
+    }
+
+    async fn mark_expired(&self, p: &Pending, at: DateTime<Utc>) -> Result<Marked, DueStoreError> {
+        self.mark(p, at, "expired", Some("missed_schedule_window")).await
+    }
+
+    async fn watermark(&self) -> Result<Option<DateTime<Utc>>, DueStoreError> {
+        let item = get(&self.client, &self.table, WATERMARK_KEY).await.map_err(from_dynamo)?;
+        Ok(item.and_then(|i| get_i64(&i, "watermark_ms")).and_then(DateTime::<Utc>::from_timestamp_millis))
+    }
+
+    async fn advance_watermark(&self, to: DateTime<Utc>) -> Result<(), DueStoreError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(WATERMARK_KEY))
+            .update_expression("SET watermark_ms = :to")
+            .condition_expression("attribute_not_exists(watermark_ms) OR watermark_ms < :to")
+            .expression_attribute_values(":to", ms(to));
+        // A lost condition means another tick already went further: fine.
+        update_if(update).await.map_err(from_dynamo)?;
+        Ok(())
     }
 }

@@ -279,6 +279,46 @@ fn cut(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+impl punctual_core::scheduler::ReleaseQueue for SqsQueues {
+    async fn release(&self, batch: &[(ReminderMessage, Duration)]) -> Result<Vec<bool>, QueueError> {
+        let out: Vec<Outgoing> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, (m, delay))| Outgoing { id: format!("e{i}"), body: m.encode(), delay: *delay })
+            .collect();
+        let results = self.send_batch(&self.send_url, &out).await?;
+        for r in &results {
+            if let EntryResult::Failed { code, message, sender_fault, .. } = r {
+                tracing::warn!(code, message, sender_fault, "send queue refused a released message; retried next tick");
+            }
+        }
+        Ok(results.iter().map(|r| matches!(r, EntryResult::Sent { .. })).collect())
+    }
+
+    async fn depth(&self) -> Result<u64, QueueError> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(&self.send_url)
+            .attribute_names(A::ApproximateNumberOfMessages)
+            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(A::ApproximateNumberOfMessagesDelayed)
+            .send()
+            .await
+            .map_err(sdk)?;
+        let attrs = out.attributes.unwrap_or_default();
+        Ok([
+            A::ApproximateNumberOfMessages,
+            A::ApproximateNumberOfMessagesNotVisible,
+            A::ApproximateNumberOfMessagesDelayed,
+        ]
+        .iter()
+        .filter_map(|k| attrs.get(k).and_then(|v| v.parse::<u64>().ok()))
+        .sum())
+    }
+}
+
 impl SendQueue for SqsQueues {
     async fn requeue(&self, msg: &ReminderMessage, delay: Duration) -> Result<(), QueueError> {
         self.client

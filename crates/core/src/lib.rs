@@ -13,6 +13,8 @@ pub mod limiter;
 pub mod ports;
 pub mod provider;
 pub mod reason;
+pub mod renewal;
+pub mod scheduler;
 pub mod secret;
 pub mod sender;
 #[cfg(any(test, feature = "testing"))]

@@ -529,3 +529,138 @@ pub mod ledger_contract {
         assert_eq!(must("get missing", ledger.get(&msg(5, base).reminder_id)).await, None);
     }
 }
+
+/// The in-memory pending-renewals index (sharded like the DynamoDB GSI).
+#[derive(Debug, Clone, Default)]
+pub struct MemoryDueStore {
+    inner: Arc<Mutex<DueState>>,
+}
+
+#[derive(Debug, Default)]
+struct DueState {
+    shards: u32,
+    /// (tenant, renewal) → (pending, state).
+    rows: HashMap<(TenantId, RenewalId), (crate::scheduler::Pending, &'static str)>,
+    watermark: Option<DateTime<Utc>>,
+}
+
+impl MemoryDueStore {
+    /// An empty store with `shards` shards.
+    pub fn new(shards: u32) -> Self {
+        Self { inner: Arc::new(Mutex::new(DueState { shards: shards.max(1), ..DueState::default() })) }
+    }
+
+    /// Adds a pending renewal.
+    pub fn insert(&self, p: crate::scheduler::Pending) {
+        lock(&self.inner).rows.insert((p.tenant_id.clone(), p.renewal_id.clone()), (p, "scheduled"));
+    }
+
+    /// The scheduling state of a renewal (`scheduled`, `enqueued`, `expired`).
+    pub fn state(&self, tenant: &TenantId, renewal: &RenewalId) -> Option<&'static str> {
+        lock(&self.inner).rows.get(&(tenant.clone(), renewal.clone())).map(|(_, s)| *s)
+    }
+
+    fn shard_of(shards: u32, p: &crate::scheduler::Pending) -> u32 {
+        let h = p.reminder_id.as_str().bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+        h % shards
+    }
+
+    fn mark(&self, p: &crate::scheduler::Pending, to: &'static str) -> crate::scheduler::Marked {
+        let mut s = lock(&self.inner);
+        match s.rows.get_mut(&(p.tenant_id.clone(), p.renewal_id.clone())) {
+            Some((_, state)) if *state == "scheduled" => {
+                *state = to;
+                crate::scheduler::Marked::Done
+            }
+            _ => crate::scheduler::Marked::NotPending,
+        }
+    }
+}
+
+impl crate::scheduler::DueStore for MemoryDueStore {
+    /// The last returned (deliver_after, reminder id): a key position, like DynamoDB's
+    /// `LastEvaluatedKey`, so items marked meanwhile do not shift the next page.
+    type Cursor = (DateTime<Utc>, ReminderId);
+
+    fn shards(&self) -> u32 {
+        lock(&self.inner).shards
+    }
+
+    async fn due_page(
+        &self,
+        shard: u32,
+        horizon: DateTime<Utc>,
+        limit: usize,
+        cursor: Option<(DateTime<Utc>, ReminderId)>,
+    ) -> Result<crate::scheduler::Page<(DateTime<Utc>, ReminderId)>, crate::scheduler::DueStoreError> {
+        let limit = limit.max(1);
+        let s = lock(&self.inner);
+        let mut items: Vec<_> = s
+            .rows
+            .values()
+            .filter(|(p, st)| *st == "scheduled" && p.deliver_after <= horizon && Self::shard_of(s.shards, p) == shard)
+            .map(|(p, _)| p.clone())
+            .collect();
+        items.sort_by(|a, b| (a.deliver_after, &a.reminder_id).cmp(&(b.deliver_after, &b.reminder_id)));
+        let rest: Vec<_> = items
+            .into_iter()
+            .filter(|p| cursor.as_ref().is_none_or(|(at, id)| (p.deliver_after, &p.reminder_id) > (*at, id)))
+            .collect();
+        let next = (rest.len() > limit).then(|| {
+            let last = &rest[limit - 1];
+            (last.deliver_after, last.reminder_id.clone())
+        });
+        Ok(crate::scheduler::Page { items: rest.into_iter().take(limit).collect(), next })
+    }
+
+    async fn mark_enqueued(
+        &self,
+        p: &crate::scheduler::Pending,
+        _at: DateTime<Utc>,
+    ) -> Result<crate::scheduler::Marked, crate::scheduler::DueStoreError> {
+        Ok(self.mark(p, "enqueued"))
+    }
+
+    async fn mark_expired(
+        &self,
+        p: &crate::scheduler::Pending,
+        _at: DateTime<Utc>,
+    ) -> Result<crate::scheduler::Marked, crate::scheduler::DueStoreError> {
+        Ok(self.mark(p, "expired"))
+    }
+
+    async fn watermark(&self) -> Result<Option<DateTime<Utc>>, crate::scheduler::DueStoreError> {
+        Ok(lock(&self.inner).watermark)
+    }
+
+    async fn advance_watermark(&self, to: DateTime<Utc>) -> Result<(), crate::scheduler::DueStoreError> {
+        let mut s = lock(&self.inner);
+        s.watermark = Some(s.watermark.map_or(to, |w| w.max(to)));
+        Ok(())
+    }
+}
+
+/// A release queue that records what it was given.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryRelease {
+    /// Every released message with its delay, in order.
+    pub sent: Arc<Mutex<Vec<(ReminderMessage, Duration)>>>,
+}
+
+impl MemoryRelease {
+    /// Everything released so far.
+    pub fn sent(&self) -> Vec<(ReminderMessage, Duration)> {
+        lock(&self.sent).clone()
+    }
+}
+
+impl crate::scheduler::ReleaseQueue for MemoryRelease {
+    async fn release(&self, batch: &[(ReminderMessage, Duration)]) -> Result<Vec<bool>, QueueError> {
+        lock(&self.sent).extend(batch.iter().cloned());
+        Ok(vec![true; batch.len()])
+    }
+
+    async fn depth(&self) -> Result<u64, QueueError> {
+        Ok(lock(&self.sent).len() as u64)
+    }
+}

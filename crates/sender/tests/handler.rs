@@ -77,36 +77,6 @@ fn metric_lines(h: &Handled) -> String {
     h.metrics.lines("punctual", "sender", 0).join("\n")
 }
 
-#[test]
-fn every_sample_event_deserialises() {
-    let mut seen = 0;
-    let mut dirs = vec![events_dir()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            let kind = path.parent().and_then(|p| p.file_name()).and_then(|n| n.to_str()).unwrap_or_default();
-            match kind {
-                "sender" => {
-                    let e: SqsEvent = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                    assert!(!e.records.is_empty(), "{}: no records", path.display());
-                    assert!(e.records.iter().all(|r| r.message_id.is_some()), "{}", path.display());
-                }
-                _ => {
-                    serde_json::from_str::<serde_json::Value>(&text)
-                        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-                }
-            }
-            seen += 1;
-        }
-    }
-    assert!(seen >= 8, "expected the sample events, found {seen}");
-}
-
 #[tokio::test]
 async fn a_due_message_is_delivered_and_acknowledged() {
     let r = rig();

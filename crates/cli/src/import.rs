@@ -1,0 +1,235 @@
+//! `punctual import FILE`: renewals from CSV or JSON Lines into the renewals table.
+//!
+//! Every row is validated on its own (zone, date, time, window, ids); valid rows are written
+//! whatever their neighbours look like, and each rejected line is reported with its number
+//! and reason. Re-importing the same file writes nothing new (unchanged rows are skipped).
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::Path;
+
+use chrono::Utc;
+use indicatif::{ProgressBar, ProgressStyle};
+use punctual_aws::renewals::{DynamoRenewals, RowOutcome};
+use punctual_core::renewal::{Renewal, RenewalInput, RowError};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Rows per import round trip (BatchGet 100 + BatchWrite 25 inside).
+const CHUNK: usize = 500;
+
+/// Why an import could not run at all (rows with problems are not errors: they are reported).
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The file cannot be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The format cannot be told from the extension.
+    #[error("cannot tell the format of {0}: use a .csv or .jsonl file, or --format csv|jsonl")]
+    UnknownFormat(String),
+    /// The CSV header lacks required columns.
+    #[error("CSV header is missing required columns: {0}")]
+    MissingColumns(String),
+    /// The renewals table failed.
+    #[error("writing to the renewals table failed")]
+    Store(#[source] punctual_core::ports::RenewalsError),
+}
+
+/// Input format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Comma-separated with a header row.
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+/// One rejected line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reject {
+    /// 1-based line number in the file (the CSV header is line 1).
+    pub line: usize,
+    /// Why.
+    pub reason: String,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ImportSummary {
+    /// Data rows read.
+    pub rows: usize,
+    /// New renewals.
+    pub inserted: usize,
+    /// Changed renewals not yet released.
+    pub updated: usize,
+    /// Already present and identical.
+    pub unchanged: usize,
+    /// Rejected lines (validation or conflict), with reasons.
+    pub rejected: Vec<Reject>,
+}
+
+impl ImportSummary {
+    /// Human report.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "{} rows: {} inserted, {} updated, {} unchanged, {} rejected\n",
+            self.rows,
+            self.inserted,
+            self.updated,
+            self.unchanged,
+            self.rejected.len()
+        );
+        for r in &self.rejected {
+            out.push_str(&format!("  line {}: {}\n", r.line, r.reason));
+        }
+        out
+    }
+}
+
+const REQUIRED: &[&str] =
+    &["tenant_id", "renewal_id", "recipient_ref", "channel", "zone", "local_due_date", "window_minutes"];
+
+fn format_of(path: &Path, explicit: Option<Format>) -> Result<Format, ImportError> {
+    if let Some(f) = explicit {
+        return Ok(f);
+    }
+    match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("csv") => Ok(Format::Csv),
+        Some("jsonl" | "ndjson") => Ok(Format::Jsonl),
+        _ => Err(ImportError::UnknownFormat(path.display().to_string())),
+    }
+}
+
+/// A parsed line: its number and the row, or why it could not be read.
+pub type ParsedLine = (usize, Result<RenewalInput, String>);
+
+/// Parses the file into lines.
+pub fn parse(path: &Path, format: Option<Format>) -> Result<Vec<ParsedLine>, ImportError> {
+    let read = |source| ImportError::Read { path: path.display().to_string(), source };
+    let file = std::fs::File::open(path).map_err(read)?;
+    match format_of(path, format)? {
+        Format::Csv => {
+            let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).flexible(true).from_reader(file);
+            let headers = reader.headers().map_err(|e| read(std::io::Error::other(e)))?.clone();
+            let missing: Vec<_> = REQUIRED.iter().filter(|c| !headers.iter().any(|h| h == **c)).copied().collect();
+            if !missing.is_empty() {
+                return Err(ImportError::MissingColumns(missing.join(", ")));
+            }
+            let mut rows = Vec::new();
+            for (i, record) in reader.records().enumerate() {
+                let line = i + 2;
+                let row = record.map_err(|e| format!("unreadable CSV record: {e}")).and_then(|r| {
+                    if r.len() != headers.len() {
+                        return Err(format!("has {} fields, the header has {}", r.len(), headers.len()));
+                    }
+                    r.deserialize::<RenewalInput>(Some(&headers)).map_err(|e| format!("unreadable CSV record: {e}"))
+                });
+                rows.push((line, row));
+            }
+            Ok(rows)
+        }
+        Format::Jsonl => {
+            let mut rows = Vec::new();
+            for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+                let text = line.map_err(read)?;
+                if text.trim().is_empty() {
+                    continue;
+                }
+                rows.push((i + 1, json_row(&text)));
+            }
+            Ok(rows)
+        }
+    }
+}
+
+/// A JSON object into a row; numbers are accepted where the CSV would hold digits.
+fn json_row(text: &str) -> Result<RenewalInput, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    let Value::Object(obj) = v else { return Err("not a JSON object".into()) };
+    let field = |name: &'static str| -> Result<String, String> {
+        match obj.get(name) {
+            None | Some(Value::Null) => Ok(String::new()),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(Value::Number(n)) => Ok(n.to_string()),
+            Some(_) => Err(format!("{name} must be a string or a number")),
+        }
+    };
+    Ok(RenewalInput {
+        tenant_id: field("tenant_id")?,
+        renewal_id: field("renewal_id")?,
+        recipient_ref: field("recipient_ref")?,
+        channel: field("channel")?,
+        zone: field("zone")?,
+        local_due_date: field("local_due_date")?,
+        local_send_time: field("local_send_time")?,
+        window_minutes: field("window_minutes")?,
+        status: field("status")?,
+        kind: field("kind")?,
+    })
+}
+
+/// Validates every parsed row; later duplicates of a (tenant, renewal) are rejected.
+pub fn validate(rows: Vec<ParsedLine>) -> (Vec<(usize, Renewal)>, Vec<Reject>) {
+    let mut valid = Vec::new();
+    let mut rejected = Vec::new();
+    let mut seen: HashMap<(String, String), usize> = HashMap::new();
+    for (line, row) in rows {
+        match row.and_then(|r| Renewal::validate(&r).map_err(|e: RowError| e.to_string())) {
+            Ok(r) => {
+                let key = (r.tenant_id.to_string(), r.renewal_id.to_string());
+                if let Some(first) = seen.get(&key) {
+                    rejected.push(Reject {
+                        line,
+                        reason: format!("duplicate of line {first} (same tenant_id and renewal_id)"),
+                    });
+                    continue;
+                }
+                seen.insert(key, line);
+                valid.push((line, r));
+            }
+            Err(reason) => rejected.push(Reject { line, reason }),
+        }
+    }
+    (valid, rejected)
+}
+
+/// Imports `path` into `store`, with a progress bar on stderr when `progress`.
+pub async fn run(
+    store: &DynamoRenewals,
+    path: &Path,
+    format: Option<Format>,
+    progress: bool,
+) -> Result<ImportSummary, ImportError> {
+    let rows = parse(path, format)?;
+    let total = rows.len();
+    let (valid, mut rejected) = validate(rows);
+    let bar = if progress { ProgressBar::new(valid.len() as u64) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} importing [{bar:30}] {pos}/{len} rows  {per_sec}  eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut summary = ImportSummary { rows: total, ..ImportSummary::default() };
+    for chunk in valid.chunks(CHUNK) {
+        let renewals: Vec<Renewal> = chunk.iter().map(|(_, r)| r.clone()).collect();
+        let outcomes = store.import(&renewals, Utc::now()).await.map_err(ImportError::Store)?;
+        for ((line, _), outcome) in chunk.iter().zip(outcomes) {
+            match outcome {
+                RowOutcome::Inserted => summary.inserted += 1,
+                RowOutcome::Updated => summary.updated += 1,
+                RowOutcome::Unchanged => summary.unchanged += 1,
+                RowOutcome::Conflict(reason) => rejected.push(Reject { line: *line, reason }),
+            }
+        }
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    rejected.sort_by_key(|r| r.line);
+    summary.rejected = rejected;
+    Ok(summary)
+}

@@ -1,0 +1,121 @@
+//! `punctual import` against the emulator: mixed valid and invalid files, both formats,
+//! idempotent re-import, through the library and through the real binary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::path::PathBuf;
+
+use punctual::import::{self, Reject};
+use punctual_aws::renewals::{DynamoRenewals, create_table};
+use punctual_tests::{sdk_config, unique};
+
+fn write(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(unique("punctual-import"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn table() -> (String, DynamoRenewals) {
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let name = unique("punctual-renewals");
+    create_table(&ddb, &name).await.unwrap();
+    (name.clone(), DynamoRenewals::new(ddb, name))
+}
+
+const CSV: &str = "\
+tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,local_send_time,window_minutes,status
+acme,ren-1,cust-1,email,America/New_York,2026-12-01,09:00,480,
+acme,ren-2,cust-2,email,Mars/Olympus,2026-12-01,09:00,480,
+acme,ren-3,cust-3,sms,Europe/London,2026-02-30,09:00,480,
+acme,ren-4,cust-4,sms,Asia/Kathmandu,2026-12-01,09:00,0,
+acme,ren-5,cust-5,email,Australia/Lord_Howe,2026-12-01,9am,480,
+acme,ren-6,cust-6,email,Europe/London,2026-12-01,09:00,480,archived
+acme,ren-7,cust-7,email,Europe/London,2026-12-01,09:00,480,
+acme,ren-1,cust-1,email,America/New_York,2026-12-01,09:00,480,
+acme corp,ren-9,cust-9,email,Europe/London,2026-12-01,09:00,480,
+acme,ren-10,cust-10,email,America/New_York,2026-03-08,02:30,60,cancelled
+acme,ren-11,cust-11,email
+";
+
+#[tokio::test]
+async fn a_mixed_csv_imports_every_valid_row_and_reports_each_invalid_line() {
+    let (_, store) = table().await;
+    let path = write("renewals.csv", CSV);
+    let s = import::run(&store, &path, None, false).await.unwrap();
+    assert_eq!((s.rows, s.inserted, s.updated, s.unchanged), (11, 3, 0, 0));
+    let want = [
+        (3, "unknown time zone \"Mars/Olympus\""),
+        (4, "local_due_date \"2026-02-30\" is not a date"),
+        (5, "window_minutes \"0\" must be a whole number of minutes from 1 to 10080"),
+        (6, "local_send_time \"9am\" is not a time of day"),
+        (7, "status \"archived\" must be active, cancelled or paid"),
+        (9, "duplicate of line 2"),
+        (10, "tenant_id contains ' ' at position 4"),
+        (12, "has 4 fields, the header has 9"),
+    ];
+    let got: Vec<&Reject> = s.rejected.iter().collect();
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+    for (r, (line, reason)) in got.iter().zip(want) {
+        assert_eq!(r.line, line);
+        assert!(r.reason.starts_with(reason), "line {line}: {:?} should start with {reason:?}", r.reason);
+    }
+    // Re-import: nothing new is written.
+    let again = import::run(&store, &path, None, false).await.unwrap();
+    assert_eq!((again.inserted, again.updated, again.unchanged), (0, 0, 3));
+}
+
+#[tokio::test]
+async fn json_lines_accept_numbers_and_report_bad_lines() {
+    let (_, store) = table().await;
+    let text = concat!(
+        r#"{"tenant_id":"acme","renewal_id":"j-1","recipient_ref":"c1","channel":"email","zone":"Europe/London","local_due_date":"2026-12-01","window_minutes":480}"#,
+        "\n",
+        "{not json\n",
+        "\n",
+        r#"{"tenant_id":"acme","renewal_id":"j-2","recipient_ref":"c2","channel":"email","zone":"Europe/London","local_due_date":"2026-12-01","window_minutes":[1]}"#,
+        "\n",
+        r#"["an","array"]"#,
+        "\n",
+        r#"{"tenant_id":"acme","renewal_id":"j-3","recipient_ref":"c3","channel":"sms","zone":"Asia/Kathmandu","local_due_date":"2026-12-02","local_send_time":"08:30","window_minutes":"120"}"#,
+        "\n",
+    );
+    let path = write("renewals.jsonl", text);
+    let s = import::run(&store, &path, None, false).await.unwrap();
+    assert_eq!((s.rows, s.inserted), (5, 2));
+    let lines: Vec<_> = s.rejected.iter().map(|r| (r.line, r.reason.as_str())).collect();
+    assert_eq!(lines[0].0, 2);
+    assert!(lines[0].1.starts_with("not valid JSON"));
+    assert_eq!(lines[1], (4, "window_minutes must be a string or a number"));
+    assert_eq!(lines[2], (5, "not a JSON object"));
+}
+
+#[tokio::test]
+async fn the_binary_prints_a_json_summary_and_exits_3_when_rows_were_rejected() {
+    let (name, _) = table().await;
+    let path = write("renewals.csv", CSV);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["import", path.to_str().unwrap(), "--table", &name, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["inserted"], 3);
+    assert_eq!(summary["rejected"].as_array().unwrap().len(), 8);
+
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["import", "/nonexistent/renewals.csv", "--table", &name])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent/renewals.csv"));
+
+    let header = write("bad.csv", "tenant_id,renewal_id\nacme,r1\n");
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["import", header.to_str().unwrap(), "--table", &name])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("missing required columns: recipient_ref, channel, zone"));
+}

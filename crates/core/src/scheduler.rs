@@ -1,0 +1,292 @@
+//! The scheduler service (DESIGN §6): release due renewals to the send queue so each becomes
+//! visible at its `deliver_after`, in `deliver_by` order, never skipping one.
+//!
+//! A tick covers `(watermark, now + lookahead]`. Pending renewals live in a sparse, sharded
+//! index keyed by `deliver_after` that holds only renewals not yet released, so a missed or
+//! paused tick is caught up by the next one without any bookkeeping: whatever is still in the
+//! index and due by the horizon is released, or expired when its `deliver_by` has passed.
+//! Send first, mark second: a crash in between re-sends, and the ledger absorbs the duplicate.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::clock::{Clock, add, until};
+use crate::contract::ReminderMessage;
+use crate::ids::{CorrelationId, ReminderId, ReminderKind, RenewalId, TenantId};
+use crate::ports::{BoxError, QueueError};
+
+/// SQS's longest `DelaySeconds`; the lookahead may not exceed it.
+pub const MAX_LOOKAHEAD: Duration = Duration::from_secs(900);
+
+/// A renewal waiting to be released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    /// Tenant.
+    pub tenant_id: TenantId,
+    /// Renewal.
+    pub renewal_id: RenewalId,
+    /// Reminder kind.
+    pub kind: ReminderKind,
+    /// The reminder.
+    pub reminder_id: ReminderId,
+    /// Release instant.
+    pub deliver_after: DateTime<Utc>,
+    /// Deadline.
+    pub deliver_by: DateTime<Utc>,
+}
+
+/// One page of pending renewals from one shard.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Page<K> {
+    /// Renewals with `deliver_after <= horizon`, oldest release first.
+    pub items: Vec<Pending>,
+    /// Where the next page starts, if there is one.
+    pub next: Option<K>,
+}
+
+/// What marking a renewal came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marked {
+    /// Written.
+    Done,
+    /// It was no longer pending (released or changed meanwhile): nothing written.
+    NotPending,
+}
+
+/// The pending-renewals store failed as machinery.
+#[derive(Debug, thiserror::Error)]
+pub enum DueStoreError {
+    /// Anything else.
+    #[error("renewals store request failed")]
+    Unknown(#[source] BoxError),
+}
+
+/// The pending-renewals index and the scheduler's watermark.
+pub trait DueStore: Send + Sync {
+    /// A cursor into one shard.
+    type Cursor: Clone + Send + Sync;
+    /// Number of shards of the index.
+    fn shards(&self) -> u32;
+    /// Up to `limit` pending renewals of `shard` with `deliver_after <= horizon`.
+    fn due_page(
+        &self,
+        shard: u32,
+        horizon: DateTime<Utc>,
+        limit: usize,
+        cursor: Option<Self::Cursor>,
+    ) -> impl Future<Output = Result<Page<Self::Cursor>, DueStoreError>> + Send;
+    /// Marks a renewal released (leaves the index).
+    fn mark_enqueued(
+        &self,
+        p: &Pending,
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Marked, DueStoreError>> + Send;
+    /// Marks a renewal expired with `missed_schedule_window` (leaves the index).
+    fn mark_expired(
+        &self,
+        p: &Pending,
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Marked, DueStoreError>> + Send;
+    /// The end of the last fully finished window.
+    fn watermark(&self) -> impl Future<Output = Result<Option<DateTime<Utc>>, DueStoreError>> + Send;
+    /// Advances the watermark (never moves it back).
+    fn advance_watermark(&self, to: DateTime<Utc>) -> impl Future<Output = Result<(), DueStoreError>> + Send;
+}
+
+/// Where released messages go.
+pub trait ReleaseQueue: Send + Sync {
+    /// Sends each message with its delay (≤ 15 min); returns per message whether it was
+    /// accepted. A refused entry stays pending and is retried next tick.
+    fn release(
+        &self,
+        batch: &[(ReminderMessage, Duration)],
+    ) -> impl Future<Output = Result<Vec<bool>, QueueError>> + Send;
+    /// Messages already on the send queue (visible + in flight + delayed), for the backlog.
+    fn depth(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
+}
+
+/// Scheduler tunables.
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulerSettings {
+    /// How far ahead of now renewals are released (≤ 15 min).
+    pub lookahead: Duration,
+    /// Renewals fetched per shard per page.
+    pub page_size: usize,
+    /// Stop this long before the invocation deadline.
+    pub safety_margin: Duration,
+    /// Sustainable delivery rate, for the projected drain time (calls/s).
+    pub sustainable_rate: f64,
+}
+
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        Self {
+            lookahead: Duration::from_secs(600),
+            page_size: 100,
+            safety_margin: Duration::from_secs(10),
+            sustainable_rate: 97.0,
+        }
+    }
+}
+
+/// What one tick did and saw.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TickReport {
+    /// Messages accepted by the queue.
+    pub released: u64,
+    /// Renewals refused by the queue (left pending for the next tick).
+    pub refused: u64,
+    /// Renewals expired with `missed_schedule_window`.
+    pub expired_missed: u64,
+    /// Renewals another writer changed between query and mark.
+    pub not_pending: u64,
+    /// Pages read.
+    pub pages: u64,
+    /// True when every pending renewal due by the horizon was handled.
+    pub finished: bool,
+    /// Eligible backlog: released this tick + still pending + already on the queue.
+    pub backlog: u64,
+    /// Backlog ÷ sustainable rate.
+    pub projected_drain: Duration,
+    /// Smallest `deliver_by − now` among live renewals seen (None when none).
+    pub min_slack: Option<Duration>,
+    /// 1 when the projected drain exceeds the smallest slack.
+    pub projected_breach: bool,
+    /// `now − deliver_after` of the oldest due renewal seen, zero when none was due.
+    pub oldest_due_age: Duration,
+    /// The watermark after the tick.
+    pub watermark: Option<DateTime<Utc>>,
+}
+
+/// Infrastructure failed during a tick; what was released before stays released.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    /// The store.
+    #[error(transparent)]
+    Store(#[from] DueStoreError),
+    /// The queue.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// The lookahead is longer than SQS can delay.
+    #[error("lookahead {0:?} exceeds the 15-minute SQS delay limit")]
+    Lookahead(Duration),
+}
+
+/// Builds the contract message for a pending renewal at `now`.
+pub fn message_for(p: &Pending, now: DateTime<Utc>) -> ReminderMessage {
+    ReminderMessage {
+        reminder_id: p.reminder_id.clone(),
+        renewal_id: p.renewal_id.clone(),
+        tenant_id: p.tenant_id.clone(),
+        kind: p.kind.clone(),
+        deliver_after: p.deliver_after,
+        deliver_by: p.deliver_by,
+        attempt: 0,
+        first_enqueued: now.min(p.deliver_by),
+        // The reminder id is a valid correlation id and stable across re-sends.
+        correlation_id: CorrelationId::parse(p.reminder_id.as_str()).unwrap_or_else(|_| {
+            // Unreachable: reminder ids are `rem_` + hex, inside the correlation alphabet.
+            CorrelationId::parse("scheduler").unwrap_or_else(|_| unreachable!())
+        }),
+        redrive: None,
+    }
+}
+
+/// The scheduler service.
+pub struct Scheduler<S, Q, C> {
+    store: S,
+    queue: Q,
+    clock: C,
+    settings: SchedulerSettings,
+}
+
+impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
+    /// Composes a scheduler.
+    pub fn new(store: S, queue: Q, clock: C, settings: SchedulerSettings) -> Self {
+        Self { store, queue, clock, settings }
+    }
+
+    /// The store (for tests).
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Runs one tick within an invocation ending at `deadline`.
+    pub async fn tick(&self, deadline: DateTime<Utc>) -> Result<TickReport, SchedulerError> {
+        let s = self.settings;
+        if s.lookahead > MAX_LOOKAHEAD {
+            return Err(SchedulerError::Lookahead(s.lookahead));
+        }
+        let start = self.clock.now();
+        let horizon = add(start, s.lookahead);
+        let mut report = TickReport::default();
+        let mut cursors: Vec<Option<Option<S::Cursor>>> = (0..self.store.shards()).map(|_| Some(None)).collect();
+        let mut oldest_due: Option<DateTime<Utc>> = None;
+        let mut min_by: Option<DateTime<Utc>> = None;
+        loop {
+            let now = self.clock.now();
+            if until(now, deadline) <= s.safety_margin {
+                break;
+            }
+            // One page from every shard that has more, merged and released in deadline order.
+            let mut batch = Vec::new();
+            for (shard, slot) in cursors.iter_mut().enumerate() {
+                let Some(cursor) = slot.take() else { continue };
+                let page = self.store.due_page(shard as u32, horizon, s.page_size, cursor).await?;
+                report.pages += 1;
+                batch.extend(page.items);
+                *slot = page.next.map(Some);
+            }
+            if batch.is_empty() && cursors.iter().all(Option::is_none) {
+                report.finished = true;
+                break;
+            }
+            batch.sort_by(|a, b| (a.deliver_by, &a.reminder_id).cmp(&(b.deliver_by, &b.reminder_id)));
+            let now = self.clock.now();
+            let (dead, live): (Vec<_>, Vec<_>) = batch.into_iter().partition(|p| p.deliver_by <= now);
+            for p in &dead {
+                match self.store.mark_expired(p, now).await? {
+                    Marked::Done => report.expired_missed += 1,
+                    Marked::NotPending => report.not_pending += 1,
+                }
+            }
+            for p in &live {
+                if p.deliver_after <= now {
+                    oldest_due = Some(oldest_due.map_or(p.deliver_after, |o| o.min(p.deliver_after)));
+                }
+                min_by = Some(min_by.map_or(p.deliver_by, |m| m.min(p.deliver_by)));
+            }
+            for chunk in live.chunks(10) {
+                let now = self.clock.now();
+                let msgs: Vec<_> = chunk.iter().map(|p| (message_for(p, now), until(now, p.deliver_after))).collect();
+                let sent = self.queue.release(&msgs).await?;
+                // Marks are independent single-item writes: issue them together, so a page
+                // costs one round trip of latency instead of ten.
+                let marks =
+                    chunk.iter().zip(&sent).filter(|(_, ok)| **ok).map(|(p, _)| self.store.mark_enqueued(p, now));
+                let marked = futures_util::future::join_all(marks).await;
+                report.refused += sent.iter().filter(|ok| !**ok).count() as u64;
+                report.released += marked.len() as u64;
+                for m in marked {
+                    if m? == Marked::NotPending {
+                        report.not_pending += 1;
+                    }
+                }
+            }
+        }
+        if report.finished && report.refused == 0 {
+            self.store.advance_watermark(horizon).await?;
+        }
+        report.watermark = self.store.watermark().await?;
+        let now = self.clock.now();
+        let depth = self.queue.depth().await?;
+        report.backlog = depth.max(report.released) + report.refused;
+        report.projected_drain = Duration::from_secs_f64(report.backlog as f64 / s.sustainable_rate.max(1e-9));
+        report.min_slack = min_by.map(|b| until(now, b));
+        report.projected_breach = report.min_slack.is_some_and(|slack| report.projected_drain > slack);
+        report.oldest_due_age = oldest_due.map_or(Duration::ZERO, |o| until(o, now));
+        Ok(report)
+    }
+}

@@ -1,0 +1,70 @@
+//! EventBridge tick → one scheduler tick → EMF metrics.
+
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+use lambda_runtime::LambdaEvent;
+use punctual_aws::emf::Metrics;
+use punctual_core::clock::Clock;
+use punctual_core::scheduler::{DueStore, ReleaseQueue, Scheduler, TickReport};
+use punctual_lambda::error::HandlerError;
+use punctual_lambda::invocation_deadline;
+
+/// Scheduler metric names (DESIGN §6, §8).
+pub mod name {
+    /// Messages released this tick.
+    pub const RELEASED: &str = "Released";
+    /// Renewals expired because their window passed before release.
+    pub const EXPIRED_MISSED: &str = "ExpiredMissedWindow";
+    /// Eligible backlog (on the queue + still pending).
+    pub const BACKLOG: &str = "EligibleBacklog";
+    /// Backlog ÷ sustainable rate, seconds.
+    pub const PROJECTED_DRAIN: &str = "ProjectedDrainSeconds";
+    /// Smallest remaining slack among live renewals seen, seconds.
+    pub const MIN_SLACK: &str = "MinSlackSeconds";
+    /// 1 when the projected drain exceeds the smallest slack.
+    pub const BREACH: &str = "ProjectedDeadlineBreach";
+    /// Age of the oldest due renewal the scheduler still saw pending, seconds.
+    pub const OLDEST_DUE: &str = "OldestDueUndeliveredSeconds";
+    /// 1 when the tick stopped before finishing its window.
+    pub const UNFINISHED: &str = "SchedulerUnfinished";
+}
+
+/// The tick's metrics.
+pub fn metrics(r: &TickReport) -> Metrics {
+    let mut m = Metrics::new();
+    m.count(name::RELEASED, r.released as f64);
+    m.count(name::EXPIRED_MISSED, r.expired_missed as f64);
+    m.count(name::BACKLOG, r.backlog as f64);
+    m.count(name::PROJECTED_DRAIN, r.projected_drain.as_secs_f64());
+    if let Some(slack) = r.min_slack {
+        m.count(name::MIN_SLACK, slack.as_secs_f64());
+    }
+    m.count(name::BREACH, if r.projected_breach { 1.0 } else { 0.0 });
+    m.count(name::OLDEST_DUE, r.oldest_due_age.as_secs_f64());
+    m.count(name::UNFINISHED, if r.finished { 0.0 } else { 1.0 });
+    m
+}
+
+/// Runs one tick. Fails the invocation only when the store or queue failed; what was released
+/// before the failure stays released and the next tick resumes.
+pub async fn handle<S: DueStore, Q: ReleaseQueue, C: Clock>(
+    scheduler: &Scheduler<S, Q, C>,
+    event: LambdaEvent<EventBridgeEvent>,
+) -> Result<TickReport, HandlerError> {
+    let deadline = invocation_deadline(&event.context);
+    let report = scheduler
+        .tick(deadline)
+        .await
+        .map_err(|e| HandlerError::Infrastructure { what: "scheduler tick", source: Box::new(e) })?;
+    tracing::info!(
+        trigger = %event.payload.detail_type,
+        released = report.released,
+        expired_missed = report.expired_missed,
+        refused = report.refused,
+        finished = report.finished,
+        backlog = report.backlog,
+        projected_drain_s = report.projected_drain.as_secs(),
+        projected_breach = report.projected_breach,
+        "tick"
+    );
+    Ok(report)
+}

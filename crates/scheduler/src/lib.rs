@@ -1,0 +1,5 @@
+//! The scheduler Lambda: `handler` runs one tick of the core's scheduler per EventBridge event
+//! and turns its report into EMF metrics; `config` reads its environment.
+
+pub mod config;
+pub mod handler;

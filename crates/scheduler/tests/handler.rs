@@ -1,0 +1,80 @@
+//! Scheduler handler tests: the sample EventBridge events through the handler over the
+//! in-memory index and queue.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::path::Path;
+
+use aws_lambda_events::event::eventbridge::EventBridgeEvent;
+use chrono::{DateTime, TimeDelta, Utc};
+use lambda_runtime::{Context, LambdaEvent};
+use punctual_core::clock::{Clock, ManualClock};
+use punctual_core::scheduler::{Pending, Scheduler, SchedulerSettings};
+use punctual_core::testing::{MemoryDueStore, MemoryRelease};
+use punctual_core::{ReminderId, ReminderKind, RenewalId, TenantId};
+use punctual_scheduler::handler::{handle, metrics};
+
+fn load(name: &str) -> EventBridgeEvent {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../events/scheduler").join(name);
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn pending(n: u32, after: DateTime<Utc>, window: TimeDelta) -> Pending {
+    let (tenant, renewal, kind) = (
+        TenantId::parse("acme").unwrap(),
+        RenewalId::parse(format!("ren-{n}")).unwrap(),
+        ReminderKind::parse("renewal_due").unwrap(),
+    );
+    Pending {
+        reminder_id: ReminderId::derive(&tenant, &renewal, &kind, after.date_naive()),
+        tenant_id: tenant,
+        renewal_id: renewal,
+        kind,
+        deliver_after: after,
+        deliver_by: after + window,
+    }
+}
+
+fn context(clock: &ManualClock) -> Context {
+    let mut ctx = Context::default();
+    ctx.deadline = u64::try_from((clock.now() + TimeDelta::seconds(60)).timestamp_millis()).unwrap();
+    ctx
+}
+
+#[tokio::test]
+async fn a_scheduled_tick_releases_what_is_due_and_reports_metrics() {
+    let event = load("tick.json");
+    let clock = ManualClock::new(event.time.unwrap());
+    let (store, queue) = (MemoryDueStore::new(4), MemoryRelease::default());
+    for n in 0..12 {
+        store.insert(pending(n, clock.now() + TimeDelta::minutes(5), TimeDelta::hours(8)));
+    }
+    let scheduler = Scheduler::new(store, queue.clone(), clock.clone(), SchedulerSettings::default());
+    let report = handle(&scheduler, LambdaEvent::new(event, context(&clock))).await.unwrap();
+    assert_eq!((report.released, report.finished), (12, true));
+    assert!(queue.sent().iter().all(|(_, d)| d.as_secs() == 300));
+    let lines = metrics(&report).lines("punctual", "scheduler", 0).join("\n");
+    assert!(lines.contains("\"Released\":12.0") && lines.contains("\"ProjectedDeadlineBreach\":0.0"), "{lines}");
+}
+
+#[tokio::test]
+async fn a_catch_up_tick_releases_the_deliverable_and_expires_the_rest() {
+    let event = load("catch-up.json");
+    let clock = ManualClock::new(event.time.unwrap());
+    let (store, queue) = (MemoryDueStore::new(4), MemoryRelease::default());
+    let missed_at = clock.now() - TimeDelta::hours(2);
+    for n in 0..5 {
+        store.insert(pending(n, missed_at, TimeDelta::hours(1)));
+    }
+    for n in 5..9 {
+        store.insert(pending(n, missed_at, TimeDelta::hours(8)));
+    }
+    let scheduler = Scheduler::new(store, queue.clone(), clock.clone(), SchedulerSettings::default());
+    let report = handle(&scheduler, LambdaEvent::new(event, context(&clock))).await.unwrap();
+    assert_eq!((report.released, report.expired_missed), (4, 5));
+    let lines = metrics(&report).lines("punctual", "scheduler", 0).join("\n");
+    assert!(
+        lines.contains("\"ExpiredMissedWindow\":5.0") && lines.contains("\"OldestDueUndeliveredSeconds\":7200.0"),
+        "{lines}"
+    );
+}

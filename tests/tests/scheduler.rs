@@ -1,0 +1,211 @@
+//! The scheduler on the emulator: renewals imported through the real adapter, released through
+//! the real SQS adapter, marked in the real table.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use chrono::{DateTime, TimeDelta, Timelike, Utc};
+use punctual_aws::dynamodb::get;
+use punctual_aws::renewals::{DynamoRenewals, RowOutcome, create_table};
+use punctual_aws::sqs::SqsQueues;
+use punctual_core::clock::{Clock, ManualClock};
+use punctual_core::ports::QueueError;
+use punctual_core::renewal::{Renewal, RenewalInput};
+use punctual_core::scheduler::{ReleaseQueue, Scheduler, SchedulerSettings};
+use punctual_core::{ReminderId, ReminderMessage};
+use punctual_tests::sdk_config;
+use punctual_tests::stack::Stack;
+
+const ZONES: [&str; 5] =
+    ["America/New_York", "Europe/London", "Asia/Kathmandu", "Australia/Lord_Howe", "America/Los_Angeles"];
+
+/// Records every release (message, delay) and can fail after sending a given batch, like a
+/// crash between "send" and "mark".
+#[derive(Clone)]
+struct Recording {
+    inner: SqsQueues,
+    sent: Arc<Mutex<Vec<(ReminderMessage, Duration)>>>,
+    crash_after_batches: Arc<Mutex<Option<usize>>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("injected crash after sending, before marking")]
+struct Crash;
+
+impl ReleaseQueue for Recording {
+    async fn release(&self, batch: &[(ReminderMessage, Duration)]) -> Result<Vec<bool>, QueueError> {
+        let result = self.inner.release(batch).await?;
+        self.sent.lock().unwrap().extend(batch.iter().cloned());
+        let mut crash = self.crash_after_batches.lock().unwrap();
+        if let Some(n) = crash.as_mut() {
+            if *n == 0 {
+                *crash = None;
+                return Err(QueueError::Unknown(Box::new(Crash)));
+            }
+            *n -= 1;
+        }
+        Ok(result)
+    }
+
+    async fn depth(&self) -> Result<u64, QueueError> {
+        self.inner.depth().await
+    }
+}
+
+struct Rig {
+    stack: Stack,
+    renewals: DynamoRenewals,
+    release: Recording,
+    clock: ManualClock,
+}
+
+async fn rig(name: &str) -> Rig {
+    let config = sdk_config().await;
+    let stack = Stack::create(&config, name).await.unwrap();
+    let table = format!("{}-due", stack.renewals_table);
+    create_table(&stack.ddb, &table).await.unwrap();
+    let renewals = DynamoRenewals::new(stack.ddb.clone(), &table);
+    let release = Recording { inner: stack.queues.clone(), sent: Arc::default(), crash_after_batches: Arc::default() };
+    let now = Utc::now().with_nanosecond(0).unwrap();
+    Rig { stack, renewals, release, clock: ManualClock::new(now) }
+}
+
+/// A renewal row whose local due time in `zone` is the instant `at` (minute-aligned).
+fn row_at(n: usize, zone: &str, at: DateTime<Utc>, window_minutes: u32) -> Renewal {
+    let tz: chrono_tz::Tz = zone.parse().unwrap();
+    let local = at.with_timezone(&tz);
+    Renewal::validate(&RenewalInput {
+        tenant_id: format!("tenant-{}", n % 7),
+        renewal_id: format!("ren-{n:05}"),
+        recipient_ref: format!("cust-{n}"),
+        channel: "email".into(),
+        zone: zone.into(),
+        local_due_date: local.format("%Y-%m-%d").to_string(),
+        local_send_time: local.format("%H:%M").to_string(),
+        window_minutes: window_minutes.to_string(),
+        ..RenewalInput::default()
+    })
+    .unwrap()
+}
+
+fn minute(t: DateTime<Utc>) -> DateTime<Utc> {
+    t.with_second(0).unwrap().with_nanosecond(0).unwrap()
+}
+
+impl Rig {
+    fn scheduler(&self) -> Scheduler<DynamoRenewals, Recording, ManualClock> {
+        let settings = SchedulerSettings { page_size: 100, ..SchedulerSettings::default() };
+        Scheduler::new(self.renewals.clone(), self.release.clone(), self.clock.clone(), settings)
+    }
+
+    fn deadline(&self) -> DateTime<Utc> {
+        self.clock.now() + TimeDelta::minutes(5)
+    }
+
+    async fn queue_total(&self) -> u64 {
+        let url = self.stack.queues.send_url();
+        let visible = self.stack.queue_count(url, QueueAttributeName::ApproximateNumberOfMessages).await.unwrap();
+        let delayed =
+            self.stack.queue_count(url, QueueAttributeName::ApproximateNumberOfMessagesDelayed).await.unwrap();
+        visible + delayed
+    }
+
+    async fn sched_state(&self, r: &Renewal) -> (Option<String>, Option<String>) {
+        let key = punctual_aws::renewals::renewal_key(&r.tenant_id, &r.renewal_id);
+        let item = get(&self.stack.ddb, &format!("{}-due", self.stack.renewals_table), &key).await.unwrap().unwrap();
+        let s = |k: &str| punctual_aws::dynamodb::get_s(&item, k).map(str::to_owned);
+        (s("sched_state"), s("sched_reason"))
+    }
+}
+
+#[tokio::test]
+async fn twenty_five_hundred_renewals_across_five_zones_become_exactly_twenty_five_hundred_messages() {
+    let r = rig("sched-2500").await;
+    let now = r.clock.now();
+    // Due between 1 and 9 minutes from now (inside the 10-minute lookahead), local to each zone.
+    let rows: Vec<Renewal> =
+        (0..2500).map(|n| row_at(n, ZONES[n % 5], minute(now) + TimeDelta::minutes(1 + (n % 9) as i64), 480)).collect();
+    let outcomes = r.renewals.import(&rows, now).await.unwrap();
+    assert!(outcomes.iter().all(|o| *o == RowOutcome::Inserted));
+
+    let report = r.scheduler().tick(r.deadline()).await.unwrap();
+    assert_eq!((report.released, report.finished, report.expired_missed), (2500, true, 0));
+    let sent = r.release.sent.lock().unwrap().clone();
+    assert_eq!(sent.len(), 2500);
+    for (m, delay) in &sent {
+        let want = (m.deliver_after - now).to_std().unwrap_or_default().min(Duration::from_secs(900));
+        assert_eq!(*delay, want, "DelaySeconds must be clamp(deliver_after - now, 0, 900)");
+    }
+    let ids: HashSet<&ReminderId> = sent.iter().map(|(m, _)| &m.reminder_id).collect();
+    assert_eq!(ids.len(), 2500);
+    assert_eq!(r.queue_total().await, 2500);
+    // Re-running the finished window sends nothing new.
+    let again = r.scheduler().tick(r.deadline()).await.unwrap();
+    assert_eq!((again.released, again.finished), (0, true));
+    assert_eq!(r.queue_total().await, 2500);
+    r.stack.destroy().await;
+}
+
+#[tokio::test]
+async fn a_run_that_dies_between_send_and_mark_is_resumed_and_nothing_is_skipped() {
+    let r = rig("sched-crash").await;
+    let now = r.clock.now();
+    let rows: Vec<Renewal> =
+        (0..300).map(|n| row_at(n, ZONES[n % 5], minute(now) + TimeDelta::minutes(2), 240)).collect();
+    r.renewals.import(&rows, now).await.unwrap();
+    *r.release.crash_after_batches.lock().unwrap() = Some(7); // the 8th batch is sent, then the tick dies
+    assert!(r.scheduler().tick(r.deadline()).await.is_err());
+    let partial = r.release.sent.lock().unwrap().len();
+    assert_eq!(partial, 80);
+    let report = r.scheduler().tick(r.deadline()).await.unwrap();
+    assert!(report.finished);
+    let sent = r.release.sent.lock().unwrap().clone();
+    let ids: HashSet<&ReminderId> = sent.iter().map(|(m, _)| &m.reminder_id).collect();
+    assert_eq!(ids.len(), 300, "every renewal enqueued at least once");
+    assert_eq!(sent.len(), 310, "only the crashed batch (10) was sent twice; the sender's ledger absorbs it");
+    r.stack.destroy().await;
+}
+
+#[tokio::test]
+async fn a_two_hour_pause_is_caught_up_and_what_missed_its_window_expires() {
+    let r = rig("sched-pause").await;
+    let paused_at = minute(r.clock.now()) - TimeDelta::hours(2);
+    let missed: Vec<Renewal> = (0..40).map(|n| row_at(n, ZONES[n % 5], paused_at, 60)).collect();
+    let live: Vec<Renewal> = (40..100).map(|n| row_at(n, ZONES[n % 5], paused_at, 240)).collect();
+    r.renewals.import(&[missed.clone(), live.clone()].concat(), r.clock.now()).await.unwrap();
+
+    let report = r.scheduler().tick(r.deadline()).await.unwrap();
+    assert_eq!((report.released, report.expired_missed, report.finished), (60, 40, true));
+    assert!(report.oldest_due_age >= Duration::from_secs(2 * 3600 - 60));
+    let sent = r.release.sent.lock().unwrap().clone();
+    assert!(sent.iter().all(|(m, d)| d.is_zero() && m.deliver_by > r.clock.now()));
+    assert_eq!(r.sched_state(&missed[0]).await, (Some("expired".into()), Some("missed_schedule_window".into())));
+    assert_eq!(r.sched_state(&live[0]).await.0.as_deref(), Some("enqueued"));
+    r.stack.destroy().await;
+}
+
+#[tokio::test]
+async fn reimporting_the_same_rows_changes_nothing_and_a_released_row_only_takes_a_status_change() {
+    let r = rig("sched-reimport").await;
+    let now = r.clock.now();
+    let rows: Vec<Renewal> =
+        (0..30).map(|n| row_at(n, ZONES[n % 5], minute(now) + TimeDelta::minutes(3), 120)).collect();
+    r.renewals.import(&rows, now).await.unwrap();
+    r.scheduler().tick(r.deadline()).await.unwrap();
+    let again = r.renewals.import(&rows, now).await.unwrap();
+    assert!(again.iter().all(|o| *o == RowOutcome::Unchanged));
+    let mut cancelled = rows[0].clone();
+    cancelled.status = punctual_core::renewal::RenewalStatus::Cancelled;
+    let mut moved = rows[1].clone();
+    moved.window_minutes = 30;
+    let out = r.renewals.import(&[cancelled, moved], now).await.unwrap();
+    assert_eq!(out[0], RowOutcome::Updated);
+    assert!(matches!(&out[1], RowOutcome::Conflict(why) if why.contains("already enqueued")), "{:?}", out[1]);
+    let report = r.scheduler().tick(r.deadline()).await.unwrap();
+    assert_eq!(report.released, 0, "nothing is re-released by a re-import");
+    r.stack.destroy().await;
+}
