@@ -17,7 +17,7 @@ CARGO ?= cargo
 
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
-	@echo "make run    the whole pipeline on this machine (not built yet: see README)"
+	@echo "make run    the whole pipeline on this machine against the emulator, with a final report"
 
 ## tools: a pinned Python venv with moto server and cfn-lint (+ DynamoDB Local where Java is).
 tools: $(VENV_STAMP) $(if $(HAVE_JAVA),$(DDB_LOCAL))
@@ -60,9 +60,12 @@ lint-template: tools
 test: fmt-check clippy core-deps test-all lint-template
 	@echo "==> make test: all checks passed"
 
-run:
-	@echo "make run is not built yet: the local pipeline arrives with issue 9 (see README)." >&2
-	@exit 2
+## The whole pipeline on this machine (debug build, shared with `make test`; add
+## PROFILE=release for full speed). RUN_ARGS passes flags: make run RUN_ARGS="--reminders 10000".
+PROFILE ?= dev
+RUN_ARGS ?=
+run: tools
+	$(CARGO) run --locked --profile $(PROFILE) -p punctual -- run $(RUN_ARGS)
 
 clean:
 	rm -rf $(VENV) target

@@ -63,6 +63,30 @@ impl Metrics {
         self.observations.entry(metric).or_default().push(v);
     }
 
+    /// Adds every count and observation of `other` to this set.
+    pub fn merge(&mut self, other: &Metrics) {
+        for (k, v) in &other.counts {
+            *self.counts.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &other.observations {
+            self.observations.entry(k).or_default().extend(v);
+        }
+    }
+
+    /// A count (summed over reasons when `reason` is `None` and only reasoned counts exist).
+    pub fn total(&self, metric: &str) -> f64 {
+        self.counts.iter().filter(|((m, _), _)| *m == metric).map(|(_, v)| v).sum()
+    }
+
+    /// Counts of `metric` by reason.
+    pub fn by_reason(&self, metric: &str) -> BTreeMap<String, f64> {
+        self.counts
+            .iter()
+            .filter(|((m, _), _)| *m == metric)
+            .filter_map(|((_, r), v)| r.clone().map(|r| (r, *v)))
+            .collect()
+    }
+
     /// True when nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.counts.is_empty() && self.observations.is_empty()

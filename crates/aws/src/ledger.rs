@@ -140,6 +140,34 @@ fn parse_record(id: &ReminderId, item: &Item) -> Result<LedgerRecord, LedgerErro
     })
 }
 
+impl DynamoLedger {
+    /// Every record in the table (a paginated Scan): for `punctual run` reports and `status`,
+    /// never on a hot path.
+    pub async fn scan_all(&self) -> Result<Vec<LedgerRecord>, LedgerError> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| LedgerError::Unknown(Box::new(e)))?;
+            for item in page.items.unwrap_or_default() {
+                let Some(id) = get_s(&item, "pk").and_then(|pk| pk.strip_prefix("reminder:")) else { continue };
+                let Ok(id) = ReminderId::parse(id) else { continue };
+                out.push(parse_record(&id, &item)?);
+            }
+            match page.last_evaluated_key.filter(|k| !k.is_empty()) {
+                Some(k) => start = Some(k),
+                None => return Ok(out),
+            }
+        }
+    }
+}
+
 impl Ledger for DynamoLedger {
     async fn claim(
         &self,

@@ -213,6 +213,39 @@ impl SqsQueues {
         Ok(())
     }
 
+    /// Deletes up to 10 received messages per call; returns the receipt handles SQS refused.
+    pub async fn delete_batch(&self, queue_url: &str, receipt_handles: &[&str]) -> Result<Vec<String>, QueueError> {
+        let mut refused = Vec::new();
+        for chunk in receipt_handles.chunks(MAX_BATCH) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                        .id(format!("d{i}"))
+                        .receipt_handle(*h)
+                        .build()
+                        .map_err(sdk)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let out = self
+                .client
+                .delete_message_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(sdk)?;
+            for f in out.failed() {
+                let i: usize = f.id().trim_start_matches('d').parse().unwrap_or(usize::MAX);
+                if let Some(h) = chunk.get(i) {
+                    refused.push((*h).to_owned());
+                }
+            }
+        }
+        Ok(refused)
+    }
+
     /// Makes a received message visible again after `timeout` (≤ 12 h).
     pub async fn change_visibility(
         &self,
@@ -279,6 +312,48 @@ fn cut(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// A queue's approximate depth, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Depth {
+    /// Ready to be received.
+    pub visible: u64,
+    /// Received, not yet deleted (in flight).
+    pub in_flight: u64,
+    /// Waiting out a `DelaySeconds`.
+    pub delayed: u64,
+}
+
+impl Depth {
+    /// Everything on the queue.
+    pub fn total(self) -> u64 {
+        self.visible + self.in_flight + self.delayed
+    }
+}
+
+impl SqsQueues {
+    /// The approximate depth of `queue_url`, by kind.
+    pub async fn depth_of(&self, queue_url: &str) -> Result<Depth, QueueError> {
+        use aws_sdk_sqs::types::QueueAttributeName as A;
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(A::ApproximateNumberOfMessages)
+            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(A::ApproximateNumberOfMessagesDelayed)
+            .send()
+            .await
+            .map_err(sdk)?;
+        let attrs = out.attributes.unwrap_or_default();
+        let get = |k: A| attrs.get(&k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        Ok(Depth {
+            visible: get(A::ApproximateNumberOfMessages),
+            in_flight: get(A::ApproximateNumberOfMessagesNotVisible),
+            delayed: get(A::ApproximateNumberOfMessagesDelayed),
+        })
+    }
+}
+
 impl punctual_core::scheduler::ReleaseQueue for SqsQueues {
     async fn release(&self, batch: &[(ReminderMessage, Duration)]) -> Result<Vec<bool>, QueueError> {
         let out: Vec<Outgoing> = batch
@@ -296,26 +371,7 @@ impl punctual_core::scheduler::ReleaseQueue for SqsQueues {
     }
 
     async fn depth(&self) -> Result<u64, QueueError> {
-        use aws_sdk_sqs::types::QueueAttributeName as A;
-        let out = self
-            .client
-            .get_queue_attributes()
-            .queue_url(&self.send_url)
-            .attribute_names(A::ApproximateNumberOfMessages)
-            .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
-            .attribute_names(A::ApproximateNumberOfMessagesDelayed)
-            .send()
-            .await
-            .map_err(sdk)?;
-        let attrs = out.attributes.unwrap_or_default();
-        Ok([
-            A::ApproximateNumberOfMessages,
-            A::ApproximateNumberOfMessagesNotVisible,
-            A::ApproximateNumberOfMessagesDelayed,
-        ]
-        .iter()
-        .filter_map(|k| attrs.get(k).and_then(|v| v.parse::<u64>().ok()))
-        .sum())
+        Ok(self.depth_of(&self.send_url).await?.total())
     }
 }
 

@@ -1,4 +1,8 @@
 //! `punctual`, the operator and developer CLI. Each subcommand is a module whose `run` returns
 //! a report value; `main.rs` parses flags and prints (human or `--json`).
 
+pub mod env;
+pub mod esm;
 pub mod import;
+pub mod local;
+pub mod run;

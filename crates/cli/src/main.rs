@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use punctual::import;
+use punctual::{import, local, run};
 use punctual_aws::renewals::DynamoRenewals;
 
 #[derive(Parser)]
@@ -36,6 +36,66 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the whole pipeline on this machine against the emulator, with a live progress line
+    /// and a final report: import → scheduler → SQS → sender → provider double.
+    Run {
+        /// Renewals to import, all due now.
+        #[arg(long, default_value_t = 3000)]
+        reminders: usize,
+        /// Provider quota, calls per second.
+        #[arg(long, default_value_t = 100.0)]
+        quota: f64,
+        /// Pollers (the event source mapping's MaximumConcurrency).
+        #[arg(long, default_value_t = 10)]
+        concurrency: usize,
+        /// Seed of the sender's jitter.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print the report as JSON (progress still goes to stderr).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Leave a local pipeline running (emulator, provider double, queues, tables), drain it
+    /// through the sender, tear it down.
+    Local {
+        #[command(subcommand)]
+        action: LocalAction,
+    },
+    /// Serve the provider double (used by `local up`; also handy on its own).
+    #[command(hide = true)]
+    ProviderDouble {
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        #[arg(long, default_value_t = 100.0)]
+        quota: f64,
+        #[arg(long, default_value_t = 10.0)]
+        burst: f64,
+        #[arg(long)]
+        token: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum LocalAction {
+    /// Start the emulator (or use AWS_ENDPOINT_URL) and the provider double, create the
+    /// resources, and print how to reach them.
+    Up {
+        /// Provider quota, calls per second.
+        #[arg(long, default_value_t = 100.0)]
+        quota: f64,
+        /// Print endpoints and names as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the scheduler and the sender (as the event source mapping would) until the send
+    /// queue holds nothing visible, in flight or delayed; report every reminder.
+    Drain {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop what `local up` started.
+    Down,
 }
 
 fn fail(e: &dyn std::error::Error) -> ExitCode {
@@ -63,6 +123,76 @@ async fn main() -> ExitCode {
                         print!("{}", summary.render());
                     }
                     if summary.rejected.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(3) }
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        Command::Run { reminders, quota, concurrency, seed, json } => {
+            if reminders == 0 || quota <= 0.0 || concurrency == 0 {
+                eprintln!("punctual run: --reminders, --quota and --concurrency must be positive");
+                return ExitCode::from(2);
+            }
+            let opts = run::RunOptions { reminders, quota, concurrency, seed, progress: true };
+            match run::run(&opts).await {
+                Ok(report) => {
+                    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+                    let path = std::path::Path::new("target/run/report.json");
+                    let saved = std::fs::write(path, &text).is_ok();
+                    if json {
+                        println!("{text}");
+                    } else {
+                        print!("{}", report.render(quota));
+                        if saved {
+                            println!("report            {}", path.display());
+                        }
+                    }
+                    if report.lost == 0 { ExitCode::SUCCESS } else { ExitCode::from(4) }
+                }
+                Err(run::RunError::Interrupted) => {
+                    eprintln!("punctual run: interrupted; everything it started was stopped");
+                    ExitCode::from(130)
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        Command::Local { action } => match action {
+            LocalAction::Up { quota, json } => match local::up(quota).await {
+                Ok(state) => {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&state.resources).unwrap_or_default());
+                    } else {
+                        print!("{}", local::describe(&state));
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            },
+            LocalAction::Drain { json } => match local::drain(!json).await {
+                Ok(report) => {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+                    } else {
+                        print!("{}", report.render());
+                    }
+                    if report.lost == 0 { ExitCode::SUCCESS } else { ExitCode::from(4) }
+                }
+                Err(e) => fail(&e),
+            },
+            LocalAction::Down => match local::down() {
+                Ok(pids) => {
+                    println!("stopped {} processes; local state removed", pids.len());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            },
+        },
+        Command::ProviderDouble { port, quota, burst, token } => {
+            let config = punctual_provider_double::Config { quota, burst, token, ..Default::default() };
+            match punctual_provider_double::Double::start(config, port).await {
+                Ok(double) => {
+                    println!("{}", double.url());
+                    let _ = tokio::signal::ctrl_c().await;
+                    ExitCode::SUCCESS
                 }
                 Err(e) => fail(&e),
             }

@@ -255,8 +255,12 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             if lease_until >= msg.deliver_by {
                 return Decision::Done(Disposition::Acknowledge { reason: ReasonCode::ClaimedElsewhere });
             }
+            // Recheck no later than the longest one provider call can hold a live lease: a
+            // holder that finished released it already, and the copy is then acknowledged as
+            // a duplicate instead of waiting out the whole invocation-long lease.
+            let recheck = add(now, policy.max_call_timeout + policy.invocation_margin);
             return Decision::Done(Disposition::Defer {
-                until: lease_until.max(now),
+                until: lease_until.min(recheck).max(now),
                 reason: ReasonCode::ClaimedElsewhere,
                 attempts_made: msg.attempt,
                 provider_status: None,

@@ -144,6 +144,8 @@ pub struct TickReport {
     pub not_pending: u64,
     /// Pages read.
     pub pages: u64,
+    /// Index entries skipped because this tick had already handled them.
+    pub repeated: u64,
     /// True when every pending renewal due by the horizon was handled.
     pub finished: bool,
     /// Eligible backlog: released this tick + still pending + already on the queue.
@@ -224,6 +226,10 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         let mut report = TickReport::default();
         let mut cursors: Vec<Option<Option<S::Cursor>>> = (0..self.store.shards()).map(|_| Some(None)).collect();
         let mut oldest_due: Option<DateTime<Utc>> = None;
+        // An index page may repeat an item this tick already handled (a sparse GSI is
+        // eventually consistent, and a cursor can straddle an item that just left it):
+        // skip repeats so one tick never sends a reminder twice.
+        let mut seen = std::collections::HashSet::new();
         let mut min_by: Option<DateTime<Utc>> = None;
         loop {
             let now = self.clock.now();
@@ -236,7 +242,8 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                 let Some(cursor) = slot.take() else { continue };
                 let page = self.store.due_page(shard as u32, horizon, s.page_size, cursor).await?;
                 report.pages += 1;
-                batch.extend(page.items);
+                report.repeated += page.items.iter().filter(|p| seen.contains(&p.reminder_id)).count() as u64;
+                batch.extend(page.items.into_iter().filter(|p| seen.insert(p.reminder_id.clone())));
                 *slot = page.next.map(Some);
             }
             if batch.is_empty() && cursors.iter().all(Option::is_none) {

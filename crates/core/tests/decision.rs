@@ -167,8 +167,13 @@ fn decision_table_covers_every_branch() {
         ),
         (
             "held elsewhere is deferred until the lease ends",
+            World { claim: Some(ClaimView::HeldElsewhere { lease_until: now + secs(8) }), ..World::fresh() },
+            defer(now + secs(8), ReasonCode::ClaimedElsewhere, 0, None),
+        ),
+        (
+            "a long foreign lease is rechecked after the longest call a live holder can make",
             World { claim: Some(ClaimView::HeldElsewhere { lease_until: now + secs(45) }), ..World::fresh() },
-            defer(now + secs(45), ReasonCode::ClaimedElsewhere, 0, None),
+            defer(now + secs(10 + 2), ReasonCode::ClaimedElsewhere, 0, None),
         ),
         (
             "a lapsed foreign lease defers to now, never to the past",

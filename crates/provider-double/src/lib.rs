@@ -274,9 +274,13 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) -> std::io::Result<()> {
             }
             _ => Answer::Respond(response(404, None, "{\"error\":\"not found\"}")),
         };
+        let close = req.headers.get("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
         match answer {
             Answer::Respond(bytes) => write.write_all(&bytes).await?,
             Answer::Close => return Ok(()),
+        }
+        if close {
+            return Ok(());
         }
     }
     Ok(())

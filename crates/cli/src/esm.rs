@@ -1,0 +1,131 @@
+//! A local SQS event source mapping: pollers that receive batches from the send queue, call
+//! the **same sender handler** the Lambda runs, and delete what succeeded — with AWS's
+//! semantics: batch size ≤ 10, at most `concurrency` batches in flight (MaximumConcurrency),
+//! records reported as batch item failures stay on the queue until their visibility timeout.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use chrono::Utc;
+use lambda_runtime::{Context, LambdaEvent};
+use punctual_aws::emf::Metrics;
+use punctual_aws::sqs::{Received, SqsQueues};
+use punctual_core::clock::Clock;
+use punctual_core::ports::{Ledger, Limiter, Provider, Renewals, SendQueue};
+use punctual_sender::handler::{Deps, handle};
+
+/// Counters the pollers keep.
+#[derive(Debug, Default)]
+pub struct EsmStats {
+    /// Batches handed to the handler.
+    pub batches: AtomicU64,
+    /// Records handed to the handler.
+    pub records: AtomicU64,
+    /// Records reported as batch item failures.
+    pub failures: AtomicU64,
+    /// Receive calls that returned nothing.
+    pub empty_receives: AtomicU64,
+}
+
+/// Builds the event Lambda would deliver (through JSON: the event types are non-exhaustive).
+pub fn sqs_event(
+    messages: &[Received],
+    queue_url: &str,
+) -> Result<aws_lambda_events::event::sqs::SqsEvent, serde_json::Error> {
+    let queue_name = queue_url.rsplit('/').next().unwrap_or_default();
+    let records: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "messageId": m.message_id,
+                "receiptHandle": m.receipt_handle,
+                "body": m.body,
+                "attributes": {
+                    "ApproximateReceiveCount": m.receive_count.to_string(),
+                    "SentTimestamp": m.sent_at.map(|t| t.timestamp_millis().to_string()).unwrap_or_default(),
+                },
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+                "eventSourceARN": format!("arn:aws:sqs:us-east-1:000000000000:{queue_name}"),
+                "awsRegion": "us-east-1",
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({ "Records": records }))
+}
+
+/// Runs `concurrency` pollers until `stop` is set. Each invocation gets a 60 s deadline, like
+/// a sender function with a 60 s timeout. Handler metrics are merged into `metrics`.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_pollers<L, R, T, P, Q, C>(
+    deps: Arc<Deps<L, R, T, P, Q, C>>,
+    queues: SqsQueues,
+    concurrency: usize,
+    stop: Arc<AtomicBool>,
+    stats: Arc<EsmStats>,
+    metrics: Arc<std::sync::Mutex<Metrics>>,
+) where
+    L: Ledger,
+    R: Renewals,
+    T: Limiter,
+    P: Provider,
+    Q: SendQueue,
+    C: Clock,
+{
+    // The pollers run as futures of one task (they wait on I/O, not CPU); this keeps the
+    // handler's borrowing futures off `tokio::spawn`'s `Send + 'static` requirement.
+    let mut pollers = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let (deps, queues, stop, stats, metrics) =
+            (Arc::clone(&deps), queues.clone(), Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
+        pollers.push(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let url = queues.send_url().to_owned();
+                let msgs = match queues.receive(&url, 10, Duration::from_secs(1)).await {
+                    Ok(m) => m,
+                    Err(e) => {
+                        eprintln!("poller: receive failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                };
+                if msgs.is_empty() {
+                    stats.empty_receives.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let Ok(event) = sqs_event(&msgs, &url) else { continue };
+                let mut ctx = Context::default();
+                ctx.request_id = format!("local-{}", stats.batches.load(Ordering::Relaxed));
+                ctx.deadline =
+                    u64::try_from((Utc::now() + chrono::TimeDelta::seconds(60)).timestamp_millis()).unwrap_or(0);
+                stats.batches.fetch_add(1, Ordering::Relaxed);
+                stats.records.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+                let handled = match handle(&deps, LambdaEvent::new(event, ctx)).await {
+                    Ok(h) => h,
+                    Err(e) => {
+                        // A whole-invocation failure leaves every record for redelivery.
+                        eprintln!("poller: invocation failed: {e}");
+                        stats.failures.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+                        continue;
+                    }
+                };
+                let failed: Vec<&str> =
+                    handled.response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+                stats.failures.fetch_add(failed.len() as u64, Ordering::Relaxed);
+                let done: Vec<&str> = msgs
+                    .iter()
+                    .filter(|m| !failed.contains(&m.message_id.as_str()))
+                    .map(|m| m.receipt_handle.as_str())
+                    .collect();
+                if let Err(e) = queues.delete_batch(&url, &done).await {
+                    eprintln!("poller: delete failed (messages will be redelivered): {e}");
+                }
+                if let Ok(mut m) = metrics.lock() {
+                    m.merge(&handled.metrics);
+                }
+            }
+        });
+    }
+    futures_util::future::join_all(pollers).await;
+}

@@ -1,0 +1,71 @@
+//! `punctual local up → messages by hand → local drain → local down`, and `punctual run`, as a
+//! user runs them: the real binary against the emulator at `AWS_ENDPOINT_URL`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::process::Command;
+
+use chrono::{TimeDelta, Utc};
+use punctual_tests::{sdk_config, unique};
+
+fn punctual(state: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_punctual")).args(args).env("PUNCTUAL_STATE_DIR", state).output().unwrap()
+}
+
+#[tokio::test]
+async fn local_up_then_hand_sent_messages_then_drain_accounts_for_each_one() {
+    let state = std::env::temp_dir().join(unique("punctual-local"));
+    let up = punctual(&state, &["local", "up", "--json"]);
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let res: serde_json::Value = serde_json::from_slice(&up.stdout).unwrap();
+    let send_url = res["send_queue_url"].as_str().unwrap().to_owned();
+
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+    let send = |body: String| {
+        let (sqs, url) = (sqs.clone(), send_url.clone());
+        async move { sqs.send_message().queue_url(url).message_body(body).send().await.unwrap() }
+    };
+    send(punctual::local::demo_message(0)).await; // a seeded renewal: delivered
+    send("{\"v\":1,\"reminder_id\":\"nope\"}".into()).await; // malformed
+    let now = Utc::now();
+    send(punctual_core::testing::message("gone-1", now - TimeDelta::minutes(1), now + TimeDelta::hours(1)).encode())
+        .await; // no such renewal
+    send(punctual_core::testing::message("late-1", now - TimeDelta::hours(3), now - TimeDelta::hours(1)).encode())
+        .await; // past deliver_by
+
+    let drain = punctual(&state, &["local", "drain", "--json"]);
+    assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&drain.stdout).unwrap();
+    assert_eq!(report["delivered"], 1, "{report}");
+    assert_eq!(report["cancelled"], 1, "{report}");
+    assert_eq!(report["expired"], 1, "{report}");
+    assert_eq!(report["dead_lettered"]["malformed"], 1, "{report}");
+    assert_eq!(report["dead_lettered"]["business_deadline_expired"], 1, "{report}");
+    assert_eq!((report["lost"].as_u64(), report["duplicates"].as_u64()), (Some(0), Some(0)), "{report}");
+
+    let down = punctual(&state, &["local", "down"]);
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    let again = punctual(&state, &["local", "drain"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("run `punctual local up` first"));
+}
+
+#[test]
+fn run_delivers_every_reminder_once_and_on_time() {
+    let dir = std::env::temp_dir().join(unique("punctual-run"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["run", "--reminders", "300", "--json"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["reminders"], 300);
+    assert_eq!(r["delivered"], 300, "{r}");
+    for key in ["duplicates", "late", "lost", "expired", "cancelled", "provider_429"] {
+        assert_eq!(r[key], 0, "{key}: {r}");
+    }
+    assert_eq!(r["provider_calls"], 300, "{r}");
+    assert!(dir.join("target/run/report.json").is_file());
+}
