@@ -61,6 +61,31 @@ enum Command {
         #[command(subcommand)]
         action: LocalAction,
     },
+    /// Simulate a runbook scenario in virtual time with the same core services over in-memory
+    /// adapters; optionally side by side with a naive worker.
+    Simulate {
+        /// normal, throttle, poison, crash, overload.
+        #[arg(long, default_value = "normal")]
+        scenario: String,
+        /// Reminders (default: the scenario's).
+        #[arg(long)]
+        reminders: Option<usize>,
+        /// Provider quota, calls per second.
+        #[arg(long, default_value_t = 100.0)]
+        quota: f64,
+        /// Concurrent workers.
+        #[arg(long, default_value_t = 10)]
+        concurrency: usize,
+        /// Seed (same seed, same report).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Also run this baseline on the same scenario and seed (only `naive`).
+        #[arg(long)]
+        baseline: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the provider double (used by `local up`; also handy on its own).
     #[command(hide = true)]
     ProviderDouble {
@@ -186,6 +211,78 @@ async fn main() -> ExitCode {
                 Err(e) => fail(&e),
             },
         },
+        Command::Simulate { scenario, reminders, quota, concurrency, seed, baseline, json } => {
+            use punctual_core::sim::{Scenario, SimConfig, Worker, run as simulate};
+            let Some(sc) = Scenario::parse(&scenario) else {
+                let names: Vec<_> = Scenario::ALL.iter().map(|s| s.name()).collect();
+                eprintln!("punctual simulate: unknown scenario {scenario:?}; one of: {}", names.join(", "));
+                return ExitCode::from(2);
+            };
+            if baseline.as_deref().is_some_and(|b| b != "naive") {
+                eprintln!(
+                    "punctual simulate: unknown baseline {:?}; the only baseline is `naive`",
+                    baseline.unwrap_or_default()
+                );
+                return ExitCode::from(2);
+            }
+            if quota <= 0.0 || concurrency == 0 || reminders == Some(0) {
+                eprintln!("punctual simulate: --quota, --concurrency and --reminders must be positive");
+                return ExitCode::from(2);
+            }
+            let config = SimConfig {
+                reminders: reminders.unwrap_or(sc.default_reminders()),
+                quota,
+                concurrency,
+                seed,
+                ..SimConfig::new(sc)
+            };
+            let report = simulate(&config, Worker::Punctual);
+            let mut value = serde_json::to_value(&report).unwrap_or_default();
+            if baseline.is_some() {
+                let naive = simulate(&config, Worker::Naive);
+                value["baseline"] = serde_json::to_value(&naive).unwrap_or_default();
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+            } else {
+                println!(
+                    "scenario {} ({} reminders, quota {quota}/s, concurrency {concurrency}, seed {seed})",
+                    sc.name(),
+                    config.reminders
+                );
+                let keys = [
+                    "delivered",
+                    "duplicates",
+                    "late",
+                    "expired",
+                    "dead_lettered",
+                    "lost",
+                    "provider_calls",
+                    "provider_429",
+                    "drain_seconds",
+                    "floor_seconds",
+                    "utilisation",
+                    "retry_amplification",
+                    "max_oldest_age_seconds",
+                    "alarm_first_fired_seconds",
+                    "first_late_seconds",
+                    "edf_late",
+                ];
+                println!("{:<28} {:>16} {:>16}", "", "punctual", if baseline.is_some() { "naive" } else { "" });
+                for k in keys {
+                    let show = |v: &serde_json::Value| match v {
+                        serde_json::Value::Number(n) => n.as_f64().map_or(n.to_string(), |f| {
+                            if f.fract() == 0.0 { format!("{f:.0}") } else { format!("{f:.3}") }
+                        }),
+                        serde_json::Value::Null => "-".to_owned(),
+                        other => other.to_string(),
+                    };
+                    let b = value.get("baseline").map(|b| show(&b[k])).unwrap_or_default();
+                    println!("{k:<28} {:>16} {b:>16}", show(&value[k]));
+                }
+            }
+            ExitCode::SUCCESS
+        }
         Command::ProviderDouble { port, quota, burst, token } => {
             let config = punctual_provider_double::Config { quota, burst, token, ..Default::default() };
             match punctual_provider_double::Double::start(config, port).await {

@@ -18,6 +18,8 @@ pub mod scheduler;
 pub mod secret;
 pub mod sender;
 #[cfg(any(test, feature = "testing"))]
+pub mod sim;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tz;
 

@@ -1,0 +1,669 @@
+//! A deterministic discrete-event simulator: the **same core services** (the sender service,
+//! the scheduler's projected-breach computation, the token bucket) over in-memory adapters and
+//! virtual time, so hundreds of thousands of reminders run in seconds. Used by
+//! `punctual simulate` and as the measuring instrument of policy changes.
+//!
+//! Models, each kept simple and stated:
+//! - **SQS standard queue**: no ordering (a random ready message is received), visibility
+//!   timeout (30 s), receive counts, delays, batches of ≤ 10, at-least-once (a configurable
+//!   fraction of receives also leaves a duplicate copy visible).
+//! - **Provider**: a token bucket of `quota`/s with a small burst, `429` + `Retry-After` past
+//!   it, honours `Idempotency-Key`s, fixed latency; the quota can change over time (throttle).
+//! - **Workers**: `concurrency` Lambda invocations polling in parallel; each record costs the
+//!   provider latency plus `overhead` (the DynamoDB and SQS calls around it).
+//! - **Crash**: the worker dies after the provider accepted and before the ledger write / ack,
+//!   with probability `crash_p`; SQS redelivers after the visibility timeout.
+//!
+//! Records are processed atomically in virtual-time order, one event at a time, so a run is a
+//! pure function of its inputs and seed.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::Serialize;
+
+use crate::backoff::{Jitter, SplitMix64};
+use crate::clock::{Clock, ManualClock, until};
+use crate::contract::ReminderMessage;
+use crate::decision::{ClaimView, Disposition};
+use crate::ids::ReminderId;
+use crate::limiter::TokenBucket;
+use crate::ports::{
+    Ledger, LedgerError, LedgerRecord, OwnerToken, Provider, ProviderError, ProviderRequest, Quarantine, QueueError,
+    SendQueue, SettleOutcome, Settlement,
+};
+use crate::provider::{ProviderOutcome, RetryAfter};
+use crate::reason::{ReasonCode, ReminderState};
+use crate::scheduler::{Pending, Scheduler, SchedulerSettings};
+use crate::sender::{Received, Sender, SenderSettings};
+use crate::testing::{AllActive, MemoryDueStore, MemoryLedger, MemoryRelease};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A scenario of the runbook (`--scenario`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scenario {
+    /// 12,000 due at 09:00, quota 100/s.
+    Normal,
+    /// The quota halves for 5 minutes, unannounced.
+    Throttle,
+    /// 1 % of messages malformed.
+    Poison,
+    /// Workers killed after the provider call, before the ack, p = 2 %.
+    Crash,
+    /// 200,000 with a window too short: the projected-breach alarm must fire first.
+    Overload,
+}
+
+impl Scenario {
+    /// Every scenario this build simulates.
+    pub const ALL: [Scenario; 5] = [Self::Normal, Self::Throttle, Self::Poison, Self::Crash, Self::Overload];
+
+    /// Parses a `--scenario` value.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|x| x.name() == s)
+    }
+
+    /// The scenario's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Normal => "normal",
+            Self::Throttle => "throttle",
+            Self::Poison => "poison",
+            Self::Crash => "crash",
+            Self::Overload => "overload",
+        }
+    }
+
+    /// Default reminder count.
+    pub const fn default_reminders(self) -> usize {
+        match self {
+            Self::Overload => 200_000,
+            _ => 12_000,
+        }
+    }
+}
+
+/// Simulation parameters.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Scenario.
+    pub scenario: Scenario,
+    /// Reminders, all due at T0.
+    pub reminders: usize,
+    /// Provider quota, calls/s.
+    pub quota: f64,
+    /// Concurrent workers.
+    pub concurrency: usize,
+    /// Seed.
+    pub seed: u64,
+    /// Provider latency.
+    pub latency: Duration,
+    /// Per-record cost besides the provider call.
+    pub overhead: Duration,
+    /// Fraction of receives that also leave a duplicate copy (SQS at-least-once).
+    pub duplicate_fraction: f64,
+}
+
+impl SimConfig {
+    /// The scenario's defaults.
+    pub fn new(scenario: Scenario) -> Self {
+        Self {
+            scenario,
+            reminders: scenario.default_reminders(),
+            quota: 100.0,
+            concurrency: 10,
+            seed: 1,
+            latency: Duration::from_millis(80),
+            overhead: Duration::from_millis(10),
+            duplicate_fraction: 0.001,
+        }
+    }
+
+    fn window(&self) -> TimeDelta {
+        match self.scenario {
+            // 30 minutes for a backlog that needs more than that at the quota.
+            Scenario::Overload => TimeDelta::minutes(30),
+            _ => TimeDelta::hours(4),
+        }
+    }
+
+    fn quota_at(&self, since_start: Duration) -> f64 {
+        match self.scenario {
+            Scenario::Throttle if (60..360).contains(&since_start.as_secs()) => self.quota / 2.0,
+            _ => self.quota,
+        }
+    }
+}
+
+/// The report (`--json` keys are a contract).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct SimReport {
+    /// Reminders.
+    pub reminders: usize,
+    /// Reminders delivered (at least once).
+    pub delivered: u64,
+    /// Deliveries beyond the first of a reminder (the provider performed them twice).
+    pub duplicates: u64,
+    /// Delivered at or after `deliver_by`, or never delivered because it expired.
+    pub late: u64,
+    /// Expired.
+    pub expired: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+    /// DLQ by reason.
+    pub dead_lettered: BTreeMap<String, u64>,
+    /// In no terminal state and not on the queue at the end.
+    pub lost: u64,
+    /// Provider requests.
+    pub provider_calls: u64,
+    /// Provider 429 answers.
+    pub provider_429: u64,
+    /// T0 → last delivery.
+    pub drain_seconds: f64,
+    /// Deliverable reminders ÷ quota.
+    pub floor_seconds: f64,
+    /// floor ÷ drain.
+    pub utilisation: f64,
+    /// Provider requests ÷ distinct deliveries.
+    pub retry_amplification: f64,
+    /// Longest wait past `deliver_after` of any delivered reminder.
+    pub max_oldest_age_seconds: f64,
+    /// When the projected-breach alarm first fired (seconds after T0), if it did.
+    pub alarm_first_fired_seconds: Option<f64>,
+    /// When the first reminder became late (seconds after T0), if one did.
+    pub first_late_seconds: Option<f64>,
+    /// Late reminders under the earliest-deadline-first optimum at the same quota.
+    pub edf_late: u64,
+    /// Healthy (well-formed) reminders that ended in the DLQ.
+    pub healthy_dead_lettered: u64,
+    /// Virtual seconds simulated.
+    pub simulated_seconds: f64,
+    /// Not modelled yet (issue 4's cost model is open): always `null`.
+    pub cost_per_million_usd: Option<f64>,
+}
+
+// ---- SQS model ------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+struct SimMsg {
+    body: String,
+    receive_count: u32,
+    generation: u64,
+}
+
+/// The in-memory SQS standard queue.
+#[derive(Debug, Default)]
+struct QueueState {
+    next_id: u64,
+    msgs: HashMap<u64, SimMsg>,
+    ready: Vec<u64>,
+    /// (visible at ms, id, generation).
+    waiting: BinaryHeap<Reverse<(i64, u64, u64)>>,
+    dlq: Vec<(String, ReasonCode, bool)>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct SimQueue {
+    state: Arc<Mutex<QueueState>>,
+}
+
+impl SimQueue {
+    fn push(&self, body: String, visible_at: DateTime<Utc>) {
+        let mut s = lock(&self.state);
+        let id = s.next_id;
+        s.next_id += 1;
+        s.msgs.insert(id, SimMsg { body, receive_count: 0, generation: 0 });
+        s.waiting.push(Reverse((visible_at.timestamp_millis(), id, 0)));
+    }
+
+    fn promote(s: &mut QueueState, now_ms: i64) {
+        while let Some(Reverse((at, id, generation))) = s.waiting.peek().copied() {
+            if at > now_ms {
+                break;
+            }
+            s.waiting.pop();
+            if s.msgs.get(&id).is_some_and(|m| m.generation == generation) {
+                s.ready.push(id);
+            }
+        }
+    }
+
+    /// Receives up to 10 random ready messages; each becomes invisible for `vt`.
+    fn receive(&self, now: DateTime<Utc>, vt: Duration, dup: f64, rng: &mut SplitMix64) -> Vec<(u64, String, u32)> {
+        let mut s = lock(&self.state);
+        let now_ms = now.timestamp_millis();
+        Self::promote(&mut s, now_ms);
+        let mut out = Vec::new();
+        while out.len() < 10 && !s.ready.is_empty() {
+            let i = (rng.next_u64() % s.ready.len() as u64) as usize;
+            let id = s.ready.swap_remove(i);
+            let again = now_ms + vt.as_millis() as i64;
+            let (body, count, generation) = {
+                let Some(m) = s.msgs.get_mut(&id) else { continue };
+                m.receive_count += 1;
+                m.generation += 1;
+                (m.body.clone(), m.receive_count, m.generation)
+            };
+            s.waiting.push(Reverse((again, id, generation)));
+            if rng.next_unit() < dup {
+                // At-least-once: SQS also hands out a copy.
+                let cid = s.next_id;
+                s.next_id += 1;
+                s.msgs.insert(cid, SimMsg { body: body.clone(), receive_count: 0, generation: 0 });
+                s.ready.push(cid);
+            }
+            out.push((id, body, count));
+        }
+        out
+    }
+
+    fn delete(&self, id: u64) {
+        lock(&self.state).msgs.remove(&id);
+    }
+
+    fn depth(&self) -> usize {
+        lock(&self.state).msgs.len()
+    }
+
+    fn next_visible(&self) -> Option<i64> {
+        let s = lock(&self.state);
+        if !s.ready.is_empty() {
+            return Some(i64::MIN);
+        }
+        s.waiting.peek().map(|Reverse((at, _, _))| *at)
+    }
+}
+
+impl SendQueue for SimQueue {
+    async fn requeue(&self, msg: &ReminderMessage, delay: Duration) -> Result<(), QueueError> {
+        // The real adapter rounds up to whole seconds; so does the model.
+        let secs = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+        let now = NOW.with(|n| *n.borrow());
+        self.push(msg.encode(), now + TimeDelta::seconds(secs.min(900) as i64));
+        Ok(())
+    }
+
+    async fn dead_letter(&self, q: &Quarantine<'_>) -> Result<(), QueueError> {
+        let healthy = ReminderMessage::decode(q.body).is_ok();
+        lock(&self.state).dlq.push((q.body.to_owned(), q.reason, healthy));
+        Ok(())
+    }
+}
+
+thread_local! {
+    /// The virtual now, for the queue's requeue (the port has no clock argument).
+    static NOW: std::cell::RefCell<DateTime<Utc>> = const { std::cell::RefCell::new(DateTime::<Utc>::UNIX_EPOCH) };
+}
+
+// ---- provider model --------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct ProviderState {
+    tokens: f64,
+    at: Option<DateTime<Utc>>,
+    accepted: HashMap<String, u32>,
+    calls: u64,
+    throttled: u64,
+    duplicate_deliveries: u64,
+    duplicate_key_attempts: u64,
+    first_accept: Option<DateTime<Utc>>,
+    last_accept: Option<DateTime<Utc>>,
+    per_second: BTreeMap<i64, u64>,
+}
+
+#[derive(Debug, Clone)]
+struct SimProvider {
+    state: Arc<Mutex<ProviderState>>,
+    clock: ManualClock,
+    config: SimConfig,
+    t0: DateTime<Utc>,
+    burst: f64,
+}
+
+impl SimProvider {
+    /// One call: `key` is `None` for clients that send no idempotency key.
+    fn call(&self, key: Option<&str>, reminder: &str) -> ProviderOutcome {
+        let now = self.clock.now();
+        let quota = self.config.quota_at(until(self.t0, now));
+        let mut s = lock(&self.state);
+        s.calls += 1;
+        let dt = s.at.map_or(0.0, |a| until(a, now).as_secs_f64());
+        s.tokens = if s.at.is_none() { self.burst } else { (s.tokens + dt * quota).min(self.burst) };
+        s.at = Some(now.max(s.at.unwrap_or(now)));
+        if let Some(k) = key
+            && s.accepted.contains_key(k)
+        {
+            s.duplicate_key_attempts += 1;
+            return ProviderOutcome::Accepted { status: 200, receipt: None };
+        }
+        if s.tokens < 1.0 {
+            s.throttled += 1;
+            let wait = ((1.0 - s.tokens) / quota).ceil().max(1.0) as u64;
+            return ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(wait)) };
+        }
+        s.tokens -= 1.0;
+        // A keyless client cannot be deduplicated: a second acceptance of the same reminder is
+        // a second delivery to the recipient.
+        let seen = s.accepted.entry(key.unwrap_or(reminder).to_owned()).or_insert(0);
+        *seen += 1;
+        if *seen > 1 {
+            s.duplicate_deliveries += 1;
+        }
+        s.first_accept.get_or_insert(now);
+        s.last_accept = Some(now);
+        *s.per_second.entry(until(self.t0, now).as_secs() as i64).or_default() += 1;
+        ProviderOutcome::Accepted { status: 202, receipt: None }
+    }
+}
+
+impl Provider for SimProvider {
+    async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
+        let key = req.message.reminder_id.idempotency_key();
+        let outcome = self.call(Some(key.as_str()), req.message.reminder_id.as_str());
+        self.clock.sleep(self.config.latency.min(req.timeout)).await;
+        Ok(outcome)
+    }
+}
+
+// ---- crash model -----------------------------------------------------------------------------
+
+/// A ledger whose `delivered` write is lost with probability `p` (the worker died after the
+/// provider accepted and before the ledger write and the ack).
+#[derive(Debug, Clone)]
+struct Crashing {
+    inner: MemoryLedger,
+    p: f64,
+    rng: Arc<Mutex<SplitMix64>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("simulated crash after the provider call")]
+struct Crashed;
+
+impl Ledger for Crashing {
+    async fn claim(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<ClaimView, LedgerError> {
+        self.inner.claim(msg, owner, now, lease_until).await
+    }
+
+    async fn settle(
+        &self,
+        msg: &ReminderMessage,
+        owner: Option<&OwnerToken>,
+        now: DateTime<Utc>,
+        s: &Settlement,
+    ) -> Result<SettleOutcome, LedgerError> {
+        if s.state == ReminderState::Delivered && lock(&self.rng).next_unit() < self.p {
+            return Err(LedgerError::Unknown(Box::new(Crashed)));
+        }
+        self.inner.settle(msg, owner, now, s).await
+    }
+
+    async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
+        self.inner.get(id).await
+    }
+}
+
+// ---- the run ----------------------------------------------------------------------------------
+
+/// Which worker runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Worker {
+    /// punctual's sender service.
+    Punctual,
+    /// The common naive worker: fixed concurrency, fixed 30 s nack, no limiter, no deadline
+    /// checks, no idempotency.
+    Naive,
+}
+
+fn t0() -> DateTime<Utc> {
+    DateTime::<Utc>::from_timestamp(1_796_115_600, 0).unwrap_or(DateTime::<Utc>::UNIX_EPOCH) // 2026-12-01T09:00:00Z
+}
+
+/// Builds the reminders of a scenario: all due at T0, 1 % malformed for `poison`.
+fn bodies(config: &SimConfig, rng: &mut SplitMix64) -> Vec<(String, Option<ReminderMessage>)> {
+    (0..config.reminders)
+        .map(|i| {
+            if config.scenario == Scenario::Poison && rng.next_unit() < 0.01 {
+                return (format!("{{\"v\":1,\"reminder_id\":\"bad-{i}\"}}"), None);
+            }
+            let m = crate::testing::message(&format!("sim-{i}"), t0(), t0() + config.window());
+            (m.encode(), Some(m))
+        })
+        .collect()
+}
+
+/// Late reminders under earliest-deadline-first at the quota (the optimum for one server).
+pub fn edf_late(deadlines: &mut [DateTime<Utc>], start: DateTime<Utc>, quota: f64) -> u64 {
+    deadlines.sort();
+    deadlines
+        .iter()
+        .enumerate()
+        .filter(|(k, by)| start + TimeDelta::milliseconds(((*k as f64 + 1.0) / quota * 1000.0) as i64) >= **by)
+        .count() as u64
+}
+
+/// Runs one simulation.
+pub fn run(config: &SimConfig, worker: Worker) -> SimReport {
+    let mut rng = SplitMix64::new(config.seed);
+    let clock = ManualClock::new(t0());
+    let queue = SimQueue::default();
+    let provider = SimProvider {
+        state: Arc::default(),
+        clock: clock.clone(),
+        config: config.clone(),
+        t0: t0(),
+        burst: (config.quota / 10.0).max(1.0),
+    };
+    let msgs = bodies(config, &mut rng);
+    let mut deadlines: Vec<DateTime<Utc>> = msgs.iter().filter_map(|(_, m)| m.as_ref().map(|m| m.deliver_by)).collect();
+    let healthy = deadlines.len();
+    let edf = edf_late(&mut deadlines, t0(), config.quota);
+
+    // The scheduler's projected-breach computation, on the same backlog (core code).
+    let due = MemoryDueStore::new(1);
+    for (_, m) in &msgs {
+        if let Some(m) = m {
+            due.insert(Pending {
+                tenant_id: m.tenant_id.clone(),
+                renewal_id: m.renewal_id.clone(),
+                kind: m.kind.clone(),
+                reminder_id: m.reminder_id.clone(),
+                deliver_after: m.deliver_after,
+                deliver_by: m.deliver_by,
+            });
+        }
+    }
+    let scheduler = Scheduler::new(
+        due,
+        MemoryRelease::default(),
+        clock.clone(),
+        SchedulerSettings {
+            sustainable_rate: config.quota * 0.97,
+            page_size: config.reminders.max(1),
+            ..SchedulerSettings::default()
+        },
+    );
+    let tick = block_on(scheduler.tick(t0() + TimeDelta::hours(1)));
+    let alarm = tick.as_ref().is_ok_and(|r| r.projected_breach).then_some(0.0);
+    for (body, _) in &msgs {
+        queue.push(body.clone(), t0());
+    }
+
+    let ledger = Crashing {
+        inner: MemoryLedger::new(),
+        p: if config.scenario == Scenario::Crash { 0.02 } else { 0.0 },
+        rng: Arc::new(Mutex::new(SplitMix64::new(config.seed ^ 0xc4a5))),
+    };
+    let sender = Sender::new(
+        ledger.clone(),
+        AllActive,
+        TokenBucket::new(config.quota, 2.0, clock.clone()),
+        provider.clone(),
+        queue.clone(),
+        clock.clone(),
+        SenderSettings::default(),
+        config.seed,
+    );
+    let vt = Duration::from_secs(30);
+    let max_receives = 5;
+    // Worker timelines: (next action ms, worker id).
+    let mut heap: BinaryHeap<Reverse<(i64, usize)>> =
+        (0..config.concurrency).map(|w| Reverse((t0().timestamp_millis(), w))).collect();
+    let mut batches: Vec<Vec<(u64, String, u32)>> = vec![Vec::new(); config.concurrency];
+    let horizon = t0() + config.window() * 3;
+    let mut delivered_at: HashMap<String, DateTime<Utc>> = HashMap::new();
+    while let Some(Reverse((at_ms, w))) = heap.pop() {
+        let Some(now) = DateTime::<Utc>::from_timestamp_millis(at_ms) else { break };
+        if now > horizon {
+            break;
+        }
+        clock.set(now);
+        NOW.with(|n| *n.borrow_mut() = now);
+        if batches[w].is_empty() {
+            batches[w] = queue.receive(now, vt, config.duplicate_fraction, &mut rng);
+            if batches[w].is_empty() {
+                if queue.depth() == 0 {
+                    continue; // this worker retires
+                }
+                let next = queue.next_visible().map_or(at_ms + 1000, |v| v.max(at_ms + 20));
+                heap.push(Reverse((next, w)));
+                continue;
+            }
+            batches[w].reverse();
+        }
+        let Some((id, body, receive_count)) = batches[w].pop() else { continue };
+        if receive_count > max_receives {
+            // The redrive policy moves it (the crash backstop / the naive worker's only DLQ path).
+            lock(&queue.state).dlq.push((
+                body.clone(),
+                ReasonCode::ReceiveCountBackstop,
+                ReminderMessage::decode(&body).is_ok(),
+            ));
+            queue.delete(id);
+            heap.push(Reverse((at_ms, w)));
+            continue;
+        }
+        match worker {
+            Worker::Punctual => {
+                let deadline = now + TimeDelta::seconds(60);
+                let result = block_on(sender.process(Received { message_id: &id.to_string(), body: &body }, deadline));
+                if let Ok(p) = &result {
+                    if let (Disposition::Delivered { .. }, Some(rid)) = (&p.disposition, &p.reminder_id) {
+                        delivered_at.entry(rid.to_string()).or_insert(clock.now());
+                    }
+                    queue.delete(id);
+                }
+            }
+            Worker::Naive => {
+                let decoded = ReminderMessage::decode(&body).ok();
+                let reminder = decoded.as_ref().map_or_else(|| format!("poison-{id}"), |m| m.reminder_id.to_string());
+                let outcome = if decoded.is_some() {
+                    provider.call(None, &reminder)
+                } else {
+                    ProviderOutcome::Permanent { status: 400 }
+                };
+                clock.advance(config.latency);
+                let crashed = config.scenario == Scenario::Crash && rng.next_unit() < 0.02;
+                if matches!(outcome, ProviderOutcome::Accepted { .. }) {
+                    delivered_at.entry(reminder).or_insert(clock.now());
+                    if !crashed {
+                        queue.delete(id);
+                    }
+                }
+                // Anything else: a fixed 30 s nack (the visibility timeout) and try again.
+            }
+        }
+        let next = clock.now() + TimeDelta::from_std(config.overhead).unwrap_or_default();
+        heap.push(Reverse((next.timestamp_millis(), w)));
+    }
+
+    // Accounting.
+    let p = lock(&provider.state);
+    let q = lock(&queue.state);
+    let mut report = SimReport {
+        reminders: config.reminders,
+        edf_late: edf,
+        alarm_first_fired_seconds: alarm,
+        ..SimReport::default()
+    };
+    let mut late_times: Vec<f64> = Vec::new();
+    let mut max_age: f64 = 0.0;
+    let mut last: Option<DateTime<Utc>> = None;
+    for (_, m) in msgs.iter() {
+        let Some(m) = m else { continue };
+        match delivered_at.get(m.reminder_id.as_str()) {
+            Some(at) => {
+                report.delivered += 1;
+                last = Some(last.map_or(*at, |l| l.max(*at)));
+                max_age = max_age.max(until(m.deliver_after, *at).as_secs_f64());
+                if *at >= m.deliver_by {
+                    report.late += 1;
+                    late_times.push(until(t0(), m.deliver_by).as_secs_f64());
+                }
+            }
+            None => {
+                report.late += 1;
+                late_times.push(until(t0(), m.deliver_by).as_secs_f64());
+            }
+        }
+    }
+    let mut healthy_dead = HashSet::new();
+    let mut in_dlq = HashSet::new();
+    for (body, reason, is_healthy) in q.dlq.iter() {
+        *report.dead_lettered.entry(reason.as_str().to_owned()).or_default() += 1;
+        in_dlq.insert(body.as_str());
+        if *is_healthy && *reason != ReasonCode::BusinessDeadlineExpired {
+            healthy_dead.insert(body.as_str());
+        }
+    }
+    report.healthy_dead_lettered = healthy_dead.len() as u64;
+    let on_queue: HashSet<&str> = q.msgs.values().map(|m| m.body.as_str()).collect();
+    for (body, m) in &msgs {
+        let state = m.as_ref().and_then(|m| block_on(ledger.inner.get(&m.reminder_id)).ok().flatten()).map(|r| r.state);
+        if state == Some(ReminderState::Expired) {
+            report.expired += 1;
+        }
+        let delivered = m.as_ref().is_some_and(|m| delivered_at.contains_key(m.reminder_id.as_str()));
+        let terminal = matches!(state, Some(ReminderState::Expired | ReminderState::DeadLettered));
+        if !delivered && !terminal && !in_dlq.contains(body.as_str()) && !on_queue.contains(body.as_str()) {
+            report.lost += 1;
+        }
+    }
+    report.duplicates = p.duplicate_deliveries;
+    report.provider_calls = p.calls;
+    report.provider_429 = p.throttled;
+    report.drain_seconds = last.map_or(0.0, |l| until(t0(), l).as_secs_f64());
+    report.floor_seconds = healthy as f64 / config.quota;
+    report.utilisation =
+        if report.drain_seconds > 0.0 { (report.floor_seconds / report.drain_seconds).min(1.0) } else { 0.0 };
+    report.retry_amplification = if report.delivered > 0 { p.calls as f64 / report.delivered as f64 } else { 0.0 };
+    report.max_oldest_age_seconds = max_age;
+    report.first_late_seconds = late_times.iter().copied().reduce(f64::min);
+    report.simulated_seconds = until(t0(), clock.now()).as_secs_f64();
+    report
+}
+
+/// Polls a future whose every await is ready (in-memory ports, manual clock) to completion.
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    use std::task::{Context, Poll, Waker};
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}

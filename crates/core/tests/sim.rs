@@ -1,0 +1,68 @@
+//! The simulator's scenarios against the targets of the runbook, with punctual and the naive
+//! baseline side by side on the same seed.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use punctual_core::sim::{Scenario, SimConfig, Worker, run};
+
+fn both(scenario: Scenario, reminders: usize) -> (punctual_core::sim::SimReport, punctual_core::sim::SimReport) {
+    let config = SimConfig { reminders, ..SimConfig::new(scenario) };
+    let p = run(&config, Worker::Punctual);
+    let n = run(&config, Worker::Naive);
+    if std::env::var("PUNCTUAL_SIM_PRINT").is_ok() {
+        eprintln!("{scenario:?} punctual {p:#?}\nnaive {n:#?}");
+    }
+    (p, n)
+}
+
+#[test]
+fn normal_drains_at_the_quota_with_nothing_late_or_lost() {
+    let (p, n) = both(Scenario::Normal, 12_000);
+    assert_eq!((p.delivered, p.late, p.lost, p.duplicates), (12_000, 0, 0, 0), "{p:#?}");
+    assert!(p.utilisation >= 0.98, "utilisation {}", p.utilisation);
+    assert!(p.drain_seconds <= 1.02 * p.floor_seconds, "drain {} floor {}", p.drain_seconds, p.floor_seconds);
+    assert!(
+        n.provider_429 > p.provider_429,
+        "the naive worker floods the provider: {} vs {}",
+        n.provider_429,
+        p.provider_429
+    );
+}
+
+#[test]
+fn crash_loses_nothing_and_delivers_nothing_twice() {
+    let (p, n) = both(Scenario::Crash, 5_000);
+    assert_eq!((p.delivered, p.duplicates, p.lost), (5_000, 0, 0), "{p:#?}");
+    assert!(n.duplicates > 0, "without idempotency a crash after the call re-sends: {n:#?}");
+}
+
+#[test]
+fn poison_is_dead_lettered_as_malformed_and_the_rest_delivered() {
+    let (p, _) = both(Scenario::Poison, 5_000);
+    let malformed = p.dead_lettered.get("malformed").copied().unwrap_or(0);
+    assert!(malformed > 0);
+    assert_eq!(p.delivered + malformed, 5_000, "{p:#?}");
+    assert_eq!((p.lost, p.healthy_dead_lettered), (0, 0));
+}
+
+#[test]
+fn throttle_costs_few_retries_and_no_healthy_reminder_in_the_dlq() {
+    let (p, n) = both(Scenario::Throttle, 30_000);
+    assert!(p.retry_amplification <= 1.02, "amplification {}: {p:#?}", p.retry_amplification);
+    assert_eq!((p.healthy_dead_lettered, p.lost), (0, 0), "{p:#?}");
+    assert!(n.retry_amplification > p.retry_amplification);
+}
+
+#[test]
+fn overload_fires_the_alarm_before_the_first_reminder_is_late() {
+    let (p, _) = both(Scenario::Overload, 200_000);
+    let alarm = p.alarm_first_fired_seconds.expect("alarm fired");
+    let late = p.first_late_seconds.expect("some are late");
+    assert!(alarm < late, "alarm {alarm} first late {late}");
+}
+
+#[test]
+fn the_same_seed_gives_the_same_report() {
+    let config = SimConfig { reminders: 2_000, ..SimConfig::new(Scenario::Crash) };
+    assert_eq!(run(&config, Worker::Punctual), run(&config, Worker::Punctual));
+}
