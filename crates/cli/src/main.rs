@@ -82,6 +82,9 @@ enum Command {
         /// Also run this baseline on the same scenario and seed (only `naive`).
         #[arg(long)]
         baseline: Option<String>,
+        /// Draw backlog, delivered/s against the quota, and late reminders over time to a PNG.
+        #[arg(long)]
+        chart: Option<PathBuf>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -211,7 +214,7 @@ async fn main() -> ExitCode {
                 Err(e) => fail(&e),
             },
         },
-        Command::Simulate { scenario, reminders, quota, concurrency, seed, baseline, json } => {
+        Command::Simulate { scenario, reminders, quota, concurrency, seed, baseline, chart, json } => {
             use punctual_core::sim::{Scenario, SimConfig, Worker, run as simulate};
             let Some(sc) = Scenario::parse(&scenario) else {
                 let names: Vec<_> = Scenario::ALL.iter().map(|s| s.name()).collect();
@@ -238,9 +241,20 @@ async fn main() -> ExitCode {
             };
             let report = simulate(&config, Worker::Punctual);
             let mut value = serde_json::to_value(&report).unwrap_or_default();
-            if baseline.is_some() {
-                let naive = simulate(&config, Worker::Naive);
-                value["baseline"] = serde_json::to_value(&naive).unwrap_or_default();
+            let naive = baseline.is_some().then(|| simulate(&config, Worker::Naive));
+            if let Some(n) = &naive {
+                value["baseline"] = serde_json::to_value(n).unwrap_or_default();
+            }
+            if let Some(path) = &chart {
+                let title = format!(
+                    "punctual simulate --scenario {} ({} reminders, quota {quota}/s)",
+                    sc.name(),
+                    config.reminders
+                );
+                if let Err(e) = punctual::simulate_chart::draw(path, &title, &report, naive.as_ref()) {
+                    return fail(&e);
+                }
+                eprintln!("chart written to {}", path.display());
             }
             if json {
                 println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());

@@ -92,6 +92,47 @@ pub struct RunReport {
     pub wall_seconds: f64,
     /// Import time.
     pub import_seconds: f64,
+    /// The PNG chart (backlog, delivered/s against the quota, oldest age), when written.
+    pub chart: Option<String>,
+}
+
+/// One progress sample.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    t: f64,
+    backlog: f64,
+    delivered: f64,
+    oldest_age: f64,
+}
+
+fn draw_run_chart(path: &std::path::Path, quota: f64, samples: &[Sample]) -> Result<(), crate::chart::ChartError> {
+    use crate::chart::{Line, PUNCTUAL, Panel, REFERENCE, draw};
+    let rate: Vec<(f64, f64)> =
+        samples.windows(2).map(|w| (w[1].t, (w[1].delivered - w[0].delivered) / (w[1].t - w[0].t).max(1e-3))).collect();
+    let line = |label: &str, points: Vec<(f64, f64)>, color| Line { label: label.into(), points, color };
+    let end = samples.last().map_or(1.0, |s| s.t);
+    draw(
+        path,
+        "punctual run",
+        &[
+            Panel {
+                title: "backlog (messages on the send queue)".into(),
+                lines: vec![line("backlog", samples.iter().map(|s| (s.t, s.backlog)).collect(), PUNCTUAL)],
+            },
+            Panel {
+                title: "delivered per second".into(),
+                lines: vec![
+                    line("delivered/s", rate, PUNCTUAL),
+                    line("quota", vec![(0.0, quota), (end, quota)], REFERENCE),
+                ],
+            },
+            Panel {
+                title: "oldest due, undelivered (seconds)".into(),
+                lines: vec![line("oldest age", samples.iter().map(|s| (s.t, s.oldest_age)).collect(), PUNCTUAL)],
+            },
+        ],
+        None,
+    )
 }
 
 impl RunReport {
@@ -110,7 +151,8 @@ impl RunReport {
              provider calls    {} ({} answered 429, retry amplification {:.3})\n\
              drain             {:.1} s (floor {:.1} s) → utilisation {:.3}\n\
              max oldest age    {:.1} s\n\
-             wall time         {:.1} s (import {:.1} s)\n",
+             wall time         {:.1} s (import {:.1} s)\n\
+             chart             {}\n",
             self.reminders,
             self.delivered,
             self.duplicates,
@@ -128,6 +170,7 @@ impl RunReport {
             self.max_oldest_age_seconds,
             self.wall_seconds,
             self.import_seconds,
+            self.chart.as_deref().unwrap_or("not written"),
         )
     }
 }
@@ -333,12 +376,15 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     };
 
     let n = opts.reminders as u64;
+    // Every generated renewal is due at the minute the run started.
+    let due_at = import_started;
     let monitor = async {
         let limit = Duration::from_secs_f64(n as f64 / opts.quota * 4.0 + 120.0);
         let loop_started = Instant::now();
         let mut interrupted = false;
         let mut last_depth_check = Instant::now() - Duration::from_secs(10);
         let mut depth = punctual_aws::sqs::Depth { visible: u64::MAX, ..Default::default() };
+        let mut samples: Vec<Sample> = Vec::new();
         loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => { interrupted = true; }
@@ -357,6 +403,14 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
                     .await
                     .unwrap_or(punctual_aws::sqs::Depth { visible: u64::MAX, ..Default::default() });
                 last_depth_check = Instant::now();
+            }
+            if depth.visible != u64::MAX {
+                samples.push(Sample {
+                    t: loop_started.elapsed().as_secs_f64(),
+                    backlog: depth.total() as f64,
+                    delivered: s.accepted as f64,
+                    oldest_age: if s.accepted + dlq < n { due_at.elapsed().as_secs_f64() } else { 0.0 },
+                });
             }
             if opts.progress {
                 let elapsed = loop_started.elapsed().as_secs_f64();
@@ -385,9 +439,9 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             eprintln!();
         }
         stop.store(true, Ordering::Relaxed);
-        interrupted
+        (interrupted, samples)
     };
-    let ((), sched_expired, interrupted) = tokio::join!(pollers, ticks, monitor);
+    let ((), sched_expired, (interrupted, samples)) = tokio::join!(pollers, ticks, monitor);
     if interrupted {
         return Err(RunError::Interrupted);
     }
@@ -416,7 +470,13 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         (Some(a), Some(b)) => (b - a) as f64 / 1000.0 + 1.0 / opts.quota,
         _ => 0.0,
     };
+    let chart = std::path::PathBuf::from("target/run/chart.png");
+    let chart_written = draw_run_chart(&chart, opts.quota, &samples).map(|()| chart.display().to_string());
+    if let Err(e) = &chart_written {
+        eprintln!("punctual run: {e}");
+    }
     Ok(RunReport {
+        chart: chart_written.ok(),
         reminders: opts.reminders,
         delivered,
         duplicates: s.duplicate_key_attempts,

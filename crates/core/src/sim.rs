@@ -187,6 +187,22 @@ pub struct SimReport {
     pub simulated_seconds: f64,
     /// Not modelled yet (issue 4's cost model is open): always `null`.
     pub cost_per_million_usd: Option<f64>,
+    /// Time series for charts (not part of the JSON report).
+    #[serde(skip)]
+    pub timeline: Timeline,
+}
+
+/// Per-second series of a run, seconds after T0.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Timeline {
+    /// Messages on the queue (ready + in flight + delayed).
+    pub backlog: Vec<(f64, f64)>,
+    /// Provider acceptances per second.
+    pub delivered_per_second: Vec<(f64, f64)>,
+    /// Reminders late so far.
+    pub late_cumulative: Vec<(f64, f64)>,
+    /// The provider's quota over time.
+    pub quota: Vec<(f64, f64)>,
 }
 
 // ---- SQS model ------------------------------------------------------------------------------
@@ -525,10 +541,16 @@ pub fn run(config: &SimConfig, worker: Worker) -> SimReport {
     let mut batches: Vec<Vec<(u64, String, u32)>> = vec![Vec::new(); config.concurrency];
     let horizon = t0() + config.window() * 3;
     let mut delivered_at: HashMap<String, DateTime<Utc>> = HashMap::new();
+    let mut backlog: Vec<(f64, f64)> = Vec::new();
+    let mut next_sample = t0();
     while let Some(Reverse((at_ms, w))) = heap.pop() {
         let Some(now) = DateTime::<Utc>::from_timestamp_millis(at_ms) else { break };
         if now > horizon {
             break;
+        }
+        while next_sample <= now {
+            backlog.push((until(t0(), next_sample).as_secs_f64(), queue.depth() as f64));
+            next_sample += TimeDelta::seconds(1);
         }
         clock.set(now);
         NOW.with(|n| *n.borrow_mut() = now);
@@ -653,6 +675,26 @@ pub fn run(config: &SimConfig, worker: Worker) -> SimReport {
     report.max_oldest_age_seconds = max_age;
     report.first_late_seconds = late_times.iter().copied().reduce(f64::min);
     report.simulated_seconds = until(t0(), clock.now()).as_secs_f64();
+    late_times.sort_by(f64::total_cmp);
+    let end = report.simulated_seconds.max(report.drain_seconds).ceil();
+    // A step function: flat until each reminder's deadline passes, then one higher.
+    let mut late_cumulative: Vec<(f64, f64)> = vec![(0.0, 0.0)];
+    for (i, t) in late_times.iter().enumerate() {
+        late_cumulative.push((*t, i as f64));
+        late_cumulative.push((*t, (i + 1) as f64));
+    }
+    late_cumulative.push((end.max(late_times.last().copied().unwrap_or(0.0)), late_times.len() as f64));
+    let last_second = p.per_second.keys().next_back().copied().unwrap_or(0);
+    report.timeline = Timeline {
+        backlog,
+        delivered_per_second: (0..=last_second)
+            .map(|s| (s as f64, p.per_second.get(&s).copied().unwrap_or(0) as f64))
+            .collect(),
+        late_cumulative,
+        quota: (0..=report.simulated_seconds.ceil() as u64)
+            .map(|s| (s as f64, config.quota_at(Duration::from_secs(s))))
+            .collect(),
+    };
     report
 }
 
