@@ -94,26 +94,11 @@ impl Stack {
     }
 }
 
-/// Builds the `SqsEvent` Lambda would deliver for these messages (through JSON: the event types
-/// are `#[non_exhaustive]`).
+/// Builds the `SqsEvent` Lambda would deliver for these messages.
 pub fn sqs_event(messages: &[Received], queue_arn: &str) -> Result<SqsEvent, serde_json::Error> {
-    let records: Vec<serde_json::Value> = messages
-        .iter()
-        .map(|m| {
-            serde_json::json!({
-                "messageId": m.message_id,
-                "receiptHandle": m.receipt_handle,
-                "body": m.body,
-                "attributes": {
-                    "ApproximateReceiveCount": m.receive_count.to_string(),
-                    "SentTimestamp": m.sent_at.map(|t| t.timestamp_millis().to_string()).unwrap_or_default(),
-                },
-                "messageAttributes": {},
-                "eventSource": "aws:sqs",
-                "eventSourceARN": queue_arn,
-                "awsRegion": "us-east-1",
-            })
-        })
-        .collect();
-    serde_json::from_value(serde_json::json!({ "Records": records }))
+    let records = messages.iter().map(|m| {
+        let (message_id, receipt_handle, body, receive_count, sent_at_ms) = m.parts();
+        punctual_lambda::batch::ReceivedRecord { message_id, receipt_handle, body, receive_count, sent_at_ms }
+    });
+    punctual_lambda::batch::sqs_event(records, queue_arn)
 }

@@ -99,6 +99,19 @@ pub struct Received {
     pub attributes: Vec<(String, String)>,
 }
 
+impl Received {
+    /// This message as the parts a Lambda SQS record carries.
+    pub fn parts(&self) -> (&str, &str, &str, u32, Option<i64>) {
+        (
+            &self.message_id,
+            &self.receipt_handle,
+            &self.body,
+            self.receive_count,
+            self.sent_at.map(|t| t.timestamp_millis()),
+        )
+    }
+}
+
 /// The send queue and its DLQ.
 #[derive(Debug, Clone)]
 pub struct SqsQueues {

@@ -28,31 +28,17 @@ pub struct EsmStats {
     pub empty_receives: AtomicU64,
 }
 
-/// Builds the event Lambda would deliver (through JSON: the event types are non-exhaustive).
+/// The event Lambda would deliver for messages received from `queue_url`.
 pub fn sqs_event(
     messages: &[Received],
     queue_url: &str,
 ) -> Result<aws_lambda_events::event::sqs::SqsEvent, serde_json::Error> {
     let queue_name = queue_url.rsplit('/').next().unwrap_or_default();
-    let records: Vec<serde_json::Value> = messages
-        .iter()
-        .map(|m| {
-            serde_json::json!({
-                "messageId": m.message_id,
-                "receiptHandle": m.receipt_handle,
-                "body": m.body,
-                "attributes": {
-                    "ApproximateReceiveCount": m.receive_count.to_string(),
-                    "SentTimestamp": m.sent_at.map(|t| t.timestamp_millis().to_string()).unwrap_or_default(),
-                },
-                "messageAttributes": {},
-                "eventSource": "aws:sqs",
-                "eventSourceARN": format!("arn:aws:sqs:us-east-1:000000000000:{queue_name}"),
-                "awsRegion": "us-east-1",
-            })
-        })
-        .collect();
-    serde_json::from_value(serde_json::json!({ "Records": records }))
+    let records = messages.iter().map(|m| {
+        let (message_id, receipt_handle, body, receive_count, sent_at_ms) = m.parts();
+        punctual_lambda::batch::ReceivedRecord { message_id, receipt_handle, body, receive_count, sent_at_ms }
+    });
+    punctual_lambda::batch::sqs_event(records, &format!("arn:aws:sqs:us-east-1:000000000000:{queue_name}"))
 }
 
 /// Runs `concurrency` pollers until `stop` is set. Each invocation gets a 60 s deadline, like

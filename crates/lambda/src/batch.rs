@@ -7,6 +7,49 @@
 use std::future::Future;
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+
+/// What an event source knows of one received message.
+#[derive(Debug, Clone, Copy)]
+pub struct ReceivedRecord<'a> {
+    /// SQS message id.
+    pub message_id: &'a str,
+    /// Receipt handle.
+    pub receipt_handle: &'a str,
+    /// Body.
+    pub body: &'a str,
+    /// `ApproximateReceiveCount`.
+    pub receive_count: u32,
+    /// `SentTimestamp`, epoch milliseconds.
+    pub sent_at_ms: Option<i64>,
+}
+
+/// Builds the `SqsEvent` Lambda's event source mapping would deliver for these messages, for
+/// local event sources and tests. Through JSON, because the event types are
+/// `#[non_exhaustive]`.
+pub fn sqs_event<'a>(
+    records: impl IntoIterator<Item = ReceivedRecord<'a>>,
+    queue_arn: &str,
+) -> Result<SqsEvent, serde_json::Error> {
+    let records: Vec<serde_json::Value> = records
+        .into_iter()
+        .map(|m| {
+            serde_json::json!({
+                "messageId": m.message_id,
+                "receiptHandle": m.receipt_handle,
+                "body": m.body,
+                "attributes": {
+                    "ApproximateReceiveCount": m.receive_count.to_string(),
+                    "SentTimestamp": m.sent_at_ms.map(|t| t.to_string()).unwrap_or_default(),
+                },
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_arn,
+                "awsRegion": "us-east-1",
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({ "Records": records }))
+}
 use futures_util::stream::{self, StreamExt};
 
 /// Processes every record of `event` with at most `concurrency` in flight, and reports the
