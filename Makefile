@@ -13,7 +13,7 @@ DDB_LOCAL := .tools/dynamodb-local/DynamoDBLocal.jar
 HAVE_JAVA := $(shell command -v java >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && echo yes)
 CARGO ?= cargo
 
-.PHONY: help test run fmt-check clippy core-deps test-all lint-template tools clean
+.PHONY: help test run build invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean
 
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
@@ -58,7 +58,7 @@ lint-template: tools
 	$(VENV)/bin/cfn-lint infra/template.yaml
 	$(VENV)/bin/python tools/check_template.py infra/template.yaml
 
-test: fmt-check clippy core-deps test-all lint-template
+test: fmt-check clippy core-deps test-all lint-template invoke-smoke
 	@echo "==> make test: all checks passed"
 
 ## The whole pipeline on this machine (debug build, shared with `make test`; add
@@ -67,6 +67,30 @@ PROFILE ?= dev
 RUN_ARGS ?=
 run: tools
 	$(CARGO) run --locked --profile $(PROFILE) -p punctual -- run $(RUN_ARGS)
+
+## Lambda packages: one `bootstrap` per function under target/lambda/<fn>/, via cargo-lambda
+## (pinned, from PyPI, with zig as the cross linker). ARCH=arm64 needs the aarch64 target.
+ARCH ?= x86_64
+BUILD_STAMP := $(VENV)/.installed-build
+build-tools: $(BUILD_STAMP)
+$(BUILD_STAMP): tools/requirements-build.txt $(VENV_STAMP)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r tools/requirements-build.txt
+	@touch $@
+
+build: build-tools
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/cargo-lambda lambda build --release --locked \
+	  $(if $(filter arm64,$(ARCH)),--arm64,--x86-64) --bin sender --bin scheduler
+	@ls -l target/lambda/*/bootstrap
+
+## The real function binary under the Lambda runtime API with an event from events/:
+##   cargo run -p punctual -- local up; make invoke-sender EVENT=events/sender/due.json
+invoke-%: build-tools
+	tools/invoke.sh $* $(EVENT)
+
+## One smoke invocation in `make test`: the sender binary, as Lambda runs it, quarantines a
+## malformed message and answers with an empty batch-failure list.
+invoke-smoke: build-tools
+	tools/with-emulator.sh tools/invoke-smoke.sh
 
 clean:
 	rm -rf $(VENV) target
