@@ -180,12 +180,7 @@ impl Emulator {
 
     /// A DynamoDB client for this environment.
     pub fn dynamodb(&self, config: &SdkConfig) -> aws_sdk_dynamodb::Client {
-        match &self.dynamodb_endpoint {
-            Some(url) => aws_sdk_dynamodb::Client::from_conf(
-                aws_sdk_dynamodb::config::Builder::from(config).endpoint_url(url).build(),
-            ),
-            None => aws_sdk_dynamodb::Client::new(config),
-        }
+        dynamodb_client(config, self.dynamodb_endpoint.as_deref())
     }
 }
 
@@ -196,6 +191,50 @@ impl Drop for Emulator {
             let _ = child.wait();
         }
     }
+}
+
+/// A DynamoDB client on `config`, at `endpoint` when DynamoDB runs apart from the rest.
+pub fn dynamodb_client(config: &SdkConfig, endpoint: Option<&str>) -> aws_sdk_dynamodb::Client {
+    match endpoint {
+        Some(url) => aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(config).endpoint_url(url).build(),
+        ),
+        None => aws_sdk_dynamodb::Client::new(config),
+    }
+}
+
+/// The sender as `punctual run` and `punctual local drain` compose it: the real adapters on
+/// the local resources, one in-process bucket at the quota shared by every poller.
+pub type LocalSender = punctual_core::sender::Sender<
+    punctual_aws::ledger::DynamoLedger,
+    punctual_aws::renewals::DynamoRenewals,
+    punctual_core::limiter::TokenBucket<punctual_lambda::SystemClock>,
+    punctual_provider::HttpProvider,
+    punctual_aws::sqs::SqsQueues,
+    punctual_lambda::SystemClock,
+>;
+
+/// Composes the [`LocalSender`].
+pub fn local_sender(
+    ddb: &aws_sdk_dynamodb::Client,
+    res: &Resources,
+    queues: &punctual_aws::sqs::SqsQueues,
+    provider: punctual_provider::HttpProvider,
+    quota: f64,
+    seed: u64,
+) -> LocalSender {
+    let clock = punctual_lambda::SystemClock;
+    punctual_core::sender::Sender::new(
+        punctual_aws::ledger::DynamoLedger::new(ddb.clone(), &res.ledger_table),
+        punctual_aws::renewals::DynamoRenewals::new(ddb.clone(), &res.renewals_table),
+        // A small burst keeps the sender's arrivals inside the provider's own burst allowance.
+        punctual_core::limiter::TokenBucket::new(quota, 2.0, clock),
+        provider,
+        queues.clone(),
+        clock,
+        punctual_core::sender::SenderSettings::default(),
+        seed,
+    )
 }
 
 /// SDK configuration for `endpoint`: the environment's region and credentials when set,

@@ -17,17 +17,15 @@ use punctual_aws::emf::Metrics;
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::sqs::{SqsQueues, attr};
-use punctual_core::limiter::TokenBucket;
 use punctual_core::reason::ReminderState;
 use punctual_core::scheduler::{ReleaseQueue, Scheduler, SchedulerSettings};
 use punctual_core::secret::Secret;
-use punctual_core::sender::{Sender, SenderSettings};
 use punctual_lambda::SystemClock;
 use punctual_provider::HttpProvider;
 use punctual_sender::handler::Deps;
 use serde::{Deserialize, Serialize};
 
-use crate::env::{Emulator, EnvError, Resources, free_port, provision, sdk_config};
+use crate::env::{Emulator, EnvError, Resources, dynamodb_client, free_port, local_sender, provision, sdk_config};
 use crate::esm::{EsmStats, run_pollers};
 
 /// What `local up` leaves behind for `drain` and `down`.
@@ -246,28 +244,14 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let state = load_state()?;
     let r = &state.resources;
     let config = sdk_config(&r.endpoint).await;
-    let ddb = match &state.dynamodb_endpoint {
-        Some(url) => aws_sdk_dynamodb::Client::from_conf(
-            aws_sdk_dynamodb::config::Builder::from(&config).endpoint_url(url).build(),
-        ),
-        None => aws_sdk_dynamodb::Client::new(&config),
-    };
+    let ddb = dynamodb_client(&config, state.dynamodb_endpoint.as_deref());
     let queues = SqsQueues::new(aws_sdk_sqs::Client::new(&config), &r.send_queue_url, &r.dlq_url);
     let renewals = DynamoRenewals::new(ddb.clone(), &r.renewals_table);
     let clock = SystemClock;
     let provider =
         HttpProvider::new(&r.provider_url, &Secret::new(state.provider_token.clone()), Duration::from_secs(2))
             .map_err(step("building the provider client"))?;
-    let sender = Sender::new(
-        DynamoLedger::new(ddb.clone(), &r.ledger_table),
-        renewals.clone(),
-        TokenBucket::new(state.quota, 2.0, clock),
-        provider,
-        queues.clone(),
-        clock,
-        SenderSettings::default(),
-        7,
-    );
+    let sender = local_sender(&ddb, r, &queues, provider, state.quota, 7);
     let scheduler = Scheduler::new(renewals, queues.clone(), clock, SchedulerSettings::default());
     let deps = Arc::new(Deps { sender, concurrency: 10 });
     let stop = Arc::new(AtomicBool::new(false));

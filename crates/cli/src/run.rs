@@ -15,20 +15,18 @@ use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::sqs::SqsQueues;
 use punctual_core::backoff::SplitMix64;
-use punctual_core::limiter::TokenBucket;
 use punctual_core::ports::LedgerRecord;
 use punctual_core::reason::ReminderState;
 use punctual_core::renewal::{Renewal, RenewalInput};
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
 use punctual_core::secret::Secret;
-use punctual_core::sender::{Sender, SenderSettings};
 use punctual_lambda::SystemClock;
 use punctual_provider::HttpProvider;
 use punctual_provider_double::{Config as DoubleConfig, Double};
 use punctual_sender::handler::Deps;
 use serde::Serialize;
 
-use crate::env::{Emulator, EnvError, Resources, provision, sdk_config};
+use crate::env::{Emulator, EnvError, Resources, local_sender, provision, sdk_config};
 use crate::esm::{EsmStats, run_pollers};
 
 /// Zones the generated renewals are spread over.
@@ -321,17 +319,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let provider = HttpProvider::new(&double.url(), &token, Duration::from_secs(2))
         .map_err(step("building the provider client"))?;
     let clock = SystemClock;
-    let sender = Sender::new(
-        DynamoLedger::new(ddb.clone(), &res.ledger_table),
-        renewals.clone(),
-        // A small burst keeps the sender's arrivals inside the provider's own burst allowance.
-        TokenBucket::new(opts.quota, 2.0, clock),
-        provider,
-        queues.clone(),
-        clock,
-        SenderSettings::default(),
-        opts.seed,
-    );
+    let sender = local_sender(&ddb, &res, &queues, provider, opts.quota, opts.seed);
     let deps = Arc::new(Deps { sender, concurrency: 10 });
     let scheduler = Arc::new(Scheduler::new(
         renewals.clone(),

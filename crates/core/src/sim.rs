@@ -225,9 +225,10 @@ struct QueueState {
     dlq: Vec<(String, ReasonCode, bool)>,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct SimQueue {
     state: Arc<Mutex<QueueState>>,
+    clock: ManualClock,
 }
 
 impl SimQueue {
@@ -301,7 +302,7 @@ impl SendQueue for SimQueue {
     async fn requeue(&self, msg: &ReminderMessage, delay: Duration) -> Result<(), QueueError> {
         // The real adapter rounds up to whole seconds; so does the model.
         let secs = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
-        let now = NOW.with(|n| *n.borrow());
+        let now = self.clock.now();
         self.push(msg.encode(), now + TimeDelta::seconds(secs.min(900) as i64));
         Ok(())
     }
@@ -311,11 +312,6 @@ impl SendQueue for SimQueue {
         lock(&self.state).dlq.push((q.body.to_owned(), q.reason, healthy));
         Ok(())
     }
-}
-
-thread_local! {
-    /// The virtual now, for the queue's requeue (the port has no clock argument).
-    static NOW: std::cell::RefCell<DateTime<Utc>> = const { std::cell::RefCell::new(DateTime::<Utc>::UNIX_EPOCH) };
 }
 
 // ---- provider model --------------------------------------------------------------------------
@@ -475,7 +471,7 @@ pub fn edf_late(deadlines: &mut [DateTime<Utc>], start: DateTime<Utc>, quota: f6
 pub fn run(config: &SimConfig, worker: Worker) -> SimReport {
     let mut rng = SplitMix64::new(config.seed);
     let clock = ManualClock::new(t0());
-    let queue = SimQueue::default();
+    let queue = SimQueue { state: Arc::default(), clock: clock.clone() };
     let provider = SimProvider {
         state: Arc::default(),
         clock: clock.clone(),
@@ -553,7 +549,6 @@ pub fn run(config: &SimConfig, worker: Worker) -> SimReport {
             next_sample += TimeDelta::seconds(1);
         }
         clock.set(now);
-        NOW.with(|n| *n.borrow_mut() = now);
         if batches[w].is_empty() {
             batches[w] = queue.receive(now, vt, config.duplicate_fraction, &mut rng);
             if batches[w].is_empty() {
