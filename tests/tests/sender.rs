@@ -16,12 +16,12 @@ use punctual_core::ReminderMessage;
 use punctual_core::backoff::Backoff;
 use punctual_core::clock::{Clock, ManualClock};
 use punctual_core::decision::SenderPolicy;
-use punctual_core::limiter::TokenBucket;
+use punctual_core::limiter::{LimiterSettings, SharedLimiter};
 use punctual_core::ports::Ledger;
 use punctual_core::reason::ReminderState;
 use punctual_core::secret::Secret;
 use punctual_core::sender::{Sender, SenderSettings};
-use punctual_core::testing::{Fault, FaultyLedger};
+use punctual_core::testing::{Fault, FaultyLedger, MemorySlotStore};
 use punctual_provider::HttpProvider;
 use punctual_provider_double::{Behaviour, Config, Double, Stats};
 use punctual_sender::handler::{Deps, Handled, handle};
@@ -30,7 +30,8 @@ use punctual_tests::stack::{Stack, sqs_event};
 
 const TOKEN: &str = "integration-token-7f3a";
 
-type RealDeps<L> = Deps<L, DynamoRenewals, TokenBucket<ManualClock>, HttpProvider, SqsQueues, ManualClock>;
+type RealDeps<L> =
+    Deps<L, DynamoRenewals, SharedLimiter<MemorySlotStore, ManualClock>, HttpProvider, SqsQueues, ManualClock>;
 
 struct Rig<L> {
     stack: Stack,
@@ -63,7 +64,7 @@ async fn rig_with<L: Ledger>(name: &str, wrap: impl FnOnce(DynamoLedger) -> L) -
     let sender = Sender::new(
         wrap(DynamoLedger::new(stack.ddb.clone(), &stack.ledger_table)),
         renewals,
-        TokenBucket::new(100.0, 10.0, clock.clone()),
+        SharedLimiter::new(MemorySlotStore::default(), clock.clone(), LimiterSettings::new(100.0), 1),
         provider,
         stack.queues.clone(),
         clock.clone(),

@@ -8,6 +8,7 @@ pub mod config;
 pub mod dynamodb;
 pub mod emf;
 pub mod ledger;
+pub mod limiter;
 pub mod renewals;
 pub mod secrets;
 pub mod sqs;

@@ -204,37 +204,51 @@ pub fn dynamodb_client(config: &SdkConfig, endpoint: Option<&str>) -> aws_sdk_dy
 }
 
 /// The sender as `punctual run` and `punctual local drain` compose it: the real adapters on
-/// the local resources, one in-process bucket at the quota shared by every poller.
-pub type LocalSender = punctual_core::sender::Sender<
+/// the local resources and the shared DynamoDB limiter, as the sender Lambda composes it.
+pub type LocalDeps = punctual_sender::handler::Deps<
     punctual_aws::ledger::DynamoLedger,
     punctual_aws::renewals::DynamoRenewals,
-    punctual_core::limiter::TokenBucket<punctual_lambda::SystemClock>,
+    punctual_core::limiter::SharedLimiter<punctual_aws::limiter::DynamoSlotStore, punctual_lambda::SystemClock>,
     punctual_provider::HttpProvider,
     punctual_aws::sqs::SqsQueues,
     punctual_lambda::SystemClock,
 >;
 
-/// Composes the [`LocalSender`].
-pub fn local_sender(
+/// One sender per simulated sender execution environment: each has its own limiter
+/// handle (its own pool of booked slots) on the one shared schedule, as `concurrency` Lambda
+/// instances would. Returns them with the store all of them write to (for its write count).
+pub fn local_senders(
     ddb: &aws_sdk_dynamodb::Client,
     res: &Resources,
     queues: &punctual_aws::sqs::SqsQueues,
-    provider: punctual_provider::HttpProvider,
+    provider: &punctual_provider::HttpProvider,
     quota: f64,
     seed: u64,
-) -> LocalSender {
+    instances: usize,
+) -> (Vec<std::sync::Arc<LocalDeps>>, punctual_aws::limiter::DynamoSlotStore) {
     let clock = punctual_lambda::SystemClock;
-    punctual_core::sender::Sender::new(
-        punctual_aws::ledger::DynamoLedger::new(ddb.clone(), &res.ledger_table),
-        punctual_aws::renewals::DynamoRenewals::new(ddb.clone(), &res.renewals_table),
-        // A small burst keeps the sender's arrivals inside the provider's own burst allowance.
-        punctual_core::limiter::TokenBucket::new(quota, 2.0, clock),
-        provider,
-        queues.clone(),
-        clock,
-        punctual_core::sender::SenderSettings::default(),
-        seed,
-    )
+    let store = punctual_aws::limiter::DynamoSlotStore::new(ddb.clone(), &res.ledger_table);
+    let senders = (0..instances.max(1) as u64)
+        .map(|i| {
+            let sender = punctual_core::sender::Sender::new(
+                punctual_aws::ledger::DynamoLedger::new(ddb.clone(), &res.ledger_table),
+                punctual_aws::renewals::DynamoRenewals::new(ddb.clone(), &res.renewals_table),
+                punctual_core::limiter::SharedLimiter::new(
+                    store.clone(),
+                    clock,
+                    punctual_core::limiter::LimiterSettings::new(quota),
+                    seed ^ i,
+                ),
+                provider.clone(),
+                queues.clone(),
+                clock,
+                punctual_core::sender::SenderSettings::default(),
+                seed ^ (i << 32),
+            );
+            std::sync::Arc::new(punctual_sender::handler::Deps { sender, concurrency: 10 })
+        })
+        .collect();
+    (senders, store)
 }
 
 /// SDK configuration for `endpoint`: the environment's region and credentials when set,

@@ -41,13 +41,14 @@ pub fn sqs_event(
     punctual_lambda::batch::sqs_event(records, &format!("arn:aws:sqs:us-east-1:000000000000:{queue_name}"))
 }
 
-/// Runs `concurrency` pollers until `stop` is set. Each invocation gets a 60 s deadline, like
-/// a sender function with a 60 s timeout. Handler metrics are merged into `metrics`.
-#[allow(clippy::too_many_arguments)]
+/// Runs one poller per sender instance in `instances` (the function's concurrent execution
+/// environments, each with its own clients and limiter handle) until `stop` is set. Each
+/// invocation gets a 60 s deadline, like a sender function with a 60 s timeout. Handler
+/// metrics are merged into `metrics`.
+#[allow(clippy::type_complexity)] // one sender instance per poller: the generic Deps of each
 pub async fn run_pollers<L, R, T, P, Q, C>(
-    deps: Arc<Deps<L, R, T, P, Q, C>>,
+    instances: Vec<Arc<Deps<L, R, T, P, Q, C>>>,
     queues: SqsQueues,
-    concurrency: usize,
     stop: Arc<AtomicBool>,
     stats: Arc<EsmStats>,
     metrics: Arc<std::sync::Mutex<Metrics>>,
@@ -62,9 +63,9 @@ pub async fn run_pollers<L, R, T, P, Q, C>(
     // The pollers run as futures of one task (they wait on I/O, not CPU); this keeps the
     // handler's borrowing futures off `tokio::spawn`'s `Send + 'static` requirement.
     let mut pollers = Vec::new();
-    for _ in 0..concurrency.max(1) {
-        let (deps, queues, stop, stats, metrics) =
-            (Arc::clone(&deps), queues.clone(), Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
+    for deps in instances {
+        let (queues, stop, stats, metrics) =
+            (queues.clone(), Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
         pollers.push(async move {
             while !stop.load(Ordering::Relaxed) {
                 let url = queues.send_url().to_owned();

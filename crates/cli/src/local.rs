@@ -22,10 +22,9 @@ use punctual_core::scheduler::{ReleaseQueue, Scheduler, SchedulerSettings};
 use punctual_core::secret::Secret;
 use punctual_lambda::SystemClock;
 use punctual_provider::HttpProvider;
-use punctual_sender::handler::Deps;
 use serde::{Deserialize, Serialize};
 
-use crate::env::{Emulator, EnvError, Resources, dynamodb_client, free_port, local_sender, provision, sdk_config};
+use crate::env::{Emulator, EnvError, Resources, dynamodb_client, free_port, local_senders, provision, sdk_config};
 use crate::esm::{EsmStats, run_pollers};
 
 /// What `local up` leaves behind for `drain` and `down`.
@@ -251,15 +250,13 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let provider =
         HttpProvider::new(&r.provider_url, &Secret::new(state.provider_token.clone()), Duration::from_secs(2))
             .map_err(step("building the provider client"))?;
-    let sender = local_sender(&ddb, r, &queues, provider, state.quota, 7);
+    let (instances, _) = local_senders(&ddb, r, &queues, &provider, state.quota, 7, 10);
     let scheduler = Scheduler::new(renewals, queues.clone(), clock, SchedulerSettings::default());
-    let deps = Arc::new(Deps { sender, concurrency: 10 });
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EsmStats::default());
     let metrics = Arc::new(Mutex::new(Metrics::new()));
     let started = Instant::now();
-    let pollers =
-        run_pollers(Arc::clone(&deps), queues.clone(), 10, Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
+    let pollers = run_pollers(instances, queues.clone(), Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
     let watch = async {
         let mut idle = 0;
         let mut last_tick = Instant::now() - Duration::from_secs(60);

@@ -23,10 +23,9 @@ use punctual_core::secret::Secret;
 use punctual_lambda::SystemClock;
 use punctual_provider::HttpProvider;
 use punctual_provider_double::{Config as DoubleConfig, Double};
-use punctual_sender::handler::Deps;
 use serde::Serialize;
 
-use crate::env::{Emulator, EnvError, Resources, local_sender, provision, sdk_config};
+use crate::env::{Emulator, EnvError, Resources, local_senders, provision, sdk_config};
 use crate::esm::{EsmStats, run_pollers};
 
 /// Zones the generated renewals are spread over.
@@ -86,6 +85,8 @@ pub struct RunReport {
     pub retry_amplification: f64,
     /// Longest any reminder waited past its `deliver_after` before delivery.
     pub max_oldest_age_seconds: f64,
+    /// Shared-limiter DynamoDB writes (failed conditional writes included) ÷ tokens granted.
+    pub limiter_writes_per_call: f64,
     /// Wall time of the whole run, import included.
     pub wall_seconds: f64,
     /// Import time.
@@ -149,6 +150,7 @@ impl RunReport {
              provider calls    {} ({} answered 429, retry amplification {:.3})\n\
              drain             {:.1} s (floor {:.1} s) → utilisation {:.3}\n\
              max oldest age    {:.1} s\n\
+             limiter writes    {:.3} per call\n\
              wall time         {:.1} s (import {:.1} s)\n\
              chart             {}\n",
             self.reminders,
@@ -166,6 +168,7 @@ impl RunReport {
             self.floor_seconds,
             self.utilisation,
             self.max_oldest_age_seconds,
+            self.limiter_writes_per_call,
             self.wall_seconds,
             self.import_seconds,
             self.chart.as_deref().unwrap_or("not written"),
@@ -319,8 +322,8 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let provider = HttpProvider::new(&double.url(), &token, Duration::from_secs(2))
         .map_err(step("building the provider client"))?;
     let clock = SystemClock;
-    let sender = local_sender(&ddb, &res, &queues, provider, opts.quota, opts.seed);
-    let deps = Arc::new(Deps { sender, concurrency: 10 });
+    let (instances, limiter_store) =
+        local_senders(&ddb, &res, &queues, &provider, opts.quota, opts.seed, opts.concurrency);
     let scheduler = Arc::new(Scheduler::new(
         renewals.clone(),
         queues.clone(),
@@ -331,14 +334,8 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EsmStats::default());
     let metrics = Arc::new(Mutex::new(Metrics::new()));
-    let pollers = run_pollers(
-        Arc::clone(&deps),
-        queues.clone(),
-        opts.concurrency,
-        Arc::clone(&stop),
-        Arc::clone(&stats),
-        Arc::clone(&metrics),
-    );
+    let pollers =
+        run_pollers(instances.clone(), queues.clone(), Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
     let ticks = {
         let (scheduler, stop) = (Arc::clone(&scheduler), Arc::clone(&stop));
         async move {
@@ -480,6 +477,11 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         utilisation: if drain > 0.0 { floor / drain } else { 0.0 },
         retry_amplification: if delivered > 0 { s.requests as f64 / delivered as f64 } else { 0.0 },
         max_oldest_age_seconds: max_age,
+        limiter_writes_per_call: {
+            use punctual_core::limiter::SlotStore;
+            let granted: u64 = instances.iter().map(|d| d.sender.limiter().stats().granted).sum();
+            if granted > 0 { limiter_store.writes() as f64 / granted as f64 } else { 0.0 }
+        },
         wall_seconds: started.elapsed().as_secs_f64(),
         import_seconds,
     })

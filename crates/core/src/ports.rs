@@ -242,12 +242,21 @@ pub enum LimiterError {
     Unknown(#[source] BoxError),
 }
 
+/// Who asks the limiter for a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimiterRequest<'a> {
+    /// The capacity class (from the message's slack).
+    pub class: LimiterClass,
+    /// The tenant (for the optional per-tenant cap).
+    pub tenant: &'a TenantId,
+}
+
 /// The shared rate limiter.
 pub trait Limiter: Send + Sync {
-    /// Takes one token of `class`, waiting at most `max_wait`.
+    /// Takes one token for `req`, waiting at most `max_wait`.
     fn acquire(
         &self,
-        class: LimiterClass,
+        req: LimiterRequest<'_>,
         max_wait: Duration,
     ) -> impl Future<Output = Result<LimiterAnswer, LimiterError>> + Send;
     /// Tells the limiter the provider throttled (it slows down; `retry_after` pauses it).

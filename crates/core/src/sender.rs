@@ -20,8 +20,9 @@ use crate::clock::{Clock, until};
 use crate::contract::{MalformedMessage, ReminderMessage};
 use crate::decision::{ClaimView, Decision, Disposition, Inputs, Observed, SenderPolicy, Step, decide};
 use crate::ports::{
-    Ledger, LedgerError, Limiter, LimiterClass, LimiterError, OwnerToken, Provider, ProviderError, ProviderRequest,
-    Quarantine, QueueError, RenewalLookup, Renewals, RenewalsError, SendQueue, SettleOutcome, Settlement,
+    Ledger, LedgerError, Limiter, LimiterClass, LimiterError, LimiterRequest, OwnerToken, Provider, ProviderError,
+    ProviderRequest, Quarantine, QueueError, RenewalLookup, Renewals, RenewalsError, SendQueue, SettleOutcome,
+    Settlement,
 };
 use crate::provider::ProviderOutcome;
 use crate::reason::{ReasonCode, ReminderState};
@@ -167,6 +168,11 @@ where
         &self.ledger
     }
 
+    /// The limiter port (its counters go in reports).
+    pub fn limiter(&self) -> &T {
+        &self.limiter
+    }
+
     /// The clock.
     pub fn clock(&self) -> &C {
         &self.clock
@@ -238,7 +244,8 @@ where
                 }
                 Decision::Next(Step::TakeToken { max_wait }) => {
                     let class = LimiterClass::of(msg, now, self.settings.deadline_near);
-                    limiter = Some(self.limiter.acquire(class, max_wait).await?);
+                    let req = LimiterRequest { class, tenant: &msg.tenant_id };
+                    limiter = Some(self.limiter.acquire(req, max_wait).await?);
                 }
                 Decision::Next(Step::CallProvider { timeout, .. }) => {
                     let r = renewal.as_ref();

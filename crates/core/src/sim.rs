@@ -26,11 +26,11 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
 use crate::backoff::{Jitter, SplitMix64};
-use crate::clock::{Clock, ManualClock, until};
+use crate::clock::{Clock, until};
 use crate::contract::ReminderMessage;
 use crate::decision::{ClaimView, Disposition};
 use crate::ids::ReminderId;
-use crate::limiter::TokenBucket;
+use crate::limiter::{LimiterSettings, SharedLimiter, SlotStore};
 use crate::ports::{
     Ledger, LedgerError, LedgerRecord, OwnerToken, Provider, ProviderError, ProviderRequest, Quarantine, QueueError,
     SendQueue, SettleOutcome, Settlement,
@@ -39,7 +39,9 @@ use crate::provider::{ProviderOutcome, RetryAfter};
 use crate::reason::{ReasonCode, ReminderState};
 use crate::scheduler::{Pending, Scheduler, SchedulerSettings};
 use crate::sender::{Received, Sender, SenderSettings};
-use crate::testing::{AllActive, MemoryDueStore, MemoryLedger, MemoryRelease};
+use crate::testing::{AllActive, MemoryDueStore, MemoryLedger, MemoryRelease, MemorySlotStore};
+use std::cell::RefCell;
+use std::rc::Rc;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -59,11 +61,14 @@ pub enum Scenario {
     Crash,
     /// 200,000 with a window too short: the projected-breach alarm must fire first.
     Overload,
+    /// 60,000 due at once, 10 % with tight deadlines (2–5 min): lateness against EDF.
+    Mixed,
 }
 
 impl Scenario {
     /// Every scenario this build simulates.
-    pub const ALL: [Scenario; 5] = [Self::Normal, Self::Throttle, Self::Poison, Self::Crash, Self::Overload];
+    pub const ALL: [Scenario; 6] =
+        [Self::Normal, Self::Throttle, Self::Poison, Self::Crash, Self::Overload, Self::Mixed];
 
     /// Parses a `--scenario` value.
     pub fn parse(s: &str) -> Option<Self> {
@@ -78,6 +83,7 @@ impl Scenario {
             Self::Poison => "poison",
             Self::Crash => "crash",
             Self::Overload => "overload",
+            Self::Mixed => "mixed",
         }
     }
 
@@ -85,6 +91,7 @@ impl Scenario {
     pub const fn default_reminders(self) -> usize {
         match self {
             Self::Overload => 200_000,
+            Self::Mixed => 60_000,
             _ => 12_000,
         }
     }
@@ -187,6 +194,10 @@ pub struct SimReport {
     pub simulated_seconds: f64,
     /// Not modelled yet (issue 4's cost model is open): always `null`.
     pub cost_per_million_usd: Option<f64>,
+    /// Shared-limiter store writes ÷ tokens granted (punctual only; 0 for the baseline).
+    pub limiter_writes_per_call: f64,
+    /// Booked limiter slots that expired unused.
+    pub limiter_stranded: u64,
     /// Time series for charts (not part of the JSON report).
     #[serde(skip)]
     pub timeline: Timeline,
@@ -203,6 +214,38 @@ pub struct Timeline {
     pub late_cumulative: Vec<(f64, f64)>,
     /// The provider's quota over time.
     pub quota: Vec<(f64, f64)>,
+}
+
+/// Virtual time: tokio's paused clock, which jumps to the next timer whenever every worker
+/// waits. Concurrent workers (and their limiter waits) interleave in time order, as real
+/// Lambda instances would, and nothing sleeps for real.
+#[derive(Debug, Clone)]
+struct SimClock {
+    t0: DateTime<Utc>,
+    start: tokio::time::Instant,
+}
+
+impl SimClock {
+    fn new(t0: DateTime<Utc>) -> Self {
+        Self { t0, start: tokio::time::Instant::now() }
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> DateTime<Utc> {
+        crate::clock::add(self.t0, tokio::time::Instant::now().duration_since(self.start))
+    }
+
+    fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send {
+        tokio::time::sleep(d)
+    }
+}
+
+/// What the workers share besides the ports.
+struct Shared {
+    rng: SplitMix64,
+    delivered_at: HashMap<String, DateTime<Utc>>,
+    backlog: Vec<(f64, f64)>,
 }
 
 // ---- SQS model ------------------------------------------------------------------------------
@@ -228,7 +271,7 @@ struct QueueState {
 #[derive(Debug, Clone)]
 struct SimQueue {
     state: Arc<Mutex<QueueState>>,
-    clock: ManualClock,
+    clock: SimClock,
 }
 
 impl SimQueue {
@@ -333,7 +376,7 @@ struct ProviderState {
 #[derive(Debug, Clone)]
 struct SimProvider {
     state: Arc<Mutex<ProviderState>>,
-    clock: ManualClock,
+    clock: SimClock,
     config: SimConfig,
     t0: DateTime<Utc>,
     burst: f64,
@@ -444,14 +487,21 @@ fn t0() -> DateTime<Utc> {
     DateTime::<Utc>::from_timestamp(1_796_115_600, 0).unwrap_or(DateTime::<Utc>::UNIX_EPOCH) // 2026-12-01T09:00:00Z
 }
 
-/// Builds the reminders of a scenario: all due at T0, 1 % malformed for `poison`.
+/// Builds the reminders of a scenario: all due at T0, 1 % malformed for `poison`, 10 % with
+/// tight deadlines for `mixed`.
 fn bodies(config: &SimConfig, rng: &mut SplitMix64) -> Vec<(String, Option<ReminderMessage>)> {
     (0..config.reminders)
         .map(|i| {
             if config.scenario == Scenario::Poison && rng.next_unit() < 0.01 {
                 return (format!("{{\"v\":1,\"reminder_id\":\"bad-{i}\"}}"), None);
             }
-            let m = crate::testing::message(&format!("sim-{i}"), t0(), t0() + config.window());
+            let by = if config.scenario == Scenario::Mixed && rng.next_unit() < 0.10 {
+                // Tight: due within 2–5 minutes.
+                t0() + TimeDelta::milliseconds(120_000 + (rng.next_unit() * 180_000.0) as i64)
+            } else {
+                t0() + config.window()
+            };
+            let m = crate::testing::message(&format!("sim-{i}"), t0(), by);
             (m.encode(), Some(m))
         })
         .collect()
@@ -467,10 +517,19 @@ pub fn edf_late(deadlines: &mut [DateTime<Utc>], start: DateTime<Utc>, quota: f6
         .count() as u64
 }
 
-/// Runs one simulation.
+/// Runs one simulation (on its own thread: it drives its own virtual-time runtime, and the
+/// caller may already be inside one).
 pub fn run(config: &SimConfig, worker: Worker) -> SimReport {
+    std::thread::scope(|sc| sc.spawn(|| run_here(config, worker)).join().unwrap_or_default())
+}
+
+fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
+    let Ok(runtime) = runtime else { return SimReport::default() };
+    // Inside the runtime, `Instant::now()` is the paused virtual clock: time starts exactly at T0.
+    let _entered = runtime.enter();
     let mut rng = SplitMix64::new(config.seed);
-    let clock = ManualClock::new(t0());
+    let clock = SimClock::new(t0());
     let queue = SimQueue { state: Arc::default(), clock: clock.clone() };
     let provider = SimProvider {
         state: Arc::default(),
@@ -519,93 +578,139 @@ pub fn run(config: &SimConfig, worker: Worker) -> SimReport {
         p: if config.scenario == Scenario::Crash { 0.02 } else { 0.0 },
         rng: Arc::new(Mutex::new(SplitMix64::new(config.seed ^ 0xc4a5))),
     };
-    let sender = Sender::new(
-        ledger.clone(),
-        AllActive,
-        TokenBucket::new(config.quota, 2.0, clock.clone()),
-        provider.clone(),
-        queue.clone(),
-        clock.clone(),
-        SenderSettings::default(),
-        config.seed,
-    );
+    // One sender (one Lambda instance) per worker, each with its own handle on ONE shared
+    // limiter schedule, as in production.
+    let slots = MemorySlotStore::default();
+    let senders: Vec<_> = (0..config.concurrency as u64)
+        .map(|w| {
+            Sender::new(
+                ledger.clone(),
+                AllActive,
+                SharedLimiter::new(slots.clone(), clock.clone(), LimiterSettings::new(config.quota), config.seed ^ w),
+                provider.clone(),
+                queue.clone(),
+                clock.clone(),
+                SenderSettings::default(),
+                config.seed ^ (w << 32),
+            )
+        })
+        .collect();
     let vt = Duration::from_secs(30);
     let max_receives = 5;
-    // Worker timelines: (next action ms, worker id).
-    let mut heap: BinaryHeap<Reverse<(i64, usize)>> =
-        (0..config.concurrency).map(|w| Reverse((t0().timestamp_millis(), w))).collect();
-    let mut batches: Vec<Vec<(u64, String, u32)>> = vec![Vec::new(); config.concurrency];
     let horizon = t0() + config.window() * 3;
-    let mut delivered_at: HashMap<String, DateTime<Utc>> = HashMap::new();
-    let mut backlog: Vec<(f64, f64)> = Vec::new();
-    let mut next_sample = t0();
-    while let Some(Reverse((at_ms, w))) = heap.pop() {
-        let Some(now) = DateTime::<Utc>::from_timestamp_millis(at_ms) else { break };
-        if now > horizon {
-            break;
-        }
-        while next_sample <= now {
-            backlog.push((until(t0(), next_sample).as_secs_f64(), queue.depth() as f64));
-            next_sample += TimeDelta::seconds(1);
-        }
-        clock.set(now);
-        if batches[w].is_empty() {
-            batches[w] = queue.receive(now, vt, config.duplicate_fraction, &mut rng);
-            if batches[w].is_empty() {
-                if queue.depth() == 0 {
-                    continue; // this worker retires
-                }
-                let next = queue.next_visible().map_or(at_ms + 1000, |v| v.max(at_ms + 20));
-                heap.push(Reverse((next, w)));
-                continue;
-            }
-            batches[w].reverse();
-        }
-        let Some((id, body, receive_count)) = batches[w].pop() else { continue };
-        if receive_count > max_receives {
-            // The redrive policy moves it (the crash backstop / the naive worker's only DLQ path).
-            lock(&queue.state).dlq.push((
-                body.clone(),
-                ReasonCode::ReceiveCountBackstop,
-                ReminderMessage::decode(&body).is_ok(),
-            ));
-            queue.delete(id);
-            heap.push(Reverse((at_ms, w)));
-            continue;
-        }
-        match worker {
-            Worker::Punctual => {
-                let deadline = now + TimeDelta::seconds(60);
-                let result = block_on(sender.process(Received { message_id: &id.to_string(), body: &body }, deadline));
-                if let Ok(p) = &result {
-                    if let (Disposition::Delivered { .. }, Some(rid)) = (&p.disposition, &p.reminder_id) {
-                        delivered_at.entry(rid.to_string()).or_insert(clock.now());
+    let shared = Rc::new(RefCell::new(Shared { rng, delivered_at: HashMap::new(), backlog: Vec::new() }));
+    let senders = Rc::new(senders);
+    let local = tokio::task::LocalSet::new();
+    runtime.block_on(local.run_until(async {
+        let mut workers = Vec::new();
+        for w in 0..config.concurrency {
+            let (queue, provider, clock, shared, senders, config) = (
+                queue.clone(),
+                provider.clone(),
+                clock.clone(),
+                Rc::clone(&shared),
+                Rc::clone(&senders),
+                config.clone(),
+            );
+            workers.push(tokio::task::spawn_local(async move {
+                loop {
+                    let now = clock.now();
+                    if now > horizon {
+                        break;
                     }
-                    queue.delete(id);
-                }
-            }
-            Worker::Naive => {
-                let decoded = ReminderMessage::decode(&body).ok();
-                let reminder = decoded.as_ref().map_or_else(|| format!("poison-{id}"), |m| m.reminder_id.to_string());
-                let outcome = if decoded.is_some() {
-                    provider.call(None, &reminder)
-                } else {
-                    ProviderOutcome::Permanent { status: 400 }
-                };
-                clock.advance(config.latency);
-                let crashed = config.scenario == Scenario::Crash && rng.next_unit() < 0.02;
-                if matches!(outcome, ProviderOutcome::Accepted { .. }) {
-                    delivered_at.entry(reminder).or_insert(clock.now());
-                    if !crashed {
-                        queue.delete(id);
+                    let batch = {
+                        let mut sh = shared.borrow_mut();
+                        queue.receive(now, vt, config.duplicate_fraction, &mut sh.rng)
+                    };
+                    if batch.is_empty() {
+                        if queue.depth() == 0 {
+                            break; // this worker retires
+                        }
+                        let at_ms = now.timestamp_millis();
+                        let next = queue.next_visible().map_or(at_ms + 1000, |v| v.max(at_ms + 20));
+                        clock.sleep(Duration::from_millis((next - at_ms) as u64)).await;
+                        continue;
                     }
+                    // The records of one batch run concurrently, as the sender handler runs
+                    // them (RECORD_CONCURRENCY); the next receive waits for the whole batch.
+                    let records = batch.into_iter().map(|(id, body, receive_count)| {
+                        let (queue, provider, clock, shared, senders, config) =
+                            (&queue, &provider, &clock, &shared, &senders, &config);
+                        async move {
+                            if receive_count > max_receives {
+                                // The redrive policy moves it (the crash backstop / the naive
+                                // worker's only DLQ path).
+                                let healthy = ReminderMessage::decode(&body).is_ok();
+                                lock(&queue.state).dlq.push((body.clone(), ReasonCode::ReceiveCountBackstop, healthy));
+                                queue.delete(id);
+                                return;
+                            }
+                            match worker {
+                                Worker::Punctual => {
+                                    let deadline = clock.now() + TimeDelta::seconds(60);
+                                    let received = Received { message_id: &id.to_string(), body: &body };
+                                    let result = senders[w].process(received, deadline).await;
+                                    if let Ok(p) = &result {
+                                        if let (Disposition::Delivered { .. }, Some(rid)) =
+                                            (&p.disposition, &p.reminder_id)
+                                        {
+                                            shared
+                                                .borrow_mut()
+                                                .delivered_at
+                                                .entry(rid.to_string())
+                                                .or_insert(clock.now());
+                                        }
+                                        queue.delete(id);
+                                    }
+                                }
+                                Worker::Naive => {
+                                    let decoded = ReminderMessage::decode(&body).ok();
+                                    let reminder = decoded
+                                        .as_ref()
+                                        .map_or_else(|| format!("poison-{id}"), |m| m.reminder_id.to_string());
+                                    let outcome = if decoded.is_some() {
+                                        provider.call(None, &reminder)
+                                    } else {
+                                        ProviderOutcome::Permanent { status: 400 }
+                                    };
+                                    clock.sleep(config.latency).await;
+                                    let crashed = config.scenario == Scenario::Crash
+                                        && shared.borrow_mut().rng.next_unit() < 0.02;
+                                    if matches!(outcome, ProviderOutcome::Accepted { .. }) {
+                                        shared.borrow_mut().delivered_at.entry(reminder).or_insert(clock.now());
+                                        if !crashed {
+                                            queue.delete(id);
+                                        }
+                                    }
+                                    // Anything else: a fixed 30 s nack (the visibility timeout).
+                                }
+                            }
+                            clock.sleep(config.overhead).await;
+                        }
+                    });
+                    futures_util::future::join_all(records).await;
                 }
-                // Anything else: a fixed 30 s nack (the visibility timeout) and try again.
-            }
+            }));
         }
-        let next = clock.now() + TimeDelta::from_std(config.overhead).unwrap_or_default();
-        heap.push(Reverse((next.timestamp_millis(), w)));
-    }
+        let sampler = {
+            let (queue, clock, shared) = (queue.clone(), clock.clone(), Rc::clone(&shared));
+            tokio::task::spawn_local(async move {
+                while queue.depth() > 0 && clock.now() <= horizon {
+                    let t = until(t0(), clock.now()).as_secs_f64();
+                    shared.borrow_mut().backlog.push((t, queue.depth() as f64));
+                    clock.sleep(Duration::from_secs(1)).await;
+                }
+            })
+        };
+        for w in workers {
+            let _ = w.await;
+        }
+        sampler.abort();
+    }));
+    let Shared { delivered_at, backlog, .. } = Rc::try_unwrap(shared).map(RefCell::into_inner).unwrap_or_else(|rc| {
+        let sh = rc.borrow();
+        Shared { rng: SplitMix64::new(0), delivered_at: sh.delivered_at.clone(), backlog: sh.backlog.clone() }
+    });
 
     // Accounting.
     let p = lock(&provider.state);
@@ -668,6 +773,12 @@ pub fn run(config: &SimConfig, worker: Worker) -> SimReport {
         if report.drain_seconds > 0.0 { (report.floor_seconds / report.drain_seconds).min(1.0) } else { 0.0 };
     report.retry_amplification = if report.delivered > 0 { p.calls as f64 / report.delivered as f64 } else { 0.0 };
     report.max_oldest_age_seconds = max_age;
+    if worker == Worker::Punctual {
+        let stats = senders.iter().map(Sender::limiter).map(SharedLimiter::stats);
+        let (granted, stranded) = stats.fold((0, 0), |(g, s), x| (g + x.granted, s + x.stranded));
+        report.limiter_writes_per_call = if granted > 0 { slots.writes() as f64 / granted as f64 } else { 0.0 };
+        report.limiter_stranded = stranded;
+    }
     report.first_late_seconds = late_times.iter().copied().reduce(f64::min);
     report.simulated_seconds = until(t0(), clock.now()).as_secs_f64();
     late_times.sort_by(f64::total_cmp);

@@ -664,3 +664,156 @@ impl crate::scheduler::ReleaseQueue for MemoryRelease {
         Ok(lock(&self.sent).len() as u64)
     }
 }
+
+// ---- limiter slot store ---------------------------------------------------------------------
+
+/// The in-memory [`SlotStore`](crate::limiter::SlotStore): one mutex makes every operation
+/// atomic. Clones share the schedule (the simulator's senders all draw from one).
+#[derive(Debug, Clone, Default)]
+pub struct MemorySlotStore {
+    views: Arc<Mutex<HashMap<String, crate::limiter::SlotView>>>,
+    writes: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl crate::limiter::SlotStore for MemorySlotStore {
+    async fn book(
+        &self,
+        key: &str,
+        req: &crate::limiter::Book,
+    ) -> Result<crate::limiter::Booked, crate::ports::LimiterError> {
+        use crate::limiter::{Booked, Lane};
+        self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut views = lock(&self.views);
+        let v = views.entry(key.to_owned()).or_default();
+        let start = if v.next_ms < req.now_ms {
+            req.now_ms
+        } else {
+            let yields = match req.lane {
+                Lane::Normal { fill_ms } => v.near_until_ms >= req.now_ms && v.next_ms > req.now_ms + fill_ms,
+                _ => false,
+            };
+            if v.next_ms > req.now_ms + req.ahead_ms || yields {
+                return Ok(Booked::Full { view: *v });
+            }
+            v.next_ms
+        };
+        v.next_ms = start + req.block_ms;
+        if let Lane::Near { hold_until_ms } = req.lane {
+            v.near_until_ms = hold_until_ms;
+        }
+        Ok(Booked::Got { start_ms: start, view: *v })
+    }
+
+    async fn cut(&self, key: &str, now_ms: i64, rate: f64, min_gap_ms: i64) -> Result<(), crate::ports::LimiterError> {
+        self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut views = lock(&self.views);
+        let v = views.entry(key.to_owned()).or_default();
+        if v.cut_rate.is_none() || v.cut_at_ms < now_ms - min_gap_ms {
+            v.cut_rate = Some(rate);
+            v.cut_at_ms = now_ms;
+        }
+        Ok(())
+    }
+
+    async fn pause(&self, key: &str, until_ms: i64) -> Result<(), crate::ports::LimiterError> {
+        self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut views = lock(&self.views);
+        let v = views.entry(key.to_owned()).or_default();
+        v.paused_until_ms = v.paused_until_ms.max(until_ms);
+        v.next_ms = v.next_ms.max(until_ms);
+        Ok(())
+    }
+
+    async fn view(&self, key: &str) -> Result<Option<crate::limiter::SlotView>, crate::ports::LimiterError> {
+        Ok(lock(&self.views).get(key).copied())
+    }
+
+    fn writes(&self) -> u64 {
+        self.writes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The contract every [`SlotStore`](crate::limiter::SlotStore) must obey; run against the
+/// in-memory store (core tests) and the DynamoDB store (emulator).
+pub mod limiter_contract {
+    use crate::limiter::{Book, Booked, Lane, SlotStore, SlotView};
+
+    async fn book<S: SlotStore>(s: &S, key: &str, now: i64, block: i64, ahead: i64, lane: Lane) -> Booked {
+        s.book(key, &Book { now_ms: now, block_ms: block, ahead_ms: ahead, lane })
+            .await
+            .unwrap_or_else(|e| panic!("book {key}: {e}"))
+    }
+
+    fn start(b: Booked) -> i64 {
+        match b {
+            Booked::Got { start_ms, .. } => start_ms,
+            Booked::Full { view } => panic!("expected a block, got Full({view:?})"),
+        }
+    }
+
+    /// Runs every case under keys prefixed with `prefix` (unique per run, so a long-lived
+    /// store needs no cleanup). `now` is a millisecond instant.
+    pub async fn run<S: SlotStore>(store: &S, prefix: &str, now: i64) {
+        let normal = Lane::Normal { fill_ms: 50 };
+
+        // An idle schedule starts at now; consecutive blocks are contiguous.
+        let k = format!("{prefix}#seq");
+        assert_eq!(start(book(store, &k, now, 100, 2000, normal).await), now);
+        assert_eq!(start(book(store, &k, now, 100, 2000, normal).await), now + 100);
+        assert_eq!(
+            start(book(store, &k, now + 10, 100, 2000, normal).await),
+            now + 200,
+            "booked slots are never handed out twice"
+        );
+
+        // A schedule gone idle is not used retroactively.
+        assert_eq!(start(book(store, &k, now + 5000, 100, 2000, normal).await), now + 5000);
+
+        // Too far ahead: refused, nothing changes.
+        let k = format!("{prefix}#ahead");
+        for _ in 0..5 {
+            book(store, &k, now, 1000, 10_000, normal).await;
+        }
+        let before = store.view(&k).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_default();
+        assert_eq!(before.next_ms, now + 5000);
+        match book(store, &k, now, 1000, 2000, normal).await {
+            Booked::Full { view } => assert_eq!(view.next_ms, now + 5000, "a refusal reports the schedule"),
+            b @ Booked::Got { .. } => panic!("booked past the horizon: {b:?}"),
+        }
+        let after = store.view(&k).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_default();
+        assert_eq!(after, before, "a refusal writes nothing");
+
+        // Normal work yields while near work is active, except to fill slots about to idle.
+        let k = format!("{prefix}#lanes");
+        let near = Lane::Near { hold_until_ms: now + 2000 };
+        assert_eq!(start(book(store, &k, now, 500, 10_000, near).await), now);
+        assert!(matches!(book(store, &k, now, 100, 10_000, normal).await, Booked::Full { .. }), "normal must yield");
+        assert_eq!(start(book(store, &k, now, 500, 10_000, near).await), now + 500, "near work keeps booking");
+        assert_eq!(
+            start(book(store, &k, now + 960, 100, 10_000, normal).await),
+            now + 1000,
+            "normal may fill slots that would go idle"
+        );
+        assert_eq!(start(book(store, &k, now + 2100, 100, 10_000, normal).await), now + 2100, "the hold ends");
+
+        // A pause pushes the schedule past Retry-After; a cut happens once per gap.
+        let k = format!("{prefix}#adaptive");
+        book(store, &k, now, 100, 2000, normal).await;
+        store.pause(&k, now + 7000).await.unwrap_or_else(|e| panic!("{e}"));
+        store.pause(&k, now + 3000).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            start(book(store, &k, now + 10, 100, 10_000, Lane::Cap).await),
+            now + 7000,
+            "no slot before the pause ends"
+        );
+        store.cut(&k, now, 75.0, 1000).await.unwrap_or_else(|e| panic!("{e}"));
+        store.cut(&k, now + 500, 50.0, 1000).await.unwrap_or_else(|e| panic!("{e}"));
+        let v: SlotView = store.view(&k).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_default();
+        assert_eq!((v.cut_rate, v.cut_at_ms), (Some(75.0), now), "a second 429 within the gap is not a second cut");
+        assert_eq!(v.paused_until_ms, now + 7000, "the later pause wins");
+        store.cut(&k, now + 1500, 56.25, 1000).await.unwrap_or_else(|e| panic!("{e}"));
+        let v = store.view(&k).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_default();
+        assert_eq!((v.cut_rate, v.cut_at_ms), (Some(56.25), now + 1500));
+        assert!(store.view(&format!("{prefix}#never")).await.unwrap_or_else(|e| panic!("{e}")).is_none());
+    }
+}

@@ -7,15 +7,23 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use punctual_core::clock::{Clock, ManualClock};
 use punctual_core::decision::Disposition;
-use punctual_core::limiter::TokenBucket;
+use punctual_core::limiter::{LimiterSettings, SharedLimiter};
 use punctual_core::ports::Ledger;
 use punctual_core::provider::{ProviderOutcome, RetryAfter};
 use punctual_core::sender::{Received, Sender, SenderSettings};
-use punctual_core::testing::{AllActive, Fault, FaultyLedger, MemoryLedger, MemoryQueue, ScriptedProvider};
+use punctual_core::testing::{
+    AllActive, Fault, FaultyLedger, MemoryLedger, MemoryQueue, MemorySlotStore, ScriptedProvider,
+};
 use punctual_core::{ReasonCode, ReminderMessage, ReminderState};
 
-type TestSender<L> =
-    Sender<L, AllActive, TokenBucket<ManualClock>, ScriptedProvider<ManualClock>, MemoryQueue, ManualClock>;
+type TestSender<L> = Sender<
+    L,
+    AllActive,
+    SharedLimiter<MemorySlotStore, ManualClock>,
+    ScriptedProvider<ManualClock>,
+    MemoryQueue,
+    ManualClock,
+>;
 
 fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-12-01T14:00:00Z").unwrap().with_timezone(&Utc)
@@ -39,7 +47,7 @@ fn rig_with<L: punctual_core::ports::Ledger>(ledger: L, script: Vec<ProviderOutc
     let sender = Sender::new(
         ledger,
         AllActive,
-        TokenBucket::new(100.0, 10.0, clock.clone()),
+        SharedLimiter::new(MemorySlotStore::default(), clock.clone(), LimiterSettings::new(100.0), 1),
         provider.clone(),
         queue.clone(),
         clock.clone(),

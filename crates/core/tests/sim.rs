@@ -66,3 +66,11 @@ fn the_same_seed_gives_the_same_report() {
     let config = SimConfig { reminders: 2_000, ..SimConfig::new(Scenario::Crash) };
     assert_eq!(run(&config, Worker::Punctual), run(&config, Worker::Punctual));
 }
+
+#[test]
+fn mixed_deadlines_are_served_close_to_earliest_deadline_first() {
+    let (p, n) = both(Scenario::Mixed, 20_000);
+    assert!(p.late as f64 <= 1.05 * p.edf_late as f64, "late {} vs EDF {}: {p:#?}", p.late, p.edf_late);
+    assert!(n.late > p.late, "served in SQS order the tight ones are late: {n:#?}");
+    assert_eq!(p.lost, 0);
+}

@@ -82,6 +82,38 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
     }
 }
 
+/// The shared limiter's settings, read the same way by every function that draws from it
+/// (README, "Shared limiter"): `PROVIDER_RATE_PER_SEC` (the quota, default 100),
+/// `LIMITER_NAME`, `LIMITER_BLOCK`, `LIMITER_NORMAL_AHEAD_MS`, `LIMITER_NEAR_HOLD_MS`,
+/// `LIMITER_NORMAL_FILL_MS`, `REDRIVE_SHARE`, `TENANT_SHARE` (unset: no per-tenant cap).
+pub fn limiter_settings<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+) -> Result<punctual_core::limiter::LimiterSettings, ConfigError> {
+    let quota = env.parse("PROVIDER_RATE_PER_SEC", 100.0, "calls per second in (0, 100000]", |v: &f64| {
+        *v > 0.0 && *v <= 100_000.0
+    })?;
+    let mut s = punctual_core::limiter::LimiterSettings::new(quota);
+    let share = |v: &f64| *v > 0.0 && *v <= 1.0;
+    if let Some(name) = env.optional("LIMITER_NAME") {
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(ConfigError::Invalid { name: "LIMITER_NAME", value: name, expected: "[A-Za-z0-9._-]+" });
+        }
+        s.name = name;
+    }
+    s.block = env.parse("LIMITER_BLOCK", s.block, "slots per booking in 1..=100", |v| (1..=100).contains(v))?;
+    let (ms, sec) = (Duration::from_millis, Duration::from_secs);
+    s.normal_ahead =
+        env.millis("LIMITER_NORMAL_AHEAD_MS", s.normal_ahead, ms(10), sec(60), "milliseconds in 10..=60000")?;
+    s.near_hold = env.millis("LIMITER_NEAR_HOLD_MS", s.near_hold, ms(0), sec(60), "milliseconds in 0..=60000")?;
+    s.normal_fill = env.millis("LIMITER_NORMAL_FILL_MS", s.normal_fill, ms(0), sec(10), "milliseconds in 0..=10000")?;
+    s.redrive_share = env.parse("REDRIVE_SHARE", s.redrive_share, "a fraction in (0, 1]", share)?;
+    s.tenant_share = match env.optional("TENANT_SHARE") {
+        None => None,
+        Some(_) => Some(env.parse("TENANT_SHARE", 1.0, "a fraction in (0, 1]", share)?),
+    };
+    Ok(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use punctual_core::backoff::Backoff;
 use punctual_core::decision::SenderPolicy;
+use punctual_core::limiter::LimiterSettings;
 use punctual_core::sender::SenderSettings;
-use punctual_lambda::config::{ConfigError, Env};
+use punctual_lambda::config::{ConfigError, Env, limiter_settings};
 
 /// Everything the sender reads from its environment.
 #[derive(Debug, Clone)]
@@ -20,10 +21,9 @@ pub struct SenderConfig {
     pub renewals_table: String,
     /// `PROVIDER_URL`: the provider's messages endpoint.
     pub provider_url: String,
-    /// `PROVIDER_RATE_PER_SEC` (default 100): this instance's limiter rate.
-    pub rate_per_sec: f64,
-    /// `PROVIDER_BURST` (default 10).
-    pub burst: f64,
+    /// The shared limiter (`PROVIDER_RATE_PER_SEC`, `LIMITER_*`, `REDRIVE_SHARE`,
+    /// `TENANT_SHARE`).
+    pub limiter: LimiterSettings,
     /// `RECORD_CONCURRENCY` (default 10): records of one batch in flight at once.
     pub concurrency: usize,
     /// `METRICS_NAMESPACE` (default `punctual`).
@@ -102,11 +102,7 @@ impl SenderConfig {
             ledger_table: env.required("LEDGER_TABLE")?,
             renewals_table: env.required("RENEWALS_TABLE")?,
             provider_url,
-            rate_per_sec: env.parse("PROVIDER_RATE_PER_SEC", 100.0, "calls per second in (0, 100000]", |v: &f64| {
-                *v > 0.0 && *v <= 100_000.0
-            })?,
-            burst: env
-                .parse("PROVIDER_BURST", 10.0, "a burst in [1, 10000]", |v: &f64| (1.0..=10_000.0).contains(v))?,
+            limiter: limiter_settings(env)?,
             concurrency: env.parse("RECORD_CONCURRENCY", 10, "an integer in 1..=100", |v| (1..=100).contains(v))?,
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
             settings: SenderSettings {
@@ -151,7 +147,8 @@ mod tests {
     #[test]
     fn defaults_apply_when_only_the_required_variables_are_set() {
         let c = SenderConfig::from_env(&env(BASE)).unwrap();
-        assert_eq!((c.rate_per_sec, c.concurrency, c.settings.policy.max_attempts), (100.0, 10, 8));
+        assert_eq!((c.limiter.quota, c.concurrency, c.settings.policy.max_attempts), (100.0, 10, 8));
+        assert_eq!((c.limiter.block, c.limiter.redrive_share, c.limiter.tenant_share), (10, 0.2, None));
     }
 
     #[test]
@@ -162,6 +159,10 @@ mod tests {
             ("PROVIDER_RATE_PER_SEC", "-5"),
             ("CALL_TIMEOUT_MS", "10"),
             ("BACKOFF_CAP_MS", "1"),
+            ("LIMITER_BLOCK", "0"),
+            ("REDRIVE_SHARE", "1.5"),
+            ("TENANT_SHARE", "zero"),
+            ("LIMITER_NAME", "a b"),
         ] {
             let mut pairs = BASE.to_vec();
             pairs.push((var, value));

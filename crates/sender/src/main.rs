@@ -6,10 +6,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::{LambdaEvent, service_fn};
 use punctual_aws::ledger::DynamoLedger;
+use punctual_aws::limiter::DynamoSlotStore;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::secrets::provider_token;
 use punctual_aws::sqs::SqsQueues;
-use punctual_core::limiter::TokenBucket;
+use punctual_core::limiter::SharedLimiter;
 use punctual_core::sender::Sender;
 use punctual_lambda::config::process_env;
 use punctual_lambda::error::HandlerError;
@@ -43,8 +44,9 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         ^ u64::from(std::process::id());
     let sender = Sender::new(
         DynamoLedger::new(ddb.clone(), &config.ledger_table),
-        DynamoRenewals::new(ddb, &config.renewals_table),
-        TokenBucket::new(config.rate_per_sec, config.burst, clock),
+        DynamoRenewals::new(ddb.clone(), &config.renewals_table),
+        // One schedule in the ledger table, shared by every sender instance and by redrive.
+        SharedLimiter::new(DynamoSlotStore::new(ddb, &config.ledger_table), clock, config.limiter, seed),
         provider,
         SqsQueues::new(sqs, &config.send_queue_url, &config.dlq_url),
         clock,

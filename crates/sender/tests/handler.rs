@@ -11,12 +11,14 @@ use chrono::{DateTime, TimeDelta, Utc};
 use lambda_runtime::{Context, LambdaEvent};
 use punctual_core::ReminderMessage;
 use punctual_core::clock::{Clock, ManualClock};
-use punctual_core::limiter::TokenBucket;
+use punctual_core::limiter::{LimiterSettings, SharedLimiter};
 use punctual_core::ports::Ledger;
 use punctual_core::provider::ProviderOutcome;
 use punctual_core::reason::{ReasonCode, ReminderState};
 use punctual_core::sender::{Sender, SenderSettings};
-use punctual_core::testing::{AllActive, Fault, FaultyLedger, MemoryLedger, MemoryQueue, ScriptedProvider};
+use punctual_core::testing::{
+    AllActive, Fault, FaultyLedger, MemoryLedger, MemoryQueue, MemorySlotStore, ScriptedProvider,
+};
 use punctual_sender::handler::{Deps, Handled, handle};
 
 fn events_dir() -> PathBuf {
@@ -36,7 +38,14 @@ struct Rig<L> {
     clock: ManualClock,
     queue: MemoryQueue,
     provider: ScriptedProvider<ManualClock>,
-    deps: Deps<L, AllActive, TokenBucket<ManualClock>, ScriptedProvider<ManualClock>, MemoryQueue, ManualClock>,
+    deps: Deps<
+        L,
+        AllActive,
+        SharedLimiter<MemorySlotStore, ManualClock>,
+        ScriptedProvider<ManualClock>,
+        MemoryQueue,
+        ManualClock,
+    >,
 }
 
 fn rig_with<L: Ledger>(ledger: L, script: Vec<ProviderOutcome>) -> Rig<L> {
@@ -46,7 +55,7 @@ fn rig_with<L: Ledger>(ledger: L, script: Vec<ProviderOutcome>) -> Rig<L> {
     let sender = Sender::new(
         ledger,
         AllActive,
-        TokenBucket::new(100.0, 10.0, clock.clone()),
+        SharedLimiter::new(MemorySlotStore::default(), clock.clone(), LimiterSettings::new(100.0), 1),
         provider.clone(),
         queue.clone(),
         clock.clone(),

@@ -1,0 +1,101 @@
+//! The shared limiter's DynamoDB schedule: the slot-store contract (the same suite the
+//! in-memory store passes) and the property the whole design rests on — concurrent bookings
+//! from many senders never hand out the same slot — on the emulator and on DynamoDB Local.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use chrono::Utc;
+use punctual_aws::dynamodb::create_pk_table;
+use punctual_aws::limiter::DynamoSlotStore;
+use punctual_core::TenantId;
+use punctual_core::decision::LimiterAnswer;
+use punctual_core::limiter::{Book, Booked, Lane, LimiterSettings, SharedLimiter, SlotStore};
+use punctual_core::ports::{Limiter, LimiterClass, LimiterRequest};
+use punctual_core::testing::limiter_contract;
+use punctual_lambda::SystemClock;
+use punctual_tests::{dynamodb_local_config, sdk_config, unique};
+
+async fn with_table(config: &SdkConfig) -> (aws_sdk_dynamodb::Client, String) {
+    let client = aws_sdk_dynamodb::Client::new(config);
+    let table = unique("punctual-limiter");
+    create_pk_table(&client, &table).await.unwrap();
+    (client, table)
+}
+
+async fn contract(config: &SdkConfig) {
+    let (client, table) = with_table(config).await;
+    let store = DynamoSlotStore::new(client.clone(), &table);
+    limiter_contract::run(&store, "contract", Utc::now().timestamp_millis()).await;
+
+    // Eight senders book concurrently: the blocks they get are disjoint and contiguous.
+    let now = Utc::now().timestamp_millis();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let store = DynamoSlotStore::new(client.clone(), &table);
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                for _ in 0..6 {
+                    let req = Book { now_ms: now, block_ms: 100, ahead_ms: 60_000, lane: Lane::Cap };
+                    if let Booked::Got { start_ms, .. } = store.book("race", &req).await.unwrap() {
+                        got.push(start_ms);
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    let mut starts: Vec<i64> = Vec::new();
+    for t in tasks {
+        starts.extend(t.await.unwrap());
+    }
+    starts.sort_unstable();
+    assert_eq!(starts.len(), 48, "every booking within the horizon succeeds");
+    let expected: Vec<i64> = (0..48).map(|i| now + 100 * i).collect();
+    assert_eq!(starts, expected, "no slot handed out twice, none skipped");
+    client.delete_table().table_name(&table).send().await.unwrap();
+}
+
+#[tokio::test]
+async fn dynamodb_slot_store_obeys_the_contract_on_the_emulator() {
+    contract(&sdk_config().await).await;
+}
+
+#[tokio::test]
+async fn dynamodb_slot_store_obeys_the_contract_on_dynamodb_local() {
+    if let Some(config) = dynamodb_local_config().await {
+        contract(&config).await;
+    }
+}
+
+/// Three limiter instances on the real store and the real clock: 60 calls at 50/s take about
+/// 1.2 s together and cost one write per block of 10 (a wide tolerance: the machine is noisy,
+/// and the figure that matters — the rate — is measured by `punctual bench-limiter`).
+#[tokio::test]
+async fn instances_on_dynamodb_share_one_rate() {
+    let (client, table) = with_table(&sdk_config().await).await;
+    let store = DynamoSlotStore::new(client.clone(), &table);
+    let tenant = TenantId::parse("t1").unwrap();
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = (0..3u64)
+        .map(|i| {
+            let limiter = SharedLimiter::new(store.clone(), SystemClock, LimiterSettings::new(50.0), i);
+            let tenant = tenant.clone();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    let req = LimiterRequest { class: LimiterClass::Normal, tenant: &tenant };
+                    assert_eq!(limiter.acquire(req, Duration::from_secs(10)).await.unwrap(), LimiterAnswer::Granted);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let took = started.elapsed().as_secs_f64();
+    assert!(took >= 1.0, "60 calls at 50/s cannot finish in {took:.2} s");
+    assert!(store.writes() <= 12, "{} writes for 60 calls", store.writes());
+    client.delete_table().table_name(&table).send().await.unwrap();
+}
