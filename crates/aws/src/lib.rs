@@ -5,6 +5,7 @@
 //! branch, so the code that runs against moto or LocalStack is the code that runs on AWS.
 
 pub mod config;
+pub mod control;
 pub mod dynamodb;
 pub mod emf;
 pub mod ledger;

@@ -104,7 +104,7 @@ impl DynamoSlotStore {
 impl SlotStore for DynamoSlotStore {
     async fn book(&self, key: &str, req: &Book) -> Result<Booked, LimiterError> {
         let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner).get(key).copied();
-        let mut idle_first = seen.is_none_or(|next| next < req.now_ms);
+        let mut idle_first = seen.is_some_and(|next| next < req.now_ms);
         // At most three writes: a wrong guess, the right one, and one more if another sender
         // changed the schedule in between.
         let mut last = SlotView::default();

@@ -245,7 +245,9 @@ pub fn local_senders(
                 punctual_core::sender::SenderSettings::default(),
                 seed ^ (i << 32),
             );
-            std::sync::Arc::new(punctual_sender::handler::Deps { sender, concurrency: 10 })
+            let control = punctual_aws::control::DynamoControl::new(ddb.clone(), &res.ledger_table);
+            let pause = Some(punctual_core::redrive::PauseGate::new(control, std::time::Duration::from_secs(2)));
+            std::sync::Arc::new(punctual_sender::handler::Deps { sender, concurrency: 10, pause })
         })
         .collect();
     (senders, store)
@@ -346,4 +348,23 @@ pub async fn provision(
         renewals_table,
         provider_url: provider_url.to_owned(),
     })
+}
+
+/// Starts the provider double on a free loopback port with `quota` (burst 10) and a fresh
+/// bearer token, returning both (`run` and `bench-limiter` share this).
+pub async fn start_double(
+    quota: f64,
+    token: punctual_core::secret::Secret,
+) -> std::io::Result<(punctual_provider_double::Double, punctual_core::secret::Secret)> {
+    let double = punctual_provider_double::Double::start(
+        punctual_provider_double::Config {
+            quota,
+            burst: 10.0,
+            token: Some(token.expose().to_owned()),
+            ..punctual_provider_double::Config::default()
+        },
+        0,
+    )
+    .await?;
+    Ok((double, token))
 }

@@ -89,6 +89,28 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measure the shared limiter for real: sender instances drawing from one DynamoDB
+    /// schedule against the provider double, one row per block size (the frontier).
+    BenchLimiter {
+        /// Sender instances.
+        #[arg(long, default_value_t = 10)]
+        senders: usize,
+        /// Calls in flight per sender instance.
+        #[arg(long, default_value_t = 10)]
+        in_flight: usize,
+        /// Accepted calls per row.
+        #[arg(long, default_value_t = 2000)]
+        calls: u64,
+        /// Provider quota, calls per second.
+        #[arg(long, default_value_t = 100.0)]
+        quota: f64,
+        /// Block sizes (slots per DynamoDB write), one row each.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,5,10,20,50")]
+        blocks: Vec<u32>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the provider double (used by `local up`; also handy on its own).
     #[command(hide = true)]
     ProviderDouble {
@@ -151,6 +173,32 @@ async fn main() -> ExitCode {
                         print!("{}", summary.render());
                     }
                     if summary.rejected.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(3) }
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        Command::BenchLimiter { senders, in_flight, calls, quota, blocks, json } => {
+            if senders == 0
+                || in_flight == 0
+                || calls == 0
+                || quota <= 0.0
+                || blocks.iter().any(|b| *b == 0 || *b > 100)
+            {
+                eprintln!("punctual bench-limiter: counts and quota must be positive, blocks in 1..=100");
+                return ExitCode::from(2);
+            }
+            let opts = punctual::bench::BenchOptions { senders, in_flight, calls, quota, blocks, progress: !json };
+            match punctual::bench::bench(&opts).await {
+                Ok(report) => {
+                    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+                    let _ = std::fs::write("target/bench/limiter.json", &text);
+                    if json {
+                        println!("{text}");
+                    } else {
+                        print!("{}", report.human());
+                        println!("report: target/bench/limiter.json");
+                    }
+                    ExitCode::SUCCESS
                 }
                 Err(e) => fail(&e),
             }

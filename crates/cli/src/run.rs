@@ -22,7 +22,6 @@ use punctual_core::scheduler::{Scheduler, SchedulerSettings};
 use punctual_core::secret::Secret;
 use punctual_lambda::SystemClock;
 use punctual_provider::HttpProvider;
-use punctual_provider_double::{Config as DoubleConfig, Double};
 use serde::Serialize;
 
 use crate::env::{Emulator, EnvError, Resources, local_senders, provision, sdk_config};
@@ -286,18 +285,9 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let ddb = emulator.dynamodb(&config);
 
     let mut rng = SplitMix64::new(opts.seed ^ 0x5eed);
-    let token = Secret::new(format!("local-{:016x}", rng.next_u64()));
-    let double = Double::start(
-        DoubleConfig {
-            quota: opts.quota,
-            burst: 10.0,
-            token: Some(token.expose().to_owned()),
-            ..DoubleConfig::default()
-        },
-        0,
-    )
-    .await
-    .map_err(step("starting the provider double"))?;
+    let (double, token) = crate::env::start_double(opts.quota, Secret::new(format!("local-{:016x}", rng.next_u64())))
+        .await
+        .map_err(step("starting the provider double"))?;
     say(format!("provider       {} (quota {}/s, burst 10)", double.url(), opts.quota));
 
     let prefix = format!("punctual-run-{}", Utc::now().timestamp_millis());

@@ -268,12 +268,13 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         }
         Some(ClaimView::Claimed { prior_attempts }) => prior_attempts,
     };
-    if prior_attempts >= policy.max_attempts {
+    let limit = attempt_limit(policy, msg);
+    if prior_attempts >= limit {
         return quarantine(
             ReasonCode::AttemptLimit,
             prior_attempts,
             None,
-            format!("{prior_attempts} of {} provider attempts already made", policy.max_attempts),
+            format!("{prior_attempts} of {limit} provider attempts already made"),
         );
     }
     // 5. Still wanted?
@@ -351,12 +352,12 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         }
         ProviderOutcome::Indeterminate { status } => (*status, None, ReasonCode::ProviderIndeterminate),
     };
-    if attempt >= policy.max_attempts {
+    if attempt >= attempt_limit(policy, msg) {
         return quarantine(
             ReasonCode::AttemptLimit,
             attempt,
             status,
-            format!("{attempt} of {} provider attempts made; last was {reason}", policy.max_attempts),
+            format!("{attempt} of {} provider attempts made; last was {reason}", attempt_limit(policy, msg)),
         );
     }
     let backoff = policy.backoff.delay(attempt, jitter);
@@ -376,4 +377,14 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         );
     }
     Decision::Done(Disposition::Defer { until: next, reason, attempts_made: attempt, provider_status: status })
+}
+
+/// The attempt budget of a message: `max_attempts`, and for a redriven message `max_attempts`
+/// more beyond the attempts it had made when the operator redrove it (its `attempt` field):
+/// a redrive is a deliberate new budget, and the ledger keeps the full history.
+pub fn attempt_limit(policy: &SenderPolicy, msg: &ReminderMessage) -> u32 {
+    match msg.redrive {
+        Some(_) => msg.attempt.saturating_add(policy.max_attempts),
+        None => policy.max_attempts,
+    }
 }

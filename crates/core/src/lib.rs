@@ -13,6 +13,7 @@ pub mod limiter;
 pub mod ports;
 pub mod provider;
 pub mod reason;
+pub mod redrive;
 pub mod renewal;
 pub mod scheduler;
 pub mod secret;

@@ -182,7 +182,7 @@ impl LimiterSettings {
             quota,
             block: 10,
             near_block: 1,
-            normal_ahead: Duration::from_secs(2),
+            normal_ahead: Duration::from_secs(10),
             near_hold: Duration::from_secs(2),
             normal_fill: Duration::from_millis(50),
             yield_spread: Duration::from_secs(8),
@@ -236,6 +236,7 @@ pub struct SharedLimiter<S, C> {
     pools: Mutex<HashMap<String, Pool>>,
     stats: Mutex<LimiterStats>,
     rng: Mutex<SplitMix64>,
+    booking: futures_util::lock::Mutex<()>,
 }
 
 enum Take {
@@ -254,6 +255,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
             pools: Mutex::default(),
             stats: Mutex::default(),
             rng: Mutex::new(SplitMix64::new(seed ^ 0x5eed_1117)),
+            booking: futures_util::lock::Mutex::new(()),
         }
     }
 
@@ -292,6 +294,23 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
         self.settings.rate(&view, now)
     }
 
+    /// The earliest pooled slot usable before `deadline_ms`, if any (expired ones dropped).
+    fn pooled(&self, key: &str, deadline_ms: i64) -> Option<i64> {
+        let now = self.clock.now().timestamp_millis();
+        let validity = self.settings.validity.as_millis() as i64;
+        let mut pools = lock(&self.pools);
+        let pool = pools.get_mut(key)?;
+        let mut stranded = 0;
+        while pool.slots.front().is_some_and(|t| *t + validity < now) {
+            pool.slots.pop_front();
+            stranded += 1;
+        }
+        lock(&self.stats).stranded += stranded;
+        let t = pool.slots.front().copied().filter(|t| *t <= deadline_ms)?;
+        pool.slots.pop_front();
+        Some(t)
+    }
+
     fn main_key(&self) -> String {
         format!("{}#main", self.settings.name)
     }
@@ -319,6 +338,12 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
         let s = &self.settings;
         let validity = s.validity.as_millis() as i64;
         for _ in 0..4 {
+            if let Some(t) = self.pooled(key, deadline_ms) {
+                return Ok(Take::Slot(t));
+            }
+            // One booking in flight per instance: the callers behind it usually find the
+            // pool refilled, instead of each booking a block and stranding most of them.
+            let guard = self.booking.lock().await;
             let now = self.clock.now().timestamp_millis();
             let budget = (deadline_ms - now).max(0);
             let (slots, block_ms, interval) = {
@@ -391,6 +416,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
                     if wait > budget {
                         return Ok(Take::Wait(Duration::from_millis(wait as u64)));
                     }
+                    drop(guard);
                     self.clock.sleep(Duration::from_millis(wait as u64)).await;
                 }
             }

@@ -126,6 +126,8 @@ closed_enum! {
         InvocationBudget => "invocation_budget",
         /// The provider already has this reminder (ledger says delivered); the copy was acknowledged.
         SuppressedDuplicate => "suppressed_duplicate",
+        /// An operator paused delivery (`punctual pause`); deferred without spending an attempt.
+        OperatorPause => "operator_pause",
     }
 }
 

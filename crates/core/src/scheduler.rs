@@ -134,6 +134,8 @@ impl Default for SchedulerSettings {
 /// What one tick did and saw.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TickReport {
+    /// An operator pause was in force: nothing was looked at or released.
+    pub paused: bool,
     /// Messages accepted by the queue.
     pub released: u64,
     /// Renewals refused by the queue (left pending for the next tick).

@@ -193,6 +193,35 @@ where
         OwnerToken::new(format!("{message_id}/{nonce:016x}"))
     }
 
+    /// While an operator pause is in force: a well-formed message is requeued unchanged with
+    /// `delay` (its attempt count untouched, nothing claimed, no token taken) and acknowledged;
+    /// a malformed one is processed as usual (it goes to the DLQ either way).
+    pub async fn hold(
+        &self,
+        received: Received<'_>,
+        delay: Duration,
+        deadline: DateTime<Utc>,
+    ) -> Result<Processed, SenderError> {
+        let Ok(msg) = ReminderMessage::decode(received.body) else { return self.process(received, deadline).await };
+        self.queue.requeue(&msg, delay).await?;
+        let now = self.clock.now();
+        Ok(Processed {
+            reminder_id: Some(msg.reminder_id.clone()),
+            disposition: Disposition::Defer {
+                until: crate::clock::add(now, delay),
+                reason: ReasonCode::OperatorPause,
+                attempts_made: msg.attempt,
+                provider_status: None,
+            },
+            provider_calls: 0,
+            provider_status: None,
+            throttled: false,
+            delivery_lag: None,
+            slack: Some(until(now, msg.deliver_by)),
+            settle_conflict: None,
+        })
+    }
+
     /// Processes one message within an invocation ending at `invocation_deadline`.
     ///
     /// `Ok` means the message is handled (delivered, requeued, quarantined or dropped) and must

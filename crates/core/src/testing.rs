@@ -817,3 +817,32 @@ pub mod limiter_contract {
         assert!(store.view(&format!("{prefix}#never")).await.unwrap_or_else(|e| panic!("{e}")).is_none());
     }
 }
+
+// ---- operator controls ----------------------------------------------------------------------
+
+/// In-memory pause switch and audit log.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryControl {
+    /// The pause in force.
+    pub paused: Arc<Mutex<Option<crate::redrive::Pause>>>,
+    /// Audit records written, latest version per id.
+    pub audits: Arc<Mutex<Vec<crate::redrive::AuditRecord>>>,
+}
+
+impl crate::redrive::Control for MemoryControl {
+    async fn pause(&self) -> Result<Option<crate::redrive::Pause>, crate::ports::BoxError> {
+        Ok(lock(&self.paused).clone())
+    }
+
+    async fn set_pause(&self, pause: Option<&crate::redrive::Pause>, _by: &str) -> Result<(), crate::ports::BoxError> {
+        *lock(&self.paused) = pause.cloned();
+        Ok(())
+    }
+
+    async fn put_audit(&self, record: &crate::redrive::AuditRecord) -> Result<(), crate::ports::BoxError> {
+        let mut a = lock(&self.audits);
+        a.retain(|r| r.id != record.id);
+        a.push(record.clone());
+        Ok(())
+    }
+}

@@ -12,6 +12,8 @@ pub struct SchedulerConfig {
     pub renewals_table: String,
     /// `SEND_QUEUE_URL`.
     pub send_queue_url: String,
+    /// `LEDGER_TABLE`: where the operator pause switch lives (read once per tick).
+    pub ledger_table: String,
     /// `METRICS_NAMESPACE` (default `punctual`).
     pub metrics_namespace: String,
     /// Tick tunables.
@@ -31,6 +33,7 @@ impl SchedulerConfig {
         Ok(Self {
             renewals_table: env.required("RENEWALS_TABLE")?,
             send_queue_url: env.required("SEND_QUEUE_URL")?,
+            ledger_table: env.required("LEDGER_TABLE")?,
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
             settings: SchedulerSettings {
                 lookahead: Duration::from_secs(lookahead),

@@ -46,11 +46,20 @@ pub fn metrics(r: &TickReport) -> Metrics {
 
 /// Runs one tick. Fails the invocation only when the store or queue failed; what was released
 /// before the failure stays released and the next tick resumes.
+/// While an operator pause is in force the tick releases nothing (the watermark stays, so the
+/// next tick after `resume` catches up) and reports `paused`.
 pub async fn handle<S: DueStore, Q: ReleaseQueue, C: Clock>(
     scheduler: &Scheduler<S, Q, C>,
+    pause: Option<&punctual_core::redrive::PauseGate>,
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<TickReport, HandlerError> {
     let deadline = invocation_deadline(&event.context);
+    if let Some(gate) = pause
+        && gate.paused().await
+    {
+        tracing::info!(trigger = %event.payload.detail_type, "tick skipped: delivery is paused");
+        return Ok(TickReport { paused: true, ..TickReport::default() });
+    }
     let report = scheduler
         .tick(deadline)
         .await

@@ -3,14 +3,17 @@
 use std::sync::Arc;
 
 use lambda_runtime::{LambdaEvent, service_fn};
+use punctual_aws::control::DynamoControl;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::sqs::SqsQueues;
+use punctual_core::redrive::PauseGate;
 use punctual_core::scheduler::Scheduler;
 use punctual_lambda::config::process_env;
 use punctual_lambda::error::HandlerError;
 use punctual_lambda::{SystemClock, init_tracing};
 use punctual_scheduler::config::SchedulerConfig;
 use punctual_scheduler::handler::{handle, metrics};
+use std::time::Duration;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
@@ -24,6 +27,8 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     }
     // The scheduler never quarantines; the DLQ URL is unused here.
     let queues = SqsQueues::new(sqs, &config.send_queue_url, "");
+    // Read at every tick (once a minute): a pause takes effect at the next tick.
+    let pause = Arc::new(PauseGate::new(DynamoControl::new(ddb.clone(), &config.ledger_table), Duration::ZERO));
     let scheduler = Arc::new(Scheduler::new(
         DynamoRenewals::new(ddb, &config.renewals_table),
         queues,
@@ -32,10 +37,10 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     ));
     let namespace: Arc<str> = config.metrics_namespace.into();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
-        let scheduler = Arc::clone(&scheduler);
+        let (scheduler, pause) = (Arc::clone(&scheduler), Arc::clone(&pause));
         let namespace = Arc::clone(&namespace);
         async move {
-            let report = handle(&scheduler, event).await?;
+            let report = handle(&scheduler, Some(&pause), event).await?;
             let now_ms = chrono::Utc::now().timestamp_millis();
             if let Err(e) = metrics(&report).flush(&mut std::io::stdout().lock(), &namespace, "scheduler", now_ms) {
                 tracing::warn!(error = %e, "could not write EMF metrics");

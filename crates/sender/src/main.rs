@@ -5,12 +5,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::{LambdaEvent, service_fn};
+use punctual_aws::control::DynamoControl;
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::limiter::DynamoSlotStore;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::secrets::provider_token;
 use punctual_aws::sqs::SqsQueues;
 use punctual_core::limiter::SharedLimiter;
+use punctual_core::redrive::PauseGate;
 use punctual_core::sender::Sender;
 use punctual_lambda::config::process_env;
 use punctual_lambda::error::HandlerError;
@@ -27,6 +29,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let token = provider_token(&sdk).await?;
     let provider = HttpProvider::new(&config.provider_url, &token, Duration::from_secs(2))?;
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let ddb_control = ddb.clone();
     let sqs = aws_sdk_sqs::Client::new(&sdk);
 
     // Warm the connections during init so the first invocation does not pay TLS handshakes.
@@ -53,7 +56,9 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         config.settings,
         seed,
     );
-    let deps = Arc::new(Deps { sender, concurrency: config.concurrency });
+    // The operator pause switch, read at most every 5 s per instance.
+    let pause = PauseGate::new(DynamoControl::new(ddb_control, &config.ledger_table), Duration::from_secs(5));
+    let deps = Arc::new(Deps { sender, concurrency: config.concurrency, pause: Some(pause) });
     let namespace: Arc<str> = config.metrics_namespace.into();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
         let deps = Arc::clone(&deps);
