@@ -7,5 +7,6 @@ pub mod env;
 pub mod esm;
 pub mod import;
 pub mod local;
+pub mod ops;
 pub mod run;
 pub mod simulate_chart;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use punctual::{import, local, run};
+use punctual::{import, local, ops, run};
 use punctual_aws::renewals::DynamoRenewals;
 
 #[derive(Parser)]
@@ -89,6 +89,86 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Queue depths, DLQ by reason, oldest age, backlog against projected drain, pause state.
+    Status {
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Why a reminder is where it is: state, attempts, history, next time, slack, DLQ reason,
+    /// redrive lineage, what a redrive would consume.
+    Explain {
+        /// A reminder id (rem_…) or a DLQ / send-queue message id.
+        id: String,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause delivery: the scheduler releases nothing, the sender holds messages without
+    /// spending attempts, redrive refuses to start. Audited.
+    Pause {
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// Who (required).
+        #[arg(long)]
+        owner: String,
+    },
+    /// Lift a pause. Audited.
+    Resume {
+        /// Who (recorded; default $USER).
+        #[arg(long)]
+        owner: Option<String>,
+    },
+    /// Move dead letters back to the send queue: bounded, paced, audited; a dry run first.
+    Redrive {
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// Who (required).
+        #[arg(long)]
+        owner: String,
+        /// Most to move (hard cap REDRIVE_MAX_MESSAGES).
+        #[arg(long)]
+        max_messages: u64,
+        /// Pace (never above the redrive share of the quota).
+        #[arg(long)]
+        max_per_second: f64,
+        /// Only these DLQ reasons.
+        #[arg(long = "failure-reason")]
+        failure_reasons: Vec<String>,
+        /// Only these tenants.
+        #[arg(long = "tenant")]
+        tenants: Vec<String>,
+        /// Only these reminders.
+        #[arg(long = "reminder")]
+        reminders: Vec<String>,
+        /// Move this many first and watch them.
+        #[arg(long)]
+        canary: Option<u64>,
+        /// Abort when more than this fraction of settled redriven reminders fail again.
+        #[arg(long)]
+        abort_failure_ratio: Option<f64>,
+        /// Show what would move; move nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Invoke this deployed redrive function instead of running in process.
+        #[arg(long, conflicts_with = "endpoint")]
+        function: Option<String>,
+        /// Run in process against this endpoint (default AWS_ENDPOINT_URL or `local up`'s).
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One synthetic reminder through import → scheduler → SQS → limiter → provider → ack,
+    /// each stage timed. Run it before each production change.
+    Canary {
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Measure the shared limiter for real: sender instances drawing from one DynamoDB
     /// schedule against the provider double, one row per block size (the frontier).
     BenchLimiter {
@@ -148,6 +228,54 @@ enum LocalAction {
     Down,
 }
 
+/// Runs an operator command and prints its answer (human or `--json`). Exit 0 when the
+/// command reports success, 3 when it ran but reports a failure (aborted redrive, failed
+/// canary), 1 on errors, 2 on refused input.
+async fn ops_out<F, Fut>(target: Result<ops::Target, ops::OpsError>, json: bool, f: F) -> ExitCode
+where
+    F: FnOnce(ops::Target) -> Fut,
+    Fut: std::future::Future<Output = Result<(serde_json::Value, String, bool), ops::OpsError>>,
+{
+    let target = match target {
+        Ok(t) => t,
+        Err(e) => return fail(&e),
+    };
+    match f(target).await {
+        Ok((value, text, ok)) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+            } else {
+                print!("{text}");
+            }
+            if ok { ExitCode::SUCCESS } else { ExitCode::from(3) }
+        }
+        Err(e @ ops::OpsError::Invalid(_)) => {
+            eprintln!("punctual: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `redrive --function NAME`: invokes the deployed redrive function with the request.
+async fn invoke_function(name: &str, request: &serde_json::Value, json: bool) -> ExitCode {
+    let config = punctual_aws::config::load().await;
+    let client = aws_sdk_lambda::Client::new(&config);
+    let payload = aws_sdk_lambda::primitives::Blob::new(serde_json::to_vec(request).unwrap_or_default());
+    match client.invoke().function_name(name).payload(payload).send().await {
+        Ok(out) => {
+            let body = out.payload().map(|p| String::from_utf8_lossy(p.as_ref()).into_owned()).unwrap_or_default();
+            if json {
+                println!("{body}");
+            } else {
+                println!("{name} answered: {body}");
+            }
+            if out.function_error().is_some() { ExitCode::from(3) } else { ExitCode::SUCCESS }
+        }
+        Err(e) => fail(&e),
+    }
+}
+
 fn fail(e: &dyn std::error::Error) -> ExitCode {
     eprintln!("punctual: {e}");
     let mut source = e.source();
@@ -176,6 +304,90 @@ async fn main() -> ExitCode {
                 }
                 Err(e) => fail(&e),
             }
+        }
+        Command::Status { json } => {
+            ops_out(ops::Target::resolve(None), json, |t| async move {
+                ops::status(&t).await.map(|s| (serde_json::to_value(&s).unwrap_or_default(), s.render(), true))
+            })
+            .await
+        }
+        Command::Explain { id, json } => {
+            ops_out(ops::Target::resolve(None), json, |t| async move {
+                ops::explain(&t, &id).await.map(|e| (serde_json::to_value(&e).unwrap_or_default(), e.render(), true))
+            })
+            .await
+        }
+        Command::Pause { reason, owner } => {
+            ops_out(ops::Target::resolve(None), false, |t| async move {
+                ops::pause(&t, &reason, &owner).await.map(|p| {
+                    (
+                        serde_json::to_value(&p).unwrap_or_default(),
+                        format!("paused by {} since {}: {}\n", p.owner, p.since, p.reason),
+                        true,
+                    )
+                })
+            })
+            .await
+        }
+        Command::Resume { owner } => {
+            ops_out(ops::Target::resolve(None), false, |t| async move {
+                let by = owner.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into());
+                ops::resume(&t, &by).await.map(|was| {
+                    let text = match &was {
+                        Some(p) => format!("resumed (was paused by {} since {}: {})\n", p.owner, p.since, p.reason),
+                        None => "was not paused; nothing to resume\n".to_owned(),
+                    };
+                    (serde_json::to_value(&was).unwrap_or_default(), text, true)
+                })
+            })
+            .await
+        }
+        Command::Redrive {
+            reason,
+            owner,
+            max_messages,
+            max_per_second,
+            failure_reasons,
+            tenants,
+            reminders,
+            canary,
+            abort_failure_ratio,
+            dry_run,
+            function,
+            endpoint,
+            json,
+        } => {
+            let mut request = serde_json::json!({
+                "reason": reason, "owner": owner, "max_messages": max_messages, "max_per_second": max_per_second,
+                "selection": {"failure_reasons": failure_reasons, "tenants": tenants, "reminder_ids": reminders},
+                "dry_run": dry_run,
+            });
+            if let Some(c) = canary {
+                request["canary"] = c.into();
+            }
+            if let Some(r) = abort_failure_ratio {
+                request["abort_if"] = serde_json::json!({ "failure_ratio": r });
+            }
+            if let Some(name) = function {
+                return invoke_function(&name, &request, json).await;
+            }
+            ops_out(ops::Target::resolve(endpoint.as_deref()), json, |t| async move {
+                ops::redrive(&t, &request).await.map(|(preview, done)| {
+                    let mut text = ops::render_summary(&preview);
+                    if let Some(d) = &done {
+                        text.push_str(&ops::render_summary(d));
+                    }
+                    let ok = done.as_ref().is_none_or(|d| d.aborted.is_none());
+                    (serde_json::json!({ "dry_run": preview, "result": done }), text, ok)
+                })
+            })
+            .await
+        }
+        Command::Canary { json } => {
+            ops_out(ops::Target::resolve(None), json, |t| async move {
+                ops::canary(&t).await.map(|c| (serde_json::to_value(&c).unwrap_or_default(), c.render(), c.ok))
+            })
+            .await
         }
         Command::BenchLimiter { senders, in_flight, calls, quota, blocks, json } => {
             if senders == 0

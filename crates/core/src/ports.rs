@@ -38,7 +38,7 @@ impl OwnerToken {
 }
 
 /// One entry of a reminder's history.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct HistoryEntry {
     /// When.
     pub at: DateTime<Utc>,

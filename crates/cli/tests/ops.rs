@@ -1,0 +1,82 @@
+//! The operator commands as an operator runs them: the real binary against `punctual local
+//! up`'s emulator pipeline.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::process::Command;
+
+use punctual_tests::unique;
+
+fn punctual(state: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_punctual")).args(args).env("PUNCTUAL_STATE_DIR", state).output().unwrap()
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn canary_status_pause_explain_and_redrive_on_the_local_pipeline() {
+    let state = std::env::temp_dir().join(unique("punctual-ops"));
+    json(&punctual(&state, &["local", "up", "--json"]));
+
+    // The canary travels every stage and each is reported.
+    let c = json(&punctual(&state, &["canary", "--json"]));
+    let stages: Vec<&str> = c["stages"].as_array().unwrap().iter().map(|s| s["stage"].as_str().unwrap()).collect();
+    assert_eq!(stages, ["import", "scheduler release", "sqs → sender claim", "limiter + provider", "ack"], "{c}");
+    assert_eq!(c["ok"], true, "{c}");
+
+    // explain on the delivered canary.
+    let id = c["reminder_id"].as_str().unwrap();
+    let e = json(&punctual(&state, &["explain", id, "--json"]));
+    assert_eq!(e["state"], "delivered", "{e}");
+    assert!(e["redrive_would_consume"].as_str().unwrap().starts_with("nothing"));
+
+    // Pause: status shows it, redrive refuses, canary releases nothing; resume lifts it.
+    let p = punctual(&state, &["pause", "--reason", "drain runbook", "--owner", "ops@example.com"]);
+    assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+    let s = json(&punctual(&state, &["status", "--json"]));
+    assert_eq!(s["paused"]["owner"], "ops@example.com", "{s}");
+    let r =
+        punctual(&state, &["redrive", "--reason", "r", "--owner", "o", "--max-messages", "5", "--max-per-second", "2"]);
+    assert!(!r.status.success() && String::from_utf8_lossy(&r.stderr).contains("paused"), "{r:?}");
+    let c = punctual(&state, &["canary", "--json"]);
+    assert_eq!(c.status.code(), Some(3), "the canary stops at the scheduler while paused");
+    let c: serde_json::Value = serde_json::from_slice(&c.stdout).unwrap();
+    assert_eq!(c["stages"][1]["ok"], false, "{c}");
+    assert!(punctual(&state, &["resume"]).status.success());
+    assert!(json(&punctual(&state, &["status", "--json"]))["paused"].is_null());
+
+    // A request above the caps is refused with every problem, before anything runs.
+    let bad = punctual(
+        &state,
+        &["redrive", "--reason", " ", "--owner", "o", "--max-messages", "5000000", "--max-per-second", "999"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    for needle in ["reason must not be empty", "max_messages must be", "max_per_second must be"] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    // A dry run on an empty DLQ moves nothing and says so.
+    let d = json(&punctual(
+        &state,
+        &[
+            "redrive",
+            "--reason",
+            "r",
+            "--owner",
+            "o",
+            "--max-messages",
+            "5",
+            "--max-per-second",
+            "2",
+            "--dry-run",
+            "--json",
+        ],
+    ));
+    assert_eq!(d["dry_run"]["moved"], 0, "{d}");
+    assert!(d["result"].is_null());
+
+    assert!(punctual(&state, &["local", "down"]).status.success());
+}

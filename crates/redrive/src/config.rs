@@ -1,0 +1,82 @@
+//! The redrive function's environment (README, "Redrive").
+
+use punctual_core::redrive::RedriveCaps;
+use punctual_lambda::config::{ConfigError, Env, limiter_settings};
+
+/// Everything the redrive function reads from its environment.
+#[derive(Debug, Clone)]
+pub struct RedriveConfig {
+    /// `SEND_QUEUE_URL`: where redriven messages go.
+    pub send_queue_url: String,
+    /// `DLQ_URL`: where they come from.
+    pub dlq_url: String,
+    /// `LEDGER_TABLE`: outcomes, audit records, the pause switch.
+    pub ledger_table: String,
+    /// `REDRIVE_MAX_MESSAGES` (default 1000) and `REDRIVE_MAX_PER_SECOND` (default 20, never
+    /// above `REDRIVE_SHARE × PROVIDER_RATE_PER_SEC`).
+    pub caps: RedriveCaps,
+}
+
+impl RedriveConfig {
+    /// Reads and validates the configuration; every problem names its variable.
+    pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
+        let limiter = limiter_settings(env)?;
+        let max_messages =
+            env.parse("REDRIVE_MAX_MESSAGES", 1000u32, "an integer in 1..=100000", |v| (1..=100_000).contains(v))?;
+        let max_rate =
+            env.parse("REDRIVE_MAX_PER_SECOND", 20.0, "a rate in (0, 10000]", |v: &f64| *v > 0.0 && *v <= 10_000.0)?;
+        Ok(Self {
+            send_queue_url: env.required("SEND_QUEUE_URL")?,
+            dlq_url: env.required("DLQ_URL")?,
+            ledger_table: env.required("LEDGER_TABLE")?,
+            caps: RedriveCaps { max_messages, max_per_second: max_rate.min(limiter.redrive_share * limiter.quota) },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> Env<impl Fn(&str) -> Option<String>> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        Env::new(move |k: &str| map.get(k).cloned())
+    }
+
+    const BASE: &[(&str, &str)] =
+        &[("SEND_QUEUE_URL", "http://127.0.0.1:1/q"), ("DLQ_URL", "http://127.0.0.1:1/dlq"), ("LEDGER_TABLE", "l")];
+
+    #[test]
+    fn the_rate_cap_never_exceeds_the_redrive_share() {
+        let c = RedriveConfig::from_env(&env(BASE)).unwrap();
+        assert_eq!((c.caps.max_messages, c.caps.max_per_second), (1000, 20.0));
+        let mut pairs = BASE.to_vec();
+        pairs.extend([("PROVIDER_RATE_PER_SEC", "10"), ("REDRIVE_MAX_PER_SECOND", "50")]);
+        let c = RedriveConfig::from_env(&env(&pairs)).unwrap();
+        assert_eq!(c.caps.max_per_second, 2.0, "20 % of 10/s");
+        let mut bad = BASE.to_vec();
+        bad.push(("REDRIVE_MAX_MESSAGES", "0"));
+        assert!(matches!(
+            RedriveConfig::from_env(&env(&bad)),
+            Err(ConfigError::Invalid { name: "REDRIVE_MAX_MESSAGES", .. })
+        ));
+    }
+}
+
+#[cfg(test)]
+mod events {
+    use punctual_core::redrive::{RedriveCaps, RedriveRequest};
+
+    const CAPS: RedriveCaps = RedriveCaps { max_messages: 1000, max_per_second: 20.0 };
+
+    #[test]
+    fn the_sample_events_parse_as_documented() {
+        let dry = RedriveRequest::parse(include_str!("../../../events/redrive/dry-run.json"), CAPS).unwrap();
+        assert!(dry.dry_run && dry.canary == 5);
+        let canary = RedriveRequest::parse(include_str!("../../../events/redrive/canary.json"), CAPS).unwrap();
+        assert!(!canary.dry_run && canary.abort_if.failure_ratio == 0.2);
+        let problems = RedriveRequest::parse(include_str!("../../../events/redrive/invalid.json"), CAPS).unwrap_err();
+        assert_eq!(problems.len(), 6, "{problems:#?}");
+    }
+}
