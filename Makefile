@@ -13,11 +13,13 @@ DDB_LOCAL := .tools/dynamodb-local/DynamoDBLocal.jar
 HAVE_JAVA := $(shell command -v java >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && echo yes)
 CARGO ?= cargo
 
-.PHONY: help test run build invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean
+.PHONY: help test run build deploy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean
 
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
 	@echo "make run    the whole pipeline on this machine against the emulator, with a final report"
+	@echo "make build  three Lambda packages (cargo-lambda);  make deploy  sam deploy --guided"
+	@echo "make bench-limiter   the shared limiter's frontier;  make localstack-test  suite on LocalStack"
 
 ## tools: a pinned Python venv with moto server and cfn-lint (+ DynamoDB Local where Java is).
 tools: $(VENV_STAMP) $(if $(HAVE_JAVA),$(DDB_LOCAL))
@@ -79,7 +81,7 @@ $(BUILD_STAMP): tools/requirements-build.txt $(VENV_STAMP)
 
 build: build-tools
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/cargo-lambda lambda build --release --locked \
-	  $(if $(filter arm64,$(ARCH)),--arm64,--x86-64) --bin sender --bin scheduler
+	  $(if $(filter arm64,$(ARCH)),--arm64,--x86-64) --bin sender --bin scheduler --bin redrive
 	@ls -l target/lambda/*/bootstrap
 
 ## The real function binary under the Lambda runtime API with an event from events/:
@@ -91,6 +93,24 @@ invoke-%: build-tools
 ## malformed message and answers with an empty batch-failure list.
 invoke-smoke: build-tools
 	tools/with-emulator.sh tools/invoke-smoke.sh
+
+## Deploy to AWS with SAM: builds the three packages with cargo-lambda and asks for the stack
+## name, region and parameters the first time (saved to infra/samconfig.toml). Needs AWS
+## credentials; SAM CLI is installed into the venv on first use (it is not needed for tests).
+deploy: build-tools
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check aws-sam-cli==1.150.0
+	cd infra && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" sam build --beta-features && \
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" sam deploy --guided
+
+## The same integration suite against LocalStack (Docker, on your machine; not here):
+##   docker run -p 4566:4566 localstack/localstack && make localstack-test
+localstack-test: tools
+	AWS_ENDPOINT_URL=http://localhost:4566 tools/with-emulator.sh $(CARGO) test --workspace --locked
+
+## The shared limiter measured for real (not part of `make test`): 10 senders against the
+## provider double at 100/s, one row per block size. Writes target/bench/limiter.json.
+bench-limiter: tools
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CARGO) run --locked --release -p punctual -- bench-limiter $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) target

@@ -3,6 +3,7 @@
 Run by `make test` after cfn-lint. Prints one line per invariant and `N passed, N failed`;
 exits 1 when any fails.
 """
+import json
 import sys
 
 from cfnlint.decode import decode
@@ -107,6 +108,25 @@ check("renewals has the sparse due index", any(g["IndexName"] == "due" for g in 
 check("functions build with cargo-lambda", all(
     f.get("Metadata", {}).get("BuildMethod") == "rust-cargolambda" for f in functions.values()
 ))
+
+binaries = {f.get("Metadata", {}).get("BuildProperties", {}).get("Binary"): f for f in functions.values()}
+check("three functions: sender, scheduler, redrive", set(binaries) == {"sender", "scheduler", "redrive"}, str(sorted(map(str, binaries))))
+check("the redrive function has no trigger", not binaries.get("redrive", {}).get("Properties", {}).get("Events"))
+# The variables each binary's config requires (crates/*/src/config.rs): a missing one would
+# fail the cold start.
+required = {
+    "sender": ["SEND_QUEUE_URL", "DLQ_URL", "LEDGER_TABLE", "RENEWALS_TABLE", "PROVIDER_URL"],
+    "scheduler": ["RENEWALS_TABLE", "SEND_QUEUE_URL", "LEDGER_TABLE"],
+    "redrive": ["SEND_QUEUE_URL", "DLQ_URL", "LEDGER_TABLE"],
+}
+for binary, names in required.items():
+    env = binaries.get(binary, {}).get("Properties", {}).get("Environment", {}).get("Variables", {})
+    missing = [n for n in names if n not in env]
+    check(f"{binary} gets every variable its config requires", not missing, ", ".join(missing))
+dashboards = of_type("AWS::CloudWatch::Dashboard")
+body = json.dumps(next(iter(dashboards.values()), {}).get("Properties", {}).get("DashboardBody", ""))
+for title in ["Backlog", "Delivered per second vs quota", "Oldest age", "DLQ by reason"]:
+    check(f"the dashboard shows {title}", title in body)
 
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:

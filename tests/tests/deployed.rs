@@ -1,0 +1,155 @@
+//! The SAM template, deployed: `tools/deploy_to_emulator.py` translates infra/template.yaml
+//! offline (pinned aws-sam-translator) and creates the stack with the emulator's
+//! CloudFormation. Then every function's configuration is read from the environment the
+//! template gave it, and one renewal travels scheduler → send queue → sender → provider
+//! through the queues and tables the stack created. Template and code cannot drift apart.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{TimeDelta, Utc};
+use lambda_runtime::{Context, LambdaEvent};
+use punctual_aws::control::DynamoControl;
+use punctual_aws::ledger::DynamoLedger;
+use punctual_aws::limiter::DynamoSlotStore;
+use punctual_aws::renewals::DynamoRenewals;
+use punctual_aws::sqs::SqsQueues;
+use punctual_core::limiter::SharedLimiter;
+use punctual_core::ports::Ledger;
+use punctual_core::reason::ReminderState;
+use punctual_core::redrive::PauseGate;
+use punctual_core::renewal::{Renewal, RenewalInput};
+use punctual_core::scheduler::Scheduler;
+use punctual_core::secret::Secret;
+use punctual_core::sender::Sender;
+use punctual_lambda::SystemClock;
+use punctual_lambda::config::Env;
+use punctual_provider::HttpProvider;
+use punctual_provider_double::{Config, Double};
+use punctual_redrive::config::RedriveConfig;
+use punctual_scheduler::config::SchedulerConfig;
+use punctual_sender::config::SenderConfig;
+use punctual_sender::handler::{Deps, handle};
+use punctual_tests::stack::sqs_event;
+use punctual_tests::{endpoint, sdk_config};
+
+fn deploy() -> serde_json::Value {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join(".venv/bin/python");
+    assert!(python.exists(), "run `make tools` first: {} is missing", python.display());
+    let out = std::process::Command::new(python)
+        .arg(root.join("tools/deploy_to_emulator.py"))
+        .arg(root.join("infra/template.yaml"))
+        .env("AWS_ENDPOINT_URL", endpoint())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "deploy failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A function's environment as the template set it (numbers as the strings Lambda passes).
+fn environment(stack: &serde_json::Value, function: &str) -> HashMap<String, String> {
+    stack["functions"][function]["environment"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_deployed_template_configures_every_function_and_delivers_a_renewal() {
+    let stack = deploy();
+    assert_eq!(stack["sender_event_source_mappings"], 1, "{stack}");
+    let config = sdk_config().await;
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let ddb = aws_sdk_dynamodb::Client::new(&config);
+    // Queue URLs in the stack carry the AWS host: look the queues up by name on the emulator.
+    let url = |name: &str| {
+        let sqs = sqs.clone();
+        let name = name.to_owned();
+        async move { sqs.get_queue_url().queue_name(name).send().await.unwrap().queue_url.unwrap() }
+    };
+    let (send_url, dlq_url) =
+        (url(stack["send_queue"].as_str().unwrap()).await, url(stack["dlq"].as_str().unwrap()).await);
+    let double = Double::start(Config { token: Some("deployed-token".into()), ..Config::default() }, 0).await.unwrap();
+
+    // Each function's configuration parses from exactly what the template gives it.
+    let mut sender_env = environment(&stack, "SenderFunction");
+    sender_env.insert("SEND_QUEUE_URL".into(), send_url.clone());
+    sender_env.insert("DLQ_URL".into(), dlq_url.clone());
+    sender_env.insert("PROVIDER_URL".into(), double.url());
+    let sender_cfg = SenderConfig::from_env(&Env::new(|k: &str| sender_env.get(k).cloned())).unwrap();
+    let mut sched_env = environment(&stack, "SchedulerFunction");
+    sched_env.insert("SEND_QUEUE_URL".into(), send_url.clone());
+    let sched_cfg = SchedulerConfig::from_env(&Env::new(|k: &str| sched_env.get(k).cloned())).unwrap();
+    let redrive_env = environment(&stack, "RedriveFunction");
+    let redrive_cfg = RedriveConfig::from_env(&Env::new(|k: &str| redrive_env.get(k).cloned())).unwrap();
+    assert_eq!(redrive_cfg.caps.max_per_second, 20.0, "the redrive cap is the share of the quota");
+    assert_eq!(sender_cfg.ledger_table, stack["ledger_table"].as_str().unwrap());
+
+    // One renewal due now, in the stack's renewals table.
+    let now = Utc::now();
+    let renewal = Renewal::validate(&RenewalInput {
+        tenant_id: "acme".into(),
+        renewal_id: "deployed-1".into(),
+        recipient_ref: "cust-1".into(),
+        channel: "email".into(),
+        zone: "Europe/Paris".into(),
+        local_due_date: now.with_timezone(&chrono_tz::Europe::Paris).format("%Y-%m-%d").to_string(),
+        local_send_time: now.with_timezone(&chrono_tz::Europe::Paris).format("%H:%M").to_string(),
+        window_minutes: "120".into(),
+        ..RenewalInput::default()
+    })
+    .unwrap();
+    let renewals = DynamoRenewals::new(ddb.clone(), &sched_cfg.renewals_table);
+    renewals.import(std::slice::from_ref(&renewal), now).await.unwrap();
+
+    // The scheduler, as configured, releases it to the stack's send queue.
+    let queues = SqsQueues::new(sqs.clone(), &send_url, &dlq_url);
+    let scheduler = Scheduler::new(renewals.clone(), queues.clone(), SystemClock, sched_cfg.settings);
+    let tick = scheduler.tick(Utc::now() + TimeDelta::seconds(60)).await.unwrap();
+    assert_eq!(tick.released, 1, "{tick:?}");
+
+    // The sender, as configured, delivers it.
+    let provider = HttpProvider::new(&double.url(), &Secret::new("deployed-token"), Duration::from_secs(2)).unwrap();
+    let sender = Sender::new(
+        DynamoLedger::new(ddb.clone(), &sender_cfg.ledger_table),
+        DynamoRenewals::new(ddb.clone(), &sender_cfg.renewals_table),
+        SharedLimiter::new(
+            DynamoSlotStore::new(ddb.clone(), &sender_cfg.ledger_table),
+            SystemClock,
+            sender_cfg.limiter.clone(),
+            1,
+        ),
+        provider,
+        queues.clone(),
+        SystemClock,
+        sender_cfg.settings,
+        3,
+    );
+    let pause = Some(PauseGate::new(DynamoControl::new(ddb.clone(), &sender_cfg.ledger_table), Duration::from_secs(5)));
+    let deps = Deps { sender, concurrency: sender_cfg.concurrency, pause };
+    let mut delivered = None;
+    for _ in 0..10 {
+        let msgs = queues.receive(&send_url, 10, Duration::from_secs(1)).await.unwrap();
+        if !msgs.is_empty() {
+            let event = sqs_event(&msgs, "arn:aws:sqs:us-east-1:123456789012:send").unwrap();
+            let mut ctx = Context::default();
+            ctx.deadline = u64::try_from((Utc::now() + TimeDelta::seconds(60)).timestamp_millis()).unwrap();
+            let handled = handle(&deps, LambdaEvent::new(event, ctx)).await.unwrap();
+            assert!(handled.response.batch_item_failures.is_empty());
+            for m in &msgs {
+                queues.delete(&send_url, &m.receipt_handle).await.unwrap();
+            }
+        }
+        delivered = deps.sender.ledger().get(&renewal.reminder_id).await.unwrap();
+        if delivered.as_ref().is_some_and(|r| r.state == ReminderState::Delivered) {
+            break;
+        }
+    }
+    assert_eq!(delivered.map(|r| r.state), Some(ReminderState::Delivered));
+    assert_eq!(double.stats().accepted, 1);
+}
