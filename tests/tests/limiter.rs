@@ -38,7 +38,7 @@ async fn contract(config: &SdkConfig) {
             tokio::spawn(async move {
                 let mut got = Vec::new();
                 for _ in 0..6 {
-                    let req = Book { now_ms: now, block_ms: 100, ahead_ms: 60_000, lane: Lane::Cap };
+                    let req = Book { now_ms: now, block_ms: 100, ahead_ms: 60_000, grace_ms: 0, lane: Lane::Cap };
                     if let Booked::Got { start_ms, .. } = store.book("race", &req).await.unwrap() {
                         got.push(start_ms);
                     }

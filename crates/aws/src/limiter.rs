@@ -67,8 +67,8 @@ impl DynamoSlotStore {
             .update(key)
             .expression_attribute_names("#n", "next")
             .expression_attribute_values(":end", n(req.now_ms + req.block_ms))
-            .expression_attribute_values(":now", n(req.now_ms))
-            .condition_expression("attribute_not_exists(#n) OR #n < :now");
+            .expression_attribute_values(":idle", n(req.now_ms - req.grace_ms))
+            .condition_expression("attribute_not_exists(#n) OR #n < :idle");
         if let Lane::Near { hold_until_ms } = req.lane {
             set.push_str(", near_until = :hold");
             u = u.expression_attribute_values(":hold", n(hold_until_ms));
@@ -79,12 +79,12 @@ impl DynamoSlotStore {
     /// The schedule is busy: take the block at `next`, within the horizon and the lane rule.
     async fn advance(&self, key: &str, req: &Book) -> Result<ConditionalUpdate, LimiterError> {
         let mut set = "SET #n = #n + :blk".to_owned();
-        let mut cond = "#n >= :now AND #n <= :max".to_owned();
+        let mut cond = "#n >= :idle AND #n <= :max".to_owned();
         let mut u = self
             .update(key)
             .expression_attribute_names("#n", "next")
             .expression_attribute_values(":blk", n(req.block_ms))
-            .expression_attribute_values(":now", n(req.now_ms))
+            .expression_attribute_values(":idle", n(req.now_ms - req.grace_ms))
             .expression_attribute_values(":max", n(req.now_ms + req.ahead_ms));
         match req.lane {
             Lane::Near { hold_until_ms } => {
@@ -93,7 +93,9 @@ impl DynamoSlotStore {
             }
             Lane::Normal { fill_ms } => {
                 cond.push_str(" AND (attribute_not_exists(near_until) OR near_until < :now OR #n <= :fill)");
-                u = u.expression_attribute_values(":fill", n(req.now_ms + fill_ms));
+                u = u
+                    .expression_attribute_values(":now", n(req.now_ms))
+                    .expression_attribute_values(":fill", n(req.now_ms + fill_ms));
             }
             Lane::Cap => {}
         }
@@ -104,7 +106,8 @@ impl DynamoSlotStore {
 impl SlotStore for DynamoSlotStore {
     async fn book(&self, key: &str, req: &Book) -> Result<Booked, LimiterError> {
         let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner).get(key).copied();
-        let mut idle_first = seen.is_some_and(|next| next < req.now_ms);
+        let idle_before = req.now_ms - req.grace_ms;
+        let mut idle_first = seen.is_some_and(|next| next < idle_before);
         // At most three writes: a wrong guess, the right one, and one more if another sender
         // changed the schedule in between.
         let mut last = SlotView::default();
@@ -121,7 +124,7 @@ impl SlotStore for DynamoSlotStore {
                 ConditionalUpdate::ConditionFailed(item) => {
                     last = view_of(item.as_ref());
                     self.remember(key, last.next_ms);
-                    let now_idle = item.is_none() || last.next_ms < req.now_ms;
+                    let now_idle = item.is_none() || last.next_ms < idle_before;
                     if now_idle == idle {
                         // The guess was right and the condition still failed: the horizon or
                         // the lane refused.

@@ -541,6 +541,8 @@ async fn main() -> ExitCode {
                     "alarm_first_fired_seconds",
                     "first_late_seconds",
                     "edf_late",
+                    "limiter_writes_per_call",
+                    "cost_per_million_usd",
                 ];
                 println!("{:<28} {:>16} {:>16}", "", "punctual", if baseline.is_some() { "naive" } else { "" });
                 for k in keys {
@@ -553,6 +555,10 @@ async fn main() -> ExitCode {
                     };
                     let b = value.get("baseline").map(|b| show(&b[k])).unwrap_or_default();
                     println!("{k:<28} {:>16} {b:>16}", show(&value[k]));
+                }
+                for k in ["sqs_requests", "dynamodb_writes", "dynamodb_reads", "lambda_gb_seconds"] {
+                    let b = value.get("baseline").map(|b| b["cost"][k].to_string()).unwrap_or_default();
+                    println!("{:<28} {:>16} {b:>16}", format!("  {k}/1M"), value["cost"][k].to_string());
                 }
             }
             ExitCode::SUCCESS

@@ -92,6 +92,10 @@ pub struct Book {
     pub block_ms: i64,
     /// Refuse when the first free slot is later than `now + ahead`.
     pub ahead_ms: i64,
+    /// Slots stay usable this long after their instant: the schedule only counts as idle
+    /// (and restarts at `now`) when `next < now - grace`, so a restart never overlaps slots
+    /// another instance may still use.
+    pub grace_ms: i64,
     /// The lane.
     pub lane: Lane,
 }
@@ -116,9 +120,9 @@ pub enum Booked {
 /// Where the shared schedule lives. Every operation is atomic; implementations must pass
 /// [`crate::testing::limiter_contract`].
 ///
-/// `book` semantics: when nothing is booked at or after `now` (`next < now`, or never booked)
-/// the block starts at `now` (an idle schedule cannot be used retroactively); otherwise it
-/// starts at `next` if `next ≤ now + ahead` and, for a normal booking, the schedule is not
+/// `book` semantics: when the schedule is idle (`next < now - grace`, or never booked) the
+/// block starts at `now` (an idle schedule cannot be used retroactively); otherwise it starts
+/// at `next` if `next ≤ now + ahead` and, for a normal booking, the schedule is not
 /// near-active (`near_until < now`) or `next ≤ now + fill`. A near booking sets `near_until`.
 pub trait SlotStore: Send + Sync {
     /// Books one block.
@@ -160,7 +164,9 @@ pub struct LimiterSettings {
     pub normal_fill: Duration,
     /// Yielded normal work is deferred past the near-active mark plus up to this much.
     pub yield_spread: Duration,
-    /// A slot may be used this long after its instant.
+    /// A slot may be used this long after its instant. Late slots bunch calls together, so
+    /// this stays within the provider's burst allowance (10 calls at 100/s = 100 ms): a
+    /// 1 s validity let a slow debug run send bursts the provider double answered with 429.
     pub validity: Duration,
     /// Multiplicative decrease on a 429.
     pub decrease: f64,
@@ -186,7 +192,7 @@ impl LimiterSettings {
             near_hold: Duration::from_secs(2),
             normal_fill: Duration::from_millis(50),
             yield_spread: Duration::from_secs(8),
-            validity: Duration::from_secs(1),
+            validity: Duration::from_millis(100),
             decrease: 0.75,
             recover_per_sec: 0.01,
             cut_gap: Duration::from_secs(1),
@@ -390,7 +396,8 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
                     budget.min(s.normal_ahead.as_millis() as i64),
                 ),
             };
-            let booked = self.store.book(key, &Book { now_ms: now, block_ms, ahead_ms: ahead, lane }).await?;
+            let grace_ms = validity;
+            let booked = self.store.book(key, &Book { now_ms: now, block_ms, ahead_ms: ahead, grace_ms, lane }).await?;
             match booked {
                 Booked::Got { start_ms, view } => {
                     lock(&self.stats).bookings += 1;
@@ -570,6 +577,7 @@ mod tests {
                         now_ms: c.now().timestamp_millis(),
                         block_ms: 1000,
                         ahead_ms: 10_000,
+                        grace_ms: 0,
                         lane: Lane::Near { hold_until_ms: c.now().timestamp_millis() + 2000 },
                     },
                 )

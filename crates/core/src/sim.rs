@@ -192,8 +192,10 @@ pub struct SimReport {
     pub healthy_dead_lettered: u64,
     /// Virtual seconds simulated.
     pub simulated_seconds: f64,
-    /// Not modelled yet (issue 4's cost model is open): always `null`.
+    /// AWS cost per million reminders at the on-demand prices of [`Cost`] (arm64).
     pub cost_per_million_usd: Option<f64>,
+    /// The cost model's inputs and result, per million reminders.
+    pub cost: Cost,
     /// Shared-limiter store writes ÷ tokens granted (punctual only; 0 for the baseline).
     pub limiter_writes_per_call: f64,
     /// Booked limiter slots that expired unused.
@@ -201,6 +203,64 @@ pub struct SimReport {
     /// Time series for charts (not part of the JSON report).
     #[serde(skip)]
     pub timeline: Timeline,
+}
+
+/// On-demand prices (us-east-1, arm64, list prices as published in 2026; no free tier).
+pub mod price {
+    /// SQS standard queue, per request (each ≤ 64 KB chunk).
+    pub const SQS_REQUEST: f64 = 0.40 / 1e6;
+    /// DynamoDB on-demand, per write request unit (items ≤ 1 KB; ledger items with a long
+    /// history take 2–3, so this is a lower bound).
+    pub const DDB_WRITE: f64 = 0.625 / 1e6;
+    /// DynamoDB on-demand, per read request unit (strongly consistent ≤ 4 KB).
+    pub const DDB_READ: f64 = 0.125 / 1e6;
+    /// Lambda arm64, per GB-second.
+    pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+    /// Lambda, per invocation.
+    pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
+    /// Sender memory (the template's 256 MB), GB.
+    pub const SENDER_GB: f64 = 0.25;
+}
+
+/// What a million reminders cost at [`price`] (counts from the run, scaled).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Cost {
+    /// SQS requests (receives, batch deletes, requeues, DLQ sends) per million reminders.
+    pub sqs_requests: f64,
+    /// DynamoDB writes (ledger claims and settlements, limiter bookings) per million.
+    pub dynamodb_writes: f64,
+    /// DynamoDB reads (renewal lookups, ledger reads) per million.
+    pub dynamodb_reads: f64,
+    /// Sender invocations per million.
+    pub lambda_invocations: f64,
+    /// Sender GB-seconds per million (waiting for a limiter slot is billed time too).
+    pub lambda_gb_seconds: f64,
+    /// The sum at on-demand prices, USD per million reminders.
+    pub usd: f64,
+}
+
+impl Cost {
+    fn per_million(usage: &Usage, limiter_writes: u64, reminders: usize) -> Self {
+        let scale = 1e6 / reminders.max(1) as f64;
+        let sqs = Usage::get(&usage.sqs_requests) as f64 * scale;
+        let writes = (Usage::get(&usage.ddb_writes) + limiter_writes) as f64 * scale;
+        let reads = Usage::get(&usage.ddb_reads) as f64 * scale;
+        let invocations = Usage::get(&usage.invocations) as f64 * scale;
+        let gb_s = Usage::get(&usage.busy_ms) as f64 / 1000.0 * price::SENDER_GB * scale;
+        let usd = sqs * price::SQS_REQUEST
+            + writes * price::DDB_WRITE
+            + reads * price::DDB_READ
+            + invocations * price::LAMBDA_REQUEST
+            + gb_s * price::LAMBDA_GB_SECOND;
+        Self {
+            sqs_requests: sqs.round(),
+            dynamodb_writes: writes.round(),
+            dynamodb_reads: reads.round(),
+            lambda_invocations: invocations.round(),
+            lambda_gb_seconds: (gb_s * 10.0).round() / 10.0,
+            usd: (usd * 100.0).round() / 100.0,
+        }
+    }
 }
 
 /// Per-second series of a run, seconds after T0.
@@ -272,6 +332,7 @@ struct QueueState {
 struct SimQueue {
     state: Arc<Mutex<QueueState>>,
     clock: SimClock,
+    usage: Arc<Usage>,
 }
 
 impl SimQueue {
@@ -346,12 +407,14 @@ impl SendQueue for SimQueue {
         // The real adapter rounds up to whole seconds; so does the model.
         let secs = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
         let now = self.clock.now();
+        Usage::add(&self.usage.sqs_requests, 1);
         self.push(msg.encode(), now + TimeDelta::seconds(secs.min(900) as i64));
         Ok(())
     }
 
     async fn dead_letter(&self, q: &Quarantine<'_>) -> Result<(), QueueError> {
         let healthy = ReminderMessage::decode(q.body).is_ok();
+        Usage::add(&self.usage.sqs_requests, 1);
         lock(&self.state).dlq.push((q.body.to_owned(), q.reason, healthy));
         Ok(())
     }
@@ -436,6 +499,43 @@ struct Crashing {
     inner: MemoryLedger,
     p: f64,
     rng: Arc<Mutex<SplitMix64>>,
+    usage: Arc<Usage>,
+}
+
+/// What a run asked of AWS, for the cost model.
+#[derive(Debug, Default)]
+struct Usage {
+    sqs_requests: std::sync::atomic::AtomicU64,
+    ddb_writes: std::sync::atomic::AtomicU64,
+    ddb_reads: std::sync::atomic::AtomicU64,
+    invocations: std::sync::atomic::AtomicU64,
+    /// Invocation time, milliseconds.
+    busy_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Usage {
+    fn add(counter: &std::sync::atomic::AtomicU64, n: u64) {
+        counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn get(counter: &std::sync::atomic::AtomicU64) -> u64 {
+        counter.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Renewal lookups, counted (every one is a DynamoDB read in production).
+#[derive(Debug, Clone)]
+struct CountedRenewals(Arc<Usage>);
+
+impl crate::ports::Renewals for CountedRenewals {
+    async fn lookup(
+        &self,
+        tenant: &crate::ids::TenantId,
+        renewal: &crate::ids::RenewalId,
+    ) -> Result<crate::ports::RenewalLookup, crate::ports::RenewalsError> {
+        Usage::add(&self.0.ddb_reads, 1);
+        AllActive.lookup(tenant, renewal).await
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -450,6 +550,7 @@ impl Ledger for Crashing {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<ClaimView, LedgerError> {
+        Usage::add(&self.usage.ddb_writes, 1);
         self.inner.claim(msg, owner, now, lease_until).await
     }
 
@@ -463,10 +564,12 @@ impl Ledger for Crashing {
         if s.state == ReminderState::Delivered && lock(&self.rng).next_unit() < self.p {
             return Err(LedgerError::Unknown(Box::new(Crashed)));
         }
+        Usage::add(&self.usage.ddb_writes, 1);
         self.inner.settle(msg, owner, now, s).await
     }
 
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
+        Usage::add(&self.usage.ddb_reads, 1);
         self.inner.get(id).await
     }
 }
@@ -530,7 +633,8 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let _entered = runtime.enter();
     let mut rng = SplitMix64::new(config.seed);
     let clock = SimClock::new(t0());
-    let queue = SimQueue { state: Arc::default(), clock: clock.clone() };
+    let usage = Arc::new(Usage::default());
+    let queue = SimQueue { state: Arc::default(), clock: clock.clone(), usage: Arc::clone(&usage) };
     let provider = SimProvider {
         state: Arc::default(),
         clock: clock.clone(),
@@ -577,6 +681,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         inner: MemoryLedger::new(),
         p: if config.scenario == Scenario::Crash { 0.02 } else { 0.0 },
         rng: Arc::new(Mutex::new(SplitMix64::new(config.seed ^ 0xc4a5))),
+        usage: Arc::clone(&usage),
     };
     // One sender (one Lambda instance) per worker, each with its own handle on ONE shared
     // limiter schedule, as in production.
@@ -585,7 +690,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         .map(|w| {
             Sender::new(
                 ledger.clone(),
-                AllActive,
+                CountedRenewals(Arc::clone(&usage)),
                 SharedLimiter::new(slots.clone(), clock.clone(), LimiterSettings::new(config.quota), config.seed ^ w),
                 provider.clone(),
                 queue.clone(),
@@ -622,6 +727,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                         let mut sh = shared.borrow_mut();
                         queue.receive(now, vt, config.duplicate_fraction, &mut sh.rng)
                     };
+                    Usage::add(&queue.usage.sqs_requests, 1);
                     if batch.is_empty() {
                         if queue.depth() == 0 {
                             break; // this worker retires
@@ -688,7 +794,13 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                             clock.sleep(config.overhead).await;
                         }
                     });
+                    let started = clock.now();
                     futures_util::future::join_all(records).await;
+                    // One invocation per batch; the event source mapping deletes the batch in
+                    // one request.
+                    Usage::add(&queue.usage.invocations, 1);
+                    Usage::add(&queue.usage.busy_ms, until(started, clock.now()).as_millis() as u64);
+                    Usage::add(&queue.usage.sqs_requests, 1);
                 }
             }));
         }
@@ -779,6 +891,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         report.limiter_writes_per_call = if granted > 0 { slots.writes() as f64 / granted as f64 } else { 0.0 };
         report.limiter_stranded = stranded;
     }
+    report.cost =
+        Cost::per_million(&usage, if worker == Worker::Punctual { slots.writes() } else { 0 }, config.reminders);
+    report.cost_per_million_usd = Some(report.cost.usd);
     report.first_late_seconds = late_times.iter().copied().reduce(f64::min);
     report.simulated_seconds = until(t0(), clock.now()).as_secs_f64();
     late_times.sort_by(f64::total_cmp);

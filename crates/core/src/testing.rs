@@ -685,7 +685,7 @@ impl crate::limiter::SlotStore for MemorySlotStore {
         self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut views = lock(&self.views);
         let v = views.entry(key.to_owned()).or_default();
-        let start = if v.next_ms < req.now_ms {
+        let start = if v.next_ms < req.now_ms - req.grace_ms {
             req.now_ms
         } else {
             let yields = match req.lane {
@@ -739,7 +739,7 @@ pub mod limiter_contract {
     use crate::limiter::{Book, Booked, Lane, SlotStore, SlotView};
 
     async fn book<S: SlotStore>(s: &S, key: &str, now: i64, block: i64, ahead: i64, lane: Lane) -> Booked {
-        s.book(key, &Book { now_ms: now, block_ms: block, ahead_ms: ahead, lane })
+        s.book(key, &Book { now_ms: now, block_ms: block, ahead_ms: ahead, grace_ms: 0, lane })
             .await
             .unwrap_or_else(|e| panic!("book {key}: {e}"))
     }
@@ -768,6 +768,15 @@ pub mod limiter_contract {
 
         // A schedule gone idle is not used retroactively.
         assert_eq!(start(book(store, &k, now + 5000, 100, 2000, normal).await), now + 5000);
+        // …but within the grace its last slots may still be in use: it continues from `next`.
+        let graced = Book { now_ms: now + 5150, block_ms: 100, ahead_ms: 2000, grace_ms: 100, lane: normal };
+        assert_eq!(start(store.book(&k, &graced).await.unwrap_or_else(|e| panic!("{e}"))), now + 5100, "no overlap");
+        let idle = Book { now_ms: now + 5400, block_ms: 100, ahead_ms: 2000, grace_ms: 100, lane: normal };
+        assert_eq!(
+            start(store.book(&k, &idle).await.unwrap_or_else(|e| panic!("{e}"))),
+            now + 5400,
+            "idle past the grace"
+        );
 
         // Too far ahead: refused, nothing changes.
         let k = format!("{prefix}#ahead");
