@@ -58,6 +58,9 @@ fn json_report_has_every_key_for_punctual_and_the_baseline_and_the_chart_renders
     }
     assert_eq!((r["delivered"].as_u64(), r["duplicates"].as_u64(), r["lost"].as_u64()), (Some(1500), Some(0), Some(0)));
     assert!(r["baseline"]["duplicates"].as_u64().unwrap() > 0, "the naive worker re-sends after a crash");
+    let cost = r["cost_per_million_usd"].as_f64().unwrap();
+    assert!(cost > 0.0 && r["cost"]["dynamodb_writes"].as_f64().unwrap() > 1e6, "two ledger writes per reminder: {r}");
+    assert_eq!(r["baseline"]["cost"]["dynamodb_writes"], 0.0, "the naive worker has no ledger");
     let png = std::fs::read(&chart).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     assert!(png.len() > 20_000, "a chart with three panels, lines and text: {} bytes", png.len());

@@ -63,12 +63,14 @@ pub enum Scenario {
     Overload,
     /// 60,000 due at once, 10 % with tight deadlines (2–5 min): lateness against EDF.
     Mixed,
+    /// 12,000 fresh reminders while a DLQ of 2,000 throttled ones is redriven under a cap.
+    Redrive,
 }
 
 impl Scenario {
     /// Every scenario this build simulates.
-    pub const ALL: [Scenario; 6] =
-        [Self::Normal, Self::Throttle, Self::Poison, Self::Crash, Self::Overload, Self::Mixed];
+    pub const ALL: [Scenario; 7] =
+        [Self::Normal, Self::Throttle, Self::Poison, Self::Crash, Self::Overload, Self::Mixed, Self::Redrive];
 
     /// Parses a `--scenario` value.
     pub fn parse(s: &str) -> Option<Self> {
@@ -84,6 +86,7 @@ impl Scenario {
             Self::Crash => "crash",
             Self::Overload => "overload",
             Self::Mixed => "mixed",
+            Self::Redrive => "redrive",
         }
     }
 
@@ -139,6 +142,11 @@ impl SimConfig {
             Scenario::Overload => TimeDelta::minutes(30),
             _ => TimeDelta::hours(4),
         }
+    }
+
+    /// Reminders already in the DLQ at T0 (`redrive`: one sixth of the fresh ones).
+    fn dead_at_start(&self) -> usize {
+        if self.scenario == Scenario::Redrive { self.reminders / 6 } else { 0 }
     }
 
     fn quota_at(&self, since_start: Duration) -> f64 {
@@ -200,6 +208,12 @@ pub struct SimReport {
     pub limiter_writes_per_call: f64,
     /// Booked limiter slots that expired unused.
     pub limiter_stranded: u64,
+    /// `redrive`: dead letters moved back to the send queue.
+    pub redriven: u64,
+    /// `redrive`: T0 → the last one moved back.
+    pub redrive_seconds: f64,
+    /// `redrive`: fresh (never dead-lettered) reminders that were late.
+    pub fresh_late: u64,
     /// Time series for charts (not part of the JSON report).
     #[serde(skip)]
     pub timeline: Timeline,
@@ -574,6 +588,62 @@ impl Ledger for Crashing {
     }
 }
 
+// ---- the DLQ as the redrive sees it ------------------------------------------------------
+
+/// The DLQ of the `redrive` scenario: what was dead-lettered before T0.
+#[derive(Debug, Clone)]
+struct SimDeadLetters {
+    /// (id, body, held by a running redrive).
+    items: Arc<Mutex<Vec<(u64, String, bool)>>>,
+    queue: SimQueue,
+    moved_at: Arc<Mutex<Option<DateTime<Utc>>>>,
+}
+
+impl crate::redrive::DeadLetters for SimDeadLetters {
+    async fn receive(&self) -> Result<Vec<crate::redrive::DeadLetter>, crate::ports::BoxError> {
+        Usage::add(&self.queue.usage.sqs_requests, 1);
+        let mut items = lock(&self.items);
+        Ok(items
+            .iter_mut()
+            .filter(|(_, _, held)| !*held)
+            .take(10)
+            .map(|(id, body, held)| {
+                *held = true;
+                crate::redrive::DeadLetter {
+                    handle: id.to_string(),
+                    message_id: format!("dlq-{id}"),
+                    body: body.clone(),
+                    reason: Some(ReasonCode::NoSafeRetryWindow.as_str().to_owned()),
+                    first_enqueued: Some(t0() - TimeDelta::hours(1)),
+                }
+            })
+            .collect())
+    }
+
+    async fn send_back(&self, body: &str) -> Result<(), crate::ports::BoxError> {
+        Usage::add(&self.queue.usage.sqs_requests, 1);
+        let now = self.queue.clock.now();
+        self.queue.push(body.to_owned(), now);
+        *lock(&self.moved_at) = Some(now);
+        Ok(())
+    }
+
+    async fn delete(&self, handle: &str) -> Result<(), crate::ports::BoxError> {
+        Usage::add(&self.queue.usage.sqs_requests, 1);
+        lock(&self.items).retain(|(id, _, _)| id.to_string() != handle);
+        Ok(())
+    }
+
+    async fn release(&self, handles: &[String]) -> Result<(), crate::ports::BoxError> {
+        for (id, _, held) in lock(&self.items).iter_mut() {
+            if handles.contains(&id.to_string()) {
+                *held = false;
+            }
+        }
+        Ok(())
+    }
+}
+
 // ---- the run ----------------------------------------------------------------------------------
 
 /// Which worker runs.
@@ -593,7 +663,7 @@ fn t0() -> DateTime<Utc> {
 /// Builds the reminders of a scenario: all due at T0, 1 % malformed for `poison`, 10 % with
 /// tight deadlines for `mixed`.
 fn bodies(config: &SimConfig, rng: &mut SplitMix64) -> Vec<(String, Option<ReminderMessage>)> {
-    (0..config.reminders)
+    (0..config.reminders + config.dead_at_start())
         .map(|i| {
             if config.scenario == Scenario::Poison && rng.next_unit() < 0.01 {
                 return (format!("{{\"v\":1,\"reminder_id\":\"bad-{i}\"}}"), None);
@@ -673,8 +743,15 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     );
     let tick = block_on(scheduler.tick(t0() + TimeDelta::hours(1)));
     let alarm = tick.as_ref().is_ok_and(|r| r.projected_breach).then_some(0.0);
-    for (body, _) in &msgs {
-        queue.push(body.clone(), t0());
+    let fresh = config.reminders;
+    let dlq = SimDeadLetters { items: Arc::default(), queue: queue.clone(), moved_at: Arc::default() };
+    for (i, (body, _)) in msgs.iter().enumerate() {
+        if i < fresh || worker == Worker::Naive {
+            // The naive operator moves the whole DLQ back at once (SQS's own redrive).
+            queue.push(body.clone(), t0());
+        } else {
+            lock(&dlq.items).push((i as u64, body.clone(), false));
+        }
     }
 
     let ledger = Crashing {
@@ -706,7 +783,37 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let shared = Rc::new(RefCell::new(Shared { rng, delivered_at: HashMap::new(), backlog: Vec::new() }));
     let senders = Rc::new(senders);
     let local = tokio::task::LocalSet::new();
-    runtime.block_on(local.run_until(async {
+    // Workers wait (instead of retiring on an empty queue) while a redrive is still feeding it.
+    let feeding = Rc::new(std::cell::Cell::new(!lock(&dlq.items).is_empty()));
+    let summary = runtime.block_on(local.run_until(async {
+        let redrive = {
+            let (ledger, dlq, clock, feeding) = (ledger.clone(), dlq.clone(), clock.clone(), Rc::clone(&feeding));
+            // Half the redrive share: fresh traffic keeps the rest of the quota.
+            let cap = (config.quota * LimiterSettings::new(config.quota).redrive_share / 2.0).max(1.0);
+            tokio::task::spawn_local(async move {
+                if !feeding.get() {
+                    return None;
+                }
+                let mut redriver =
+                    crate::redrive::Redriver::new(ledger, dlq, crate::testing::MemoryControl::default(), clock);
+                // The canary joins the back of a 12,000-message backlog in random order: 60 s
+                // (the default) is too short for it to be received, so the run would abort.
+                redriver.canary_timeout = Duration::from_secs(300);
+                let req = crate::redrive::RedriveRequest {
+                    reason: "provider outage over".into(),
+                    owner: "sim".into(),
+                    selection: crate::redrive::Selection::default(),
+                    max_messages: u32::MAX,
+                    max_per_second: cap,
+                    canary: 10,
+                    abort_if: crate::redrive::AbortIf::default(),
+                    dry_run: false,
+                };
+                let summary = redriver.run(&req, t0() + TimeDelta::hours(2)).await.ok();
+                feeding.set(false);
+                summary
+            })
+        };
         let mut workers = Vec::new();
         for w in 0..config.concurrency {
             let (queue, provider, clock, shared, senders, config) = (
@@ -717,6 +824,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                 Rc::clone(&senders),
                 config.clone(),
             );
+            let feeding = Rc::clone(&feeding);
             workers.push(tokio::task::spawn_local(async move {
                 loop {
                     let now = clock.now();
@@ -729,7 +837,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                     };
                     Usage::add(&queue.usage.sqs_requests, 1);
                     if batch.is_empty() {
-                        if queue.depth() == 0 {
+                        if queue.depth() == 0 && !feeding.get() {
                             break; // this worker retires
                         }
                         let at_ms = now.timestamp_millis();
@@ -805,9 +913,10 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             }));
         }
         let sampler = {
-            let (queue, clock, shared) = (queue.clone(), clock.clone(), Rc::clone(&shared));
+            let (queue, clock, shared, feeding) =
+                (queue.clone(), clock.clone(), Rc::clone(&shared), Rc::clone(&feeding));
             tokio::task::spawn_local(async move {
-                while queue.depth() > 0 && clock.now() <= horizon {
+                while (queue.depth() > 0 || feeding.get()) && clock.now() <= horizon {
                     let t = until(t0(), clock.now()).as_secs_f64();
                     shared.borrow_mut().backlog.push((t, queue.depth() as f64));
                     clock.sleep(Duration::from_secs(1)).await;
@@ -818,6 +927,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             let _ = w.await;
         }
         sampler.abort();
+        redrive.await.ok().flatten()
     }));
     let Shared { delivered_at, backlog, .. } = Rc::try_unwrap(shared).map(RefCell::into_inner).unwrap_or_else(|rc| {
         let sh = rc.borrow();
@@ -827,12 +937,8 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     // Accounting.
     let p = lock(&provider.state);
     let q = lock(&queue.state);
-    let mut report = SimReport {
-        reminders: config.reminders,
-        edf_late: edf,
-        alarm_first_fired_seconds: alarm,
-        ..SimReport::default()
-    };
+    let mut report =
+        SimReport { reminders: msgs.len(), edf_late: edf, alarm_first_fired_seconds: alarm, ..SimReport::default() };
     let mut late_times: Vec<f64> = Vec::new();
     let mut max_age: f64 = 0.0;
     let mut last: Option<DateTime<Utc>> = None;
@@ -864,6 +970,12 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         }
     }
     report.healthy_dead_lettered = healthy_dead.len() as u64;
+    // `redrive`: what the run left in the DLQ is still there, not lost.
+    let left_in_dlq = lock(&dlq.items).clone();
+    for (_, body, _) in &left_in_dlq {
+        *report.dead_lettered.entry(ReasonCode::NoSafeRetryWindow.as_str().to_owned()).or_default() += 1;
+        in_dlq.insert(body.as_str());
+    }
     let on_queue: HashSet<&str> = q.msgs.values().map(|m| m.body.as_str()).collect();
     for (body, m) in &msgs {
         let state = m.as_ref().and_then(|m| block_on(ledger.inner.get(&m.reminder_id)).ok().flatten()).map(|r| r.state);
@@ -891,9 +1003,20 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         report.limiter_writes_per_call = if granted > 0 { slots.writes() as f64 / granted as f64 } else { 0.0 };
         report.limiter_stranded = stranded;
     }
-    report.cost =
-        Cost::per_million(&usage, if worker == Worker::Punctual { slots.writes() } else { 0 }, config.reminders);
+    report.cost = Cost::per_million(&usage, if worker == Worker::Punctual { slots.writes() } else { 0 }, msgs.len());
     report.cost_per_million_usd = Some(report.cost.usd);
+    if config.scenario == Scenario::Redrive {
+        report.redriven = match &summary {
+            Some(s) => s.moved,
+            None => (msgs.len() - fresh) as u64, // the naive bulk move
+        };
+        report.redrive_seconds = lock(&dlq.moved_at).map_or(0.0, |t| until(t0(), t).as_secs_f64());
+        report.fresh_late = msgs[..fresh]
+            .iter()
+            .filter_map(|(_, m)| m.as_ref())
+            .filter(|m| delivered_at.get(m.reminder_id.as_str()).is_none_or(|at| *at >= m.deliver_by))
+            .count() as u64;
+    }
     report.first_late_seconds = late_times.iter().copied().reduce(f64::min);
     report.simulated_seconds = until(t0(), clock.now()).as_secs_f64();
     late_times.sort_by(f64::total_cmp);

@@ -74,3 +74,13 @@ fn mixed_deadlines_are_served_close_to_earliest_deadline_first() {
     assert!(n.late > p.late, "served in SQS order the tight ones are late: {n:#?}");
     assert_eq!(p.lost, 0);
 }
+
+#[test]
+fn redrive_under_a_cap_delivers_the_dlq_without_making_fresh_traffic_late() {
+    let (p, n) = both(Scenario::Redrive, 3_000);
+    assert_eq!((p.reminders, p.redriven, p.delivered, p.lost, p.duplicates), (3_500, 500, 3_500, 0, 0), "{p:#?}");
+    assert_eq!(p.fresh_late, 0, "{p:#?}");
+    // 500 at the cap of 10/s cannot move in less than 49.9 s.
+    assert!(p.redrive_seconds >= 49.9, "moved too fast: {p:#?}");
+    assert!(n.fresh_late > p.fresh_late && n.provider_429 > p.provider_429, "the bulk move floods: {n:#?}");
+}
