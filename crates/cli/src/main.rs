@@ -146,6 +146,9 @@ enum Command {
         /// Move this many first and watch them.
         #[arg(long)]
         canary: Option<u64>,
+        /// How long to watch the canary (default 60 s; behind a large backlog, longer).
+        #[arg(long)]
+        canary_timeout_seconds: Option<u64>,
         /// Abort when more than this fraction of settled redriven reminders fail again.
         #[arg(long)]
         abort_failure_ratio: Option<f64>,
@@ -351,6 +354,7 @@ async fn main() -> ExitCode {
             tenants,
             reminders,
             canary,
+            canary_timeout_seconds,
             abort_failure_ratio,
             dry_run,
             function,
@@ -364,6 +368,9 @@ async fn main() -> ExitCode {
             });
             if let Some(c) = canary {
                 request["canary"] = c.into();
+            }
+            if let Some(t) = canary_timeout_seconds {
+                request["canary_timeout_seconds"] = t.into();
             }
             if let Some(r) = abort_failure_ratio {
                 request["abort_if"] = serde_json::json!({ "failure_ratio": r });

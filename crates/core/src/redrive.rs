@@ -78,6 +78,10 @@ pub struct RedriveRequest {
     pub max_per_second: f64,
     /// Moved first and watched before the rest.
     pub canary: u32,
+    /// How long to wait for the canary to settle (`canary_timeout_seconds`, 1..=840; default:
+    /// the service's, 60 s). A canary joins the back of the send queue: behind a large
+    /// backlog it needs about as long as the backlog takes to drain.
+    pub canary_timeout: Option<Duration>,
     /// Abort thresholds.
     pub abort_if: AbortIf,
     /// Count only; move nothing.
@@ -162,8 +166,17 @@ fn ratio(obj: &Map<String, Value>, key: &str, problems: &mut Vec<String>) -> Opt
     }
 }
 
-const KNOWN: [&str; 8] =
-    ["reason", "owner", "selection", "max_messages", "max_per_second", "canary", "abort_if", "dry_run"];
+const KNOWN: [&str; 9] = [
+    "reason",
+    "owner",
+    "selection",
+    "max_messages",
+    "max_per_second",
+    "canary",
+    "canary_timeout_seconds",
+    "abort_if",
+    "dry_run",
+];
 
 impl RedriveRequest {
     /// Parses and validates a JSON request against `caps`. On failure returns **every**
@@ -243,6 +256,18 @@ impl RedriveRequest {
                 }
             },
         };
+        let canary_timeout = match obj.get("canary_timeout_seconds") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(n) if (1..=840).contains(&n) => Some(Duration::from_secs(n)),
+                _ => {
+                    p.push(
+                        "canary_timeout_seconds must be an integer in 1..=840 (a run lasts at most 15 minutes)".into(),
+                    );
+                    None
+                }
+            },
+        };
         let mut abort_if = AbortIf::default();
         match obj.get("abort_if") {
             None | Some(Value::Null) => {}
@@ -271,7 +296,17 @@ impl RedriveRequest {
             }
         };
         if p.is_empty() {
-            Ok(Self { reason, owner, selection, max_messages, max_per_second, canary, abort_if, dry_run })
+            Ok(Self {
+                reason,
+                owner,
+                selection,
+                max_messages,
+                max_per_second,
+                canary,
+                canary_timeout,
+                abort_if,
+                dry_run,
+            })
         } else {
             Err(p)
         }
@@ -530,14 +565,15 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     if !canary_checked && sum.moved == u64::from(req.canary) {
                         canary_checked = true;
                         sum.canary_moved = sum.moved;
-                        let failed = self.watch(&sum.moved_ids, true).await?.failed;
+                        let wait = req.canary_timeout.unwrap_or(self.canary_timeout);
+                        let failed = self.watch(&sum.moved_ids, Some(wait)).await?.failed;
                         sum.canary_failed = failed;
                         if failed as f64 > req.abort_if.failure_ratio * sum.canary_moved as f64 {
                             sum.aborted = Some(format!("canary: {failed} of {} failed again", sum.canary_moved));
                         }
                     } else if canary_checked && sum.moved - checked_at >= u64::from(req.abort_if.window) {
                         checked_at = sum.moved;
-                        let o = self.watch(&sum.moved_ids, false).await?;
+                        let o = self.watch(&sum.moved_ids, None).await?;
                         if o.settled > 0 && o.failed as f64 > req.abort_if.failure_ratio * o.settled as f64 {
                             sum.aborted =
                                 Some(format!("{} of {} settled redriven reminders failed again", o.failed, o.settled));
@@ -568,10 +604,10 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
         Ok(sum)
     }
 
-    /// Outcomes of moved reminders in the ledger; with `wait`, polls until all settled or
-    /// `canary_timeout` (an unsettled canary counts as failed).
-    async fn watch(&self, ids: &[String], wait: bool) -> Result<Outcomes, RedriveError> {
-        let give_up = add(self.clock.now(), self.canary_timeout);
+    /// Outcomes of moved reminders in the ledger; with `wait`, polls until all settled or the
+    /// wait ends (an unsettled canary counts as failed).
+    async fn watch(&self, ids: &[String], wait: Option<Duration>) -> Result<Outcomes, RedriveError> {
+        let give_up = add(self.clock.now(), wait.unwrap_or_default());
         loop {
             let mut o = Outcomes::default();
             for id in ids {
@@ -594,7 +630,7 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     _ => {}
                 }
             }
-            if !wait || o.settled as usize >= ids.len() {
+            if wait.is_none() || o.settled as usize >= ids.len() {
                 return Ok(o);
             }
             if self.clock.now() >= give_up {
@@ -705,5 +741,15 @@ mod tests {
             assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
         }
         assert_eq!(e.len(), 11, "{all}");
+        let t = |v: &str| {
+            RedriveRequest::parse(
+                &format!(
+                    r#"{{"reason":"r","owner":"o","max_messages":1,"max_per_second":1,"canary_timeout_seconds":{v}}}"#
+                ),
+                CAPS,
+            )
+        };
+        assert_eq!(t("300").unwrap().canary_timeout, Some(Duration::from_secs(300)));
+        assert!(t("900").unwrap_err()[0].contains("canary_timeout_seconds must be an integer in 1..=840"));
     }
 }

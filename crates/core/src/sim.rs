@@ -794,11 +794,8 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                 if !feeding.get() {
                     return None;
                 }
-                let mut redriver =
+                let redriver =
                     crate::redrive::Redriver::new(ledger, dlq, crate::testing::MemoryControl::default(), clock);
-                // The canary joins the back of a 12,000-message backlog in random order: 60 s
-                // (the default) is too short for it to be received, so the run would abort.
-                redriver.canary_timeout = Duration::from_secs(300);
                 let req = crate::redrive::RedriveRequest {
                     reason: "provider outage over".into(),
                     owner: "sim".into(),
@@ -806,6 +803,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                     max_messages: u32::MAX,
                     max_per_second: cap,
                     canary: 10,
+                    // The canary joins the back of a 12,000-message backlog in random order:
+                    // the default 60 s is too short for it to be received; the run would abort.
+                    canary_timeout: Some(Duration::from_secs(300)),
                     abort_if: crate::redrive::AbortIf::default(),
                     dry_run: false,
                 };
