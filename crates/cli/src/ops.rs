@@ -575,7 +575,13 @@ pub async fn canary(target: &Target) -> Result<CanaryReport, OpsError> {
     // Play the event source mapping until the canary's ledger record is settled (30 s bound).
     let provider = punctual_provider::HttpProvider::new(
         &t.provider_url,
-        &punctual_core::secret::Secret::new(crate::local::load_state().map(|l| l.provider_token).unwrap_or_default()),
+        // PROVIDER_TOKEN for a configured target; `local up`'s token for the local pipeline.
+        &punctual_core::secret::Secret::new(
+            std::env::var("PROVIDER_TOKEN")
+                .ok()
+                .or_else(|| crate::local::load_state().ok().map(|l| l.provider_token))
+                .unwrap_or_default(),
+        ),
         Duration::from_secs(2),
     )
     .map_err(step("building the provider client"))?;

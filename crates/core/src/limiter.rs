@@ -233,6 +233,19 @@ struct Pool {
     view: SlotView,
 }
 
+impl Pool {
+    /// Drops the slots whose use window (`validity` after their instant) has passed; returns
+    /// how many were stranded.
+    fn expire(&mut self, now: i64, validity: i64) -> u64 {
+        let mut stranded = 0;
+        while self.slots.front().is_some_and(|t| *t + validity < now) {
+            self.slots.pop_front();
+            stranded += 1;
+        }
+        stranded
+    }
+}
+
 /// One sender instance's handle on the shared schedule: a [`Limiter`] over a [`SlotStore`].
 #[derive(Debug)]
 pub struct SharedLimiter<S, C> {
@@ -280,13 +293,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
         let now = self.clock.now().timestamp_millis();
         let validity = self.settings.validity.as_millis() as i64;
         let mut pools = lock(&self.pools);
-        let mut stranded = 0;
-        for p in pools.values_mut() {
-            while p.slots.front().is_some_and(|s| *s + validity < now) {
-                p.slots.pop_front();
-                stranded += 1;
-            }
-        }
+        let stranded: u64 = pools.values_mut().map(|p| p.expire(now, validity)).sum();
         let mut st = lock(&self.stats);
         st.stranded += stranded;
         *st
@@ -306,12 +313,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
         let validity = self.settings.validity.as_millis() as i64;
         let mut pools = lock(&self.pools);
         let pool = pools.get_mut(key)?;
-        let mut stranded = 0;
-        while pool.slots.front().is_some_and(|t| *t + validity < now) {
-            pool.slots.pop_front();
-            stranded += 1;
-        }
-        lock(&self.stats).stranded += stranded;
+        lock(&self.stats).stranded += pool.expire(now, validity);
         let t = pool.slots.front().copied().filter(|t| *t <= deadline_ms)?;
         pool.slots.pop_front();
         Some(t)
@@ -355,12 +357,8 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
             let (slots, block_ms, interval) = {
                 let mut pools = lock(&self.pools);
                 let pool = pools.entry(key.to_owned()).or_default();
-                let mut stranded = 0;
-                while pool.slots.front().is_some_and(|t| *t + validity < now) {
-                    pool.slots.pop_front();
-                    stranded += 1;
-                }
-                lock(&self.stats).stranded += stranded;
+                // Another caller may have refilled the pool while this one waited for the guard.
+                lock(&self.stats).stranded += pool.expire(now, validity);
                 if let Some(t) = pool.slots.front().copied()
                     && t <= now + budget
                 {
