@@ -112,11 +112,11 @@ impl SqsDeadLetters {
 
 impl DeadLetters for SqsDeadLetters {
     async fn receive(&self) -> Result<Vec<DeadLetter>, BoxError> {
-        let got = self.queues.receive(self.queues.dlq_url(), 10, Duration::from_secs(1)).await?;
+        // Invisible while this run decides (released or deleted before it ends).
+        let dlq = self.queues.dlq_url();
+        let got = self.queues.receive_holding(dlq, 10, Duration::from_secs(1), Some(self.hold)).await?;
         let mut out = Vec::with_capacity(got.len());
         for m in got {
-            // Keep it invisible while this run decides (released or deleted before it ends).
-            self.queues.change_visibility(self.queues.dlq_url(), &m.receipt_handle, self.hold).await?;
             let get = |k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
             out.push(DeadLetter {
                 first_enqueued: get(attr::FIRST_ENQUEUED)

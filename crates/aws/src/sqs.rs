@@ -179,12 +179,26 @@ impl SqsQueues {
 
     /// Receives up to `max` (≤ 10) messages from `queue_url`, long-polling up to `wait`.
     pub async fn receive(&self, queue_url: &str, max: i32, wait: Duration) -> Result<Vec<Received>, QueueError> {
+        self.receive_holding(queue_url, max, wait, None).await
+    }
+
+    /// [`receive`](Self::receive), keeping the messages invisible for `hold` instead of the
+    /// queue's visibility timeout (in the same request).
+    pub async fn receive_holding(
+        &self,
+        queue_url: &str,
+        max: i32,
+        wait: Duration,
+        hold: Option<Duration>,
+    ) -> Result<Vec<Received>, QueueError> {
+        let hold = hold.map(|h| i32::try_from(h.as_secs().min(12 * 3600)).unwrap_or(12 * 3600));
         let out = self
             .client
             .receive_message()
             .queue_url(queue_url)
             .max_number_of_messages(max.clamp(1, 10))
             .wait_time_seconds(i32::try_from(wait.as_secs().min(20)).unwrap_or(20))
+            .set_visibility_timeout(hold)
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
             .send()

@@ -23,11 +23,7 @@ use punctual_provider::HttpProvider;
 use serde::Serialize;
 
 use crate::env::{Emulator, sdk_config};
-use crate::run::RunError;
-
-fn step<E: std::error::Error + Send + Sync + 'static>(what: &'static str) -> impl FnOnce(E) -> RunError {
-    move |e| RunError::Step { what, source: Box::new(e) }
-}
+use crate::run::{RunError, step};
 
 /// Options of one benchmark run.
 #[derive(Debug, Clone)]

@@ -195,7 +195,8 @@ pub enum RunError {
     Interrupted,
 }
 
-fn step<E: std::error::Error + Send + Sync + 'static>(what: &'static str) -> impl FnOnce(E) -> RunError {
+/// Wraps a failure of `what` (shared with `bench-limiter`, which reports the same way).
+pub(crate) fn step<E: std::error::Error + Send + Sync + 'static>(what: &'static str) -> impl FnOnce(E) -> RunError {
     move |e| RunError::Step { what, source: Box::new(e) }
 }
 
