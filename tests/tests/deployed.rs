@@ -11,27 +11,19 @@ use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
 use lambda_runtime::{Context, LambdaEvent};
-use punctual_aws::control::DynamoControl;
-use punctual_aws::ledger::DynamoLedger;
-use punctual_aws::limiter::DynamoSlotStore;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::sqs::SqsQueues;
-use punctual_core::limiter::SharedLimiter;
 use punctual_core::ports::Ledger;
 use punctual_core::reason::ReminderState;
-use punctual_core::redrive::PauseGate;
 use punctual_core::renewal::{Renewal, RenewalInput};
-use punctual_core::scheduler::Scheduler;
 use punctual_core::secret::Secret;
-use punctual_core::sender::Sender;
-use punctual_lambda::SystemClock;
 use punctual_lambda::config::Env;
 use punctual_provider::HttpProvider;
 use punctual_provider_double::{Config, Double};
 use punctual_redrive::config::RedriveConfig;
 use punctual_scheduler::config::SchedulerConfig;
 use punctual_sender::config::SenderConfig;
-use punctual_sender::handler::{Deps, handle};
+use punctual_sender::handler::handle;
 use punctual_tests::stack::sqs_event;
 use punctual_tests::{endpoint, sdk_config};
 
@@ -109,29 +101,15 @@ async fn the_deployed_template_configures_every_function_and_delivers_a_renewal(
 
     // The scheduler, as configured, releases it to the stack's send queue.
     let queues = SqsQueues::new(sqs.clone(), &send_url, &dlq_url);
-    let scheduler = Scheduler::new(renewals.clone(), queues.clone(), SystemClock, sched_cfg.settings);
+    let scheduler = punctual_scheduler::app::build(&sched_cfg, &ddb, &sqs);
     let tick = scheduler.tick(Utc::now() + TimeDelta::seconds(60)).await.unwrap();
     assert_eq!(tick.released, 1, "{tick:?}");
 
     // The sender, as configured, delivers it.
     let provider = HttpProvider::new(&double.url(), &Secret::new("deployed-token"), Duration::from_secs(2)).unwrap();
-    let sender = Sender::new(
-        DynamoLedger::new(ddb.clone(), &sender_cfg.ledger_table),
-        DynamoRenewals::new(ddb.clone(), &sender_cfg.renewals_table),
-        SharedLimiter::new(
-            DynamoSlotStore::new(ddb.clone(), &sender_cfg.ledger_table),
-            SystemClock,
-            sender_cfg.limiter.clone(),
-            1,
-        ),
-        provider,
-        queues.clone(),
-        SystemClock,
-        sender_cfg.settings,
-        3,
-    );
-    let pause = Some(PauseGate::new(DynamoControl::new(ddb.clone(), &sender_cfg.ledger_table), Duration::from_secs(5)));
-    let deps = Deps { sender, concurrency: sender_cfg.concurrency, pause };
+    // The sender's own composition root, on the configuration the stack gave it.
+    let clients = punctual_sender::app::Clients { dynamodb: ddb.clone(), sqs: sqs.clone(), provider };
+    let deps = punctual_sender::app::build(&sender_cfg, clients, 3);
     let mut delivered = None;
     for _ in 0..10 {
         let msgs = queues.receive(&send_url, 10, Duration::from_secs(1)).await.unwrap();

@@ -17,9 +17,11 @@ use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::sqs::SqsQueues;
 use punctual_core::ReminderMessage;
 use punctual_core::limiter::{LimiterSettings, SharedLimiter};
+use punctual_core::pause::PauseGate;
+use punctual_core::ports::{Control, Pause};
 use punctual_core::ports::{Ledger, OwnerToken, Quarantine, SendQueue, Settlement};
 use punctual_core::reason::{ReasonCode, ReminderState};
-use punctual_core::redrive::{Control, Pause, PauseGate, RedriveCaps, RedriveRequest, Redriver};
+use punctual_core::redrive::{RedriveCaps, RedriveRequest, Redriver};
 use punctual_core::secret::Secret;
 use punctual_core::sender::{Sender, SenderSettings};
 use punctual_core::testing::message;
@@ -72,10 +74,10 @@ async fn rig(name: &str) -> Rig {
         SenderSettings::default(),
         9,
     );
-    let pause = Some(PauseGate::new(control.clone(), Duration::ZERO));
+    let sender = sender.with_pause(PauseGate::new(control.clone(), SystemClock, Duration::ZERO));
     let mut redriver = Redriver::new(ledger, SqsDeadLetters::new(stack.queues.clone()), control.clone(), SystemClock);
     redriver.canary_timeout = Duration::from_secs(20);
-    Rig { deps: Deps { sender, concurrency: 10, pause }, stack, double, control, redriver }
+    Rig { deps: Deps { sender, concurrency: 10 }, stack, double, control, redriver }
 }
 
 impl Rig {

@@ -6,12 +6,45 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::SdkError;
 use chrono::{DateTime, Utc};
-use punctual_core::ports::BoxError;
-use punctual_core::redrive::{AuditRecord, Control, DeadLetter, DeadLetters, Pause};
+use punctual_core::ports::{BoxError, Control, ControlError, DeadLetter, DeadLetters, DeadLettersError, Pause};
+use punctual_core::redrive::AuditRecord;
 
-use crate::dynamodb::{self, get_s, s};
+use crate::dynamodb::{self, DynamoError, get_s, s};
 use crate::sqs::{SqsQueues, attr};
+
+/// A service's error answer changed nothing; a timeout or a lost connection may have.
+fn sdk_refused<E, R>(e: &SdkError<E, R>) -> bool {
+    matches!(e, SdkError::ServiceError(_) | SdkError::ConstructionFailure(_))
+}
+
+fn control_sdk<E, R>(e: SdkError<E, R>) -> ControlError
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    if sdk_refused(&e) { ControlError::Refused(Box::new(e)) } else { ControlError::Unknown(Box::new(e)) }
+}
+
+fn control_ddb(e: DynamoError) -> ControlError {
+    match e {
+        DynamoError::TableNotFound(_) | DynamoError::Throttled(_) => ControlError::Refused(Box::new(e)),
+        DynamoError::Unknown(_) => ControlError::Unknown(Box::new(e)),
+    }
+}
+
+fn dlq_sdk<E, R>(e: SdkError<E, R>) -> DeadLettersError
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    if sdk_refused(&e) { DeadLettersError::Refused(Box::new(e)) } else { DeadLettersError::Unknown(Box::new(e)) }
+}
+
+fn dlq_queue(e: punctual_core::ports::QueueError) -> DeadLettersError {
+    DeadLettersError::Unknown(Box::new(e))
+}
 
 /// Pause switch and audit records in the ledger table.
 #[derive(Debug, Clone)]
@@ -36,8 +69,10 @@ impl DynamoControl {
 }
 
 impl Control for DynamoControl {
-    async fn pause(&self) -> Result<Option<Pause>, BoxError> {
-        let Some(item) = dynamodb::get(&self.client, &self.table, PAUSE_PK).await? else { return Ok(None) };
+    async fn pause(&self) -> Result<Option<Pause>, ControlError> {
+        let Some(item) = dynamodb::get(&self.client, &self.table, PAUSE_PK).await.map_err(control_ddb)? else {
+            return Ok(None);
+        };
         let since = get_s(&item, "since")
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
             .map_or(DateTime::<Utc>::UNIX_EPOCH, |t| t.with_timezone(&Utc));
@@ -48,7 +83,7 @@ impl Control for DynamoControl {
         }))
     }
 
-    async fn set_pause(&self, pause: Option<&Pause>, by: &str) -> Result<(), BoxError> {
+    async fn set_pause(&self, pause: Option<&Pause>, by: &str) -> Result<(), ControlError> {
         let now = Utc::now();
         match pause {
             Some(p) => {
@@ -60,10 +95,17 @@ impl Control for DynamoControl {
                     .item("owner", s(&p.owner))
                     .item("since", s(p.since.to_rfc3339()))
                     .send()
-                    .await?;
+                    .await
+                    .map_err(control_sdk)?;
             }
             None => {
-                self.client.delete_item().table_name(&self.table).key("pk", s(PAUSE_PK)).send().await?;
+                self.client
+                    .delete_item()
+                    .table_name(&self.table)
+                    .key("pk", s(PAUSE_PK))
+                    .send()
+                    .await
+                    .map_err(control_sdk)?;
             }
         }
         // Every change of the switch is kept: who, what, when.
@@ -79,18 +121,20 @@ impl Control for DynamoControl {
         if let Some(p) = pause {
             put = put.item("reason", s(&p.reason));
         }
-        put.send().await?;
+        put.send().await.map_err(control_sdk)?;
         Ok(())
     }
 
-    async fn put_audit(&self, record: &AuditRecord) -> Result<(), BoxError> {
+    async fn put_audit(&self, record: &AuditRecord) -> Result<(), ControlError> {
+        let json = serde_json::to_string(record).map_err(|e| ControlError::Refused(Box::new(e)))?;
         self.client
             .put_item()
             .table_name(&self.table)
             .item("pk", s(format!("redrive:{}", record.id)))
-            .item("record", s(serde_json::to_string(record)?))
+            .item("record", s(json))
             .send()
-            .await?;
+            .await
+            .map_err(control_sdk)?;
         Ok(())
     }
 }
@@ -111,10 +155,11 @@ impl SqsDeadLetters {
 }
 
 impl DeadLetters for SqsDeadLetters {
-    async fn receive(&self) -> Result<Vec<DeadLetter>, BoxError> {
+    async fn receive(&self) -> Result<Vec<DeadLetter>, DeadLettersError> {
         // Invisible while this run decides (released or deleted before it ends).
         let dlq = self.queues.dlq_url();
-        let got = self.queues.receive_holding(dlq, 10, Duration::from_secs(1), Some(self.hold)).await?;
+        let got =
+            self.queues.receive_holding(dlq, 10, Duration::from_secs(1), Some(self.hold)).await.map_err(dlq_queue)?;
         let mut out = Vec::with_capacity(got.len());
         for m in got {
             let get = |k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
@@ -131,18 +176,25 @@ impl DeadLetters for SqsDeadLetters {
         Ok(out)
     }
 
-    async fn send_back(&self, body: &str) -> Result<(), BoxError> {
-        self.queues.client().send_message().queue_url(self.queues.send_url()).message_body(body).send().await?;
+    async fn send_back(&self, body: &str) -> Result<(), DeadLettersError> {
+        self.queues
+            .client()
+            .send_message()
+            .queue_url(self.queues.send_url())
+            .message_body(body)
+            .send()
+            .await
+            .map_err(dlq_sdk)?;
         Ok(())
     }
 
-    async fn delete(&self, handle: &str) -> Result<(), BoxError> {
-        Ok(self.queues.delete(self.queues.dlq_url(), handle).await?)
+    async fn delete(&self, handle: &str) -> Result<(), DeadLettersError> {
+        self.queues.delete(self.queues.dlq_url(), handle).await.map_err(dlq_queue)
     }
 
-    async fn release(&self, handles: &[String]) -> Result<(), BoxError> {
+    async fn release(&self, handles: &[String]) -> Result<(), DeadLettersError> {
         for h in handles {
-            self.queues.change_visibility(self.queues.dlq_url(), h, Duration::ZERO).await?;
+            self.queues.change_visibility(self.queues.dlq_url(), h, Duration::ZERO).await.map_err(dlq_queue)?;
         }
         Ok(())
     }

@@ -9,7 +9,7 @@
 //! | `owner`, `lease_until_ms` | S, N | the live claim, absent when none |
 //! | `receipt` | S | provider receipt, once delivered |
 //! | `last_reason`, `next_at_ms` | S, N | last reason code; next eligible time while deferred |
-//! | `deliver_by_ms`, `tenant_id`, `renewal_id`, `updated_ms` | N, S, S, N | for `explain` and cleanup |
+//! | `deliver_after_ms`, `deliver_by_ms`, `tenant_id`, `renewal_id`, `updated_ms` | N, N, S, S, N | for `explain`, the run accounting and cleanup |
 //! | `history` | L of M | every transition, appended by the same write that makes it |
 //! | `ttl_epoch_s` | N | DynamoDB TTL, **seconds** as TTL requires: `deliver_by` + 30 days. Cleanup only. |
 //!
@@ -135,6 +135,7 @@ fn parse_record(id: &ReminderId, item: &Item) -> Result<LedgerRecord, LedgerErro
         receipt: get_s(item, "receipt").map(str::to_owned),
         last_reason: get_s(item, "last_reason").and_then(|r| r.parse().ok()),
         next_at: instant(get_i64(item, "next_at_ms")),
+        deliver_after: instant(get_i64(item, "deliver_after_ms")),
         deliver_by,
         history,
     })
@@ -180,7 +181,7 @@ impl Ledger for DynamoLedger {
             .update(msg)
             .update_expression(
                 "SET #state = :leased, #owner = :owner, lease_until_ms = :lease, updated_ms = :now, \
-                 deliver_by_ms = :by, tenant_id = :tenant, renewal_id = :renewal, ttl_epoch_s = :ttl, \
+                 deliver_after_ms = :after, deliver_by_ms = :by, tenant_id = :tenant, renewal_id = :renewal, ttl_epoch_s = :ttl, \
                  attempts = if_not_exists(attempts, :zero), \
                  #history = list_append(if_not_exists(#history, :empty), :entry)",
             )
@@ -198,6 +199,7 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":owner", s(owner.as_str()))
             .expression_attribute_values(":lease", ms(lease_until))
             .expression_attribute_values(":now", ms(now))
+            .expression_attribute_values(":after", ms(msg.deliver_after))
             .expression_attribute_values(":by", ms(msg.deliver_by))
             .expression_attribute_values(":tenant", s(msg.tenant_id.as_str()))
             .expression_attribute_values(":renewal", s(msg.renewal_id.as_str()))
@@ -236,6 +238,7 @@ impl Ledger for DynamoLedger {
             "#state = :state",
             "attempts = :attempts",
             "updated_ms = :now",
+            "deliver_after_ms = :after",
             "deliver_by_ms = :by",
             "tenant_id = :tenant",
             "renewal_id = :renewal",
@@ -251,6 +254,7 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":state", s(x.state.as_str()))
             .expression_attribute_values(":attempts", n(x.attempts))
             .expression_attribute_values(":now", ms(now))
+            .expression_attribute_values(":after", ms(msg.deliver_after))
             .expression_attribute_values(":by", ms(msg.deliver_by))
             .expression_attribute_values(":tenant", s(msg.tenant_id.as_str()))
             .expression_attribute_values(":renewal", s(msg.renewal_id.as_str()))

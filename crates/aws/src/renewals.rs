@@ -30,8 +30,8 @@ use aws_sdk_dynamodb::types::{
 };
 use chrono::{DateTime, Utc};
 use punctual_core::ids::{ReminderId, ReminderKind};
+use punctual_core::ports::{DueStore, DueStoreError, Marked, Page, Pending};
 use punctual_core::renewal::{Renewal, RenewalStatus};
-use punctual_core::scheduler::{DueStore, DueStoreError, Marked, Page, Pending};
 
 use crate::dynamodb::{ConditionalUpdate, DynamoError, Item, get, get_i64, get_s, n, s, update_if};
 

@@ -381,7 +381,7 @@ impl SqsQueues {
     }
 }
 
-impl punctual_core::scheduler::ReleaseQueue for SqsQueues {
+impl punctual_core::ports::ReleaseQueue for SqsQueues {
     async fn release(&self, batch: &[(ReminderMessage, Duration)]) -> Result<Vec<bool>, QueueError> {
         let out: Vec<Outgoing> = batch
             .iter()

@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use punctual::import::{self, Reject};
 use punctual_aws::renewals::{DynamoRenewals, create_table};
+use punctual_ops::import::{self, Reject};
 use punctual_tests::{sdk_config, unique};
 
 fn write(name: &str, text: &str) -> PathBuf {

@@ -6,6 +6,7 @@
 use std::process::Command;
 
 use chrono::{TimeDelta, Utc};
+use punctual_core::{RenewalId, TenantId};
 use punctual_tests::{sdk_config, unique};
 
 fn punctual(state: &std::path::Path, args: &[&str]) -> std::process::Output {
@@ -25,13 +26,15 @@ async fn local_up_then_hand_sent_messages_then_drain_accounts_for_each_one() {
         let (sqs, url) = (sqs.clone(), send_url.clone());
         async move { sqs.send_message().queue_url(url).message_body(body).send().await.unwrap() }
     };
-    send(punctual::local::demo_message(0)).await; // a seeded renewal: delivered
+    send(punctual_harness::local::demo_message(0).unwrap()).await; // a seeded renewal: delivered
     send("{\"v\":1,\"reminder_id\":\"nope\"}".into()).await; // malformed
     let now = Utc::now();
-    send(punctual_core::testing::message("gone-1", now - TimeDelta::minutes(1), now + TimeDelta::hours(1)).encode())
-        .await; // no such renewal
-    send(punctual_core::testing::message("late-1", now - TimeDelta::hours(3), now - TimeDelta::hours(1)).encode())
-        .await; // past deliver_by
+    let msg = |renewal: &str, after, by| {
+        let (tenant, renewal) = (TenantId::parse("acme").unwrap(), RenewalId::parse(renewal).unwrap());
+        punctual_harness::local::message_for(tenant, renewal, after, by).encode()
+    };
+    send(msg("ren-gone-1", now - TimeDelta::minutes(1), now + TimeDelta::hours(1))).await; // no such renewal
+    send(msg("ren-late-1", now - TimeDelta::hours(3), now - TimeDelta::hours(1))).await; // past deliver_by
 
     let drain = punctual(&state, &["local", "drain", "--json"]);
     assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));

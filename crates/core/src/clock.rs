@@ -1,18 +1,11 @@
 //! The `Clock` port: the only way time enters the core. It reads the time and it sleeps, so
 //! one [`ManualClock`] controls a whole test or simulation.
 
-use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-/// Reads the current instant and waits.
-pub trait Clock: Send + Sync {
-    /// The current instant.
-    fn now(&self) -> DateTime<Utc>;
-    /// Waits for `d` of this clock's time.
-    fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send;
-}
+pub use crate::ports::Clock;
 
 /// Adds a `std` duration to an instant, saturating at chrono's maximum instead of panicking.
 pub fn add(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {

@@ -138,6 +138,11 @@ impl ReminderKind {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// `renewal_due`, the kind a renewal gets when its row names none.
+    pub fn renewal_due() -> Self {
+        Self("renewal_due".to_owned())
+    }
 }
 
 impl TryFrom<String> for ReminderKind {

@@ -4,12 +4,14 @@
 //! Nothing in here knows about AWS, Lambda or HTTP; `cargo test -p punctual-core` builds
 //! without the AWS SDK. Time enters only through [`clock::Clock`].
 
+pub mod accounting;
 pub mod backoff;
 pub mod clock;
 pub mod contract;
 pub mod decision;
 pub mod ids;
 pub mod limiter;
+pub mod pause;
 pub mod ports;
 pub mod provider;
 pub mod reason;
@@ -18,8 +20,6 @@ pub mod renewal;
 pub mod scheduler;
 pub mod secret;
 pub mod sender;
-#[cfg(any(test, feature = "testing"))]
-pub mod sim;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tz;

@@ -45,102 +45,11 @@ use crate::backoff::SplitMix64;
 use crate::clock::Clock;
 use crate::decision::LimiterAnswer;
 use crate::ids::TenantId;
+pub use crate::ports::{Book, Booked, Lane, SlotStore, SlotView};
 use crate::ports::{Limiter, LimiterClass, LimiterError, LimiterRequest};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What the store holds for one limiter key (milliseconds since the epoch throughout).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct SlotView {
-    /// First slot nobody has booked (0: never booked).
-    pub next_ms: i64,
-    /// Deadline-near work booked recently: normal work yields until this instant.
-    pub near_until_ms: i64,
-    /// The admitted rate set by the last cut, calls/s (`None`: never cut).
-    pub cut_rate: Option<f64>,
-    /// When the last cut happened.
-    pub cut_at_ms: i64,
-    /// No slot before this instant (`Retry-After`).
-    pub paused_until_ms: i64,
-}
-
-/// Which lane a booking is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lane {
-    /// Deadline-near: marks the schedule near-active until `hold_until_ms`.
-    Near {
-        /// End of the near-active mark this booking sets.
-        hold_until_ms: i64,
-    },
-    /// Normal: while near-active, only slots starting within `fill_ms` of now.
-    Normal {
-        /// How close the first free slot must be while near-active.
-        fill_ms: i64,
-    },
-    /// A cap schedule (redrive share, tenant share): no lanes.
-    Cap,
-}
-
-/// One booking request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Book {
-    /// The caller's now.
-    pub now_ms: i64,
-    /// Length of the block: `block` slots at the current rate.
-    pub block_ms: i64,
-    /// Refuse when the first free slot is later than `now + ahead`.
-    pub ahead_ms: i64,
-    /// Slots stay usable this long after their instant: the schedule only counts as idle
-    /// (and restarts at `now`) when `next < now - grace`, so a restart never overlaps slots
-    /// another instance may still use.
-    pub grace_ms: i64,
-    /// The lane.
-    pub lane: Lane,
-}
-
-/// A booking's result.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Booked {
-    /// The caller owns `[start_ms, start_ms + block_ms)`.
-    Got {
-        /// First slot of the block.
-        start_ms: i64,
-        /// The stored view after the booking.
-        view: SlotView,
-    },
-    /// Refused (too far ahead, or normal work during near activity); nothing changed.
-    Full {
-        /// The stored view.
-        view: SlotView,
-    },
-}
-
-/// Where the shared schedule lives. Every operation is atomic; implementations must pass
-/// [`crate::testing::limiter_contract`].
-///
-/// `book` semantics: when the schedule is idle (`next < now - grace`, or never booked) the
-/// block starts at `now` (an idle schedule cannot be used retroactively); otherwise it starts
-/// at `next` if `next ≤ now + ahead` and, for a normal booking, the schedule is not
-/// near-active (`near_until < now`) or `next ≤ now + fill`. A near booking sets `near_until`.
-pub trait SlotStore: Send + Sync {
-    /// Books one block.
-    fn book(&self, key: &str, req: &Book) -> impl Future<Output = Result<Booked, LimiterError>> + Send;
-    /// Records a cut to `rate` at `now`, unless another cut happened within `min_gap_ms`.
-    fn cut(
-        &self,
-        key: &str,
-        now_ms: i64,
-        rate: f64,
-        min_gap_ms: i64,
-    ) -> impl Future<Output = Result<(), LimiterError>> + Send;
-    /// No slot before `until_ms`: raises `paused_until` and pushes `next` past it.
-    fn pause(&self, key: &str, until_ms: i64) -> impl Future<Output = Result<(), LimiterError>> + Send;
-    /// Reads the view (status, tests); `None` when never written.
-    fn view(&self, key: &str) -> impl Future<Output = Result<Option<SlotView>, LimiterError>> + Send;
-    /// Write requests sent so far (conditional writes that failed included).
-    fn writes(&self) -> u64;
 }
 
 /// Tunables of the shared limiter.

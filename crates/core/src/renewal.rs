@@ -181,8 +181,11 @@ impl Renewal {
             other => return Err(RowError::BadStatus(other.to_owned())),
         };
         let kind_s = input.kind.trim();
-        let kind = ReminderKind::parse(if kind_s.is_empty() { "renewal_due" } else { kind_s })
-            .map_err(|source| RowError::BadId { field: "kind", source })?;
+        let kind = if kind_s.is_empty() {
+            ReminderKind::renewal_due()
+        } else {
+            ReminderKind::parse(kind_s).map_err(|source| RowError::BadId { field: "kind", source })?
+        };
         let resolved = resolve_local(zone, local_due_date, local_send_time)?;
         let deliver_after = resolved.instant;
         let deliver_by = deliver_after + TimeDelta::minutes(i64::from(window_minutes));

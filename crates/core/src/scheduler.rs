@@ -7,105 +7,18 @@
 //! index and due by the horizon is released, or expired when its `deliver_by` has passed.
 //! Send first, mark second: a crash in between re-sends, and the ledger absorbs the duplicate.
 
-use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use crate::clock::{Clock, add, until};
 use crate::contract::ReminderMessage;
-use crate::ids::{CorrelationId, ReminderId, ReminderKind, RenewalId, TenantId};
-use crate::ports::{BoxError, QueueError};
+use crate::ids::CorrelationId;
+use crate::pause::{PauseGate, is_paused};
+use crate::ports::{DueStore, DueStoreError, Marked, Pending, QueueError, ReleaseQueue};
 
 /// SQS's longest `DelaySeconds`; the lookahead may not exceed it.
 pub const MAX_LOOKAHEAD: Duration = Duration::from_secs(900);
-
-/// A renewal waiting to be released.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
-    /// Tenant.
-    pub tenant_id: TenantId,
-    /// Renewal.
-    pub renewal_id: RenewalId,
-    /// Reminder kind.
-    pub kind: ReminderKind,
-    /// The reminder.
-    pub reminder_id: ReminderId,
-    /// Release instant.
-    pub deliver_after: DateTime<Utc>,
-    /// Deadline.
-    pub deliver_by: DateTime<Utc>,
-}
-
-/// One page of pending renewals from one shard.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Page<K> {
-    /// Renewals with `deliver_after <= horizon`, oldest release first.
-    pub items: Vec<Pending>,
-    /// Where the next page starts, if there is one.
-    pub next: Option<K>,
-}
-
-/// What marking a renewal came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Marked {
-    /// Written.
-    Done,
-    /// It was no longer pending (released or changed meanwhile): nothing written.
-    NotPending,
-}
-
-/// The pending-renewals store failed as machinery.
-#[derive(Debug, thiserror::Error)]
-pub enum DueStoreError {
-    /// Anything else.
-    #[error("renewals store request failed")]
-    Unknown(#[source] BoxError),
-}
-
-/// The pending-renewals index and the scheduler's watermark.
-pub trait DueStore: Send + Sync {
-    /// A cursor into one shard.
-    type Cursor: Clone + Send + Sync;
-    /// Number of shards of the index.
-    fn shards(&self) -> u32;
-    /// Up to `limit` pending renewals of `shard` with `deliver_after <= horizon`.
-    fn due_page(
-        &self,
-        shard: u32,
-        horizon: DateTime<Utc>,
-        limit: usize,
-        cursor: Option<Self::Cursor>,
-    ) -> impl Future<Output = Result<Page<Self::Cursor>, DueStoreError>> + Send;
-    /// Marks a renewal released (leaves the index).
-    fn mark_enqueued(
-        &self,
-        p: &Pending,
-        at: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Marked, DueStoreError>> + Send;
-    /// Marks a renewal expired with `missed_schedule_window` (leaves the index).
-    fn mark_expired(
-        &self,
-        p: &Pending,
-        at: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Marked, DueStoreError>> + Send;
-    /// The end of the last fully finished window.
-    fn watermark(&self) -> impl Future<Output = Result<Option<DateTime<Utc>>, DueStoreError>> + Send;
-    /// Advances the watermark (never moves it back).
-    fn advance_watermark(&self, to: DateTime<Utc>) -> impl Future<Output = Result<(), DueStoreError>> + Send;
-}
-
-/// Where released messages go.
-pub trait ReleaseQueue: Send + Sync {
-    /// Sends each message with its delay (≤ 15 min); returns per message whether it was
-    /// accepted. A refused entry stays pending and is retried next tick.
-    fn release(
-        &self,
-        batch: &[(ReminderMessage, Duration)],
-    ) -> impl Future<Output = Result<Vec<bool>, QueueError>> + Send;
-    /// Messages already on the send queue (visible + in flight + delayed), for the backlog.
-    fn depth(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
-}
 
 /// Scheduler tunables.
 #[derive(Debug, Clone, Copy)]
@@ -204,12 +117,20 @@ pub struct Scheduler<S, Q, C> {
     queue: Q,
     clock: C,
     settings: SchedulerSettings,
+    pause: Option<PauseGate<C>>,
 }
 
 impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
     /// Composes a scheduler.
     pub fn new(store: S, queue: Q, clock: C, settings: SchedulerSettings) -> Self {
-        Self { store, queue, clock, settings }
+        Self { store, queue, clock, settings, pause: None }
+    }
+
+    /// Honours the operator pause switch read through `gate`: a paused tick releases nothing
+    /// and leaves the watermark, so the first tick after `resume` catches up.
+    pub fn with_pause(mut self, gate: PauseGate<C>) -> Self {
+        self.pause = Some(gate);
+        self
     }
 
     /// The store (for tests).
@@ -222,6 +143,9 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         let s = self.settings;
         if s.lookahead > MAX_LOOKAHEAD {
             return Err(SchedulerError::Lookahead(s.lookahead));
+        }
+        if is_paused(self.pause.as_ref()).await {
+            return Ok(TickReport { paused: true, ..TickReport::default() });
         }
         let start = self.clock.now();
         let horizon = add(start, s.lookahead);

@@ -19,6 +19,7 @@ use crate::backoff::SplitMix64;
 use crate::clock::{Clock, until};
 use crate::contract::{MalformedMessage, ReminderMessage};
 use crate::decision::{ClaimView, Decision, Disposition, Inputs, Observed, SenderPolicy, Step, decide};
+use crate::pause::{PAUSE_RECHECK, PauseGate, is_paused};
 use crate::ports::{
     Ledger, LedgerError, Limiter, LimiterClass, LimiterError, LimiterRequest, OwnerToken, Provider, ProviderError,
     ProviderRequest, Quarantine, QueueError, RenewalLookup, Renewals, RenewalsError, SendQueue, SettleOutcome,
@@ -126,6 +127,8 @@ pub struct Sender<L, R, T, P, Q, C> {
     jitter: Mutex<SplitMix64>,
     /// Exponentially weighted provider latency, seconds.
     latency: Mutex<f64>,
+    /// The operator pause switch (`None`: never paused).
+    pause: Option<PauseGate<C>>,
 }
 
 impl<L, R, T, P, Q, C> Sender<L, R, T, P, Q, C>
@@ -160,7 +163,14 @@ where
             settings,
             jitter: Mutex::new(SplitMix64::new(seed)),
             latency: Mutex::new(latency),
+            pause: None,
         }
+    }
+
+    /// Honours the operator pause switch read through `gate` (DESIGN §7, README "Pause").
+    pub fn with_pause(mut self, gate: PauseGate<C>) -> Self {
+        self.pause = Some(gate);
+        self
     }
 
     /// The ledger port (for tests and `explain`).
@@ -196,13 +206,15 @@ where
     /// While an operator pause is in force: a well-formed message is requeued unchanged with
     /// `delay` (its attempt count untouched, nothing claimed, no token taken) and acknowledged;
     /// a malformed one is processed as usual (it goes to the DLQ either way).
-    pub async fn hold(
+    async fn hold(
         &self,
         received: Received<'_>,
         delay: Duration,
         deadline: DateTime<Utc>,
     ) -> Result<Processed, SenderError> {
-        let Ok(msg) = ReminderMessage::decode(received.body) else { return self.process(received, deadline).await };
+        let Ok(msg) = ReminderMessage::decode(received.body) else {
+            return self.process_unpaused(received, deadline).await;
+        };
         self.queue.requeue(&msg, delay).await?;
         let now = self.clock.now();
         Ok(Processed {
@@ -228,7 +240,21 @@ where
     /// be deleted from the send queue. `Err` means infrastructure failed mid-way: leave the
     /// message to reappear after its visibility timeout (SQS's `maxReceiveCount` is the crash
     /// backstop).
+    ///
+    /// While an operator pause is in force (see [`Sender::with_pause`]) a well-formed message is
+    /// held: requeued unchanged for [`PAUSE_RECHECK`], nothing claimed, no attempt spent.
     pub async fn process(
+        &self,
+        received: Received<'_>,
+        invocation_deadline: DateTime<Utc>,
+    ) -> Result<Processed, SenderError> {
+        if is_paused(self.pause.as_ref()).await {
+            return self.hold(received, PAUSE_RECHECK, invocation_deadline).await;
+        }
+        self.process_unpaused(received, invocation_deadline).await
+    }
+
+    async fn process_unpaused(
         &self,
         received: Received<'_>,
         invocation_deadline: DateTime<Utc>,

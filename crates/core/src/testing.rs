@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::backoff::{Jitter, SplitMix64};
 use crate::clock::Clock;
 use crate::contract::ReminderMessage;
 use crate::decision::{ClaimView, RenewalView};
@@ -87,6 +88,7 @@ fn fresh_record(msg: &ReminderMessage) -> LedgerRecord {
         receipt: None,
         last_reason: None,
         next_at: None,
+        deliver_after: Some(msg.deliver_after),
         deliver_by: msg.deliver_by,
         history: Vec::new(),
     }
@@ -170,18 +172,35 @@ pub enum Fault {
     UncertainClaim,
 }
 
-/// A ledger wrapper that injects one kind of fault a set number of times.
+/// When a [`FaultyLedger`] fires.
+#[derive(Debug, Clone)]
+enum Trigger {
+    /// The next `n` times the fault applies.
+    Times(Arc<AtomicU32>),
+    /// Each time it applies, with probability `p` (seeded, so a run replays).
+    Chance(Arc<Mutex<SplitMix64>>, f64),
+}
+
+/// A ledger wrapper that injects one kind of fault: a set number of times (unit tests) or at
+/// random with a seeded probability (the simulator's crash model). The one fault injector of
+/// the ledger port.
 #[derive(Debug, Clone)]
 pub struct FaultyLedger<L> {
     inner: L,
     fault: Fault,
-    remaining: Arc<AtomicU32>,
+    trigger: Trigger,
 }
 
 impl<L> FaultyLedger<L> {
     /// Wraps `inner`, injecting `fault` the next `times` times it applies.
     pub fn new(inner: L, fault: Fault, times: u32) -> Self {
-        Self { inner, fault, remaining: Arc::new(AtomicU32::new(times)) }
+        Self { inner, fault, trigger: Trigger::Times(Arc::new(AtomicU32::new(times))) }
+    }
+
+    /// Wraps `inner`, injecting `fault` with probability `p` each time it applies, drawn from
+    /// a generator seeded with `seed`.
+    pub fn with_chance(inner: L, fault: Fault, p: f64, seed: u64) -> Self {
+        Self { inner, fault, trigger: Trigger::Chance(Arc::new(Mutex::new(SplitMix64::new(seed))), p) }
     }
 
     /// The wrapped ledger.
@@ -190,8 +209,13 @@ impl<L> FaultyLedger<L> {
     }
 
     fn fire(&self, fault: Fault) -> bool {
-        fault == self.fault
-            && self.remaining.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+        if fault != self.fault {
+            return false;
+        }
+        match &self.trigger {
+            Trigger::Times(n) => n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok(),
+            Trigger::Chance(rng, p) => lock(rng).next_unit() < *p,
+        }
     }
 }
 
@@ -540,7 +564,7 @@ pub struct MemoryDueStore {
 struct DueState {
     shards: u32,
     /// (tenant, renewal) → (pending, state).
-    rows: HashMap<(TenantId, RenewalId), (crate::scheduler::Pending, &'static str)>,
+    rows: HashMap<(TenantId, RenewalId), (crate::ports::Pending, &'static str)>,
     watermark: Option<DateTime<Utc>>,
 }
 
@@ -551,7 +575,7 @@ impl MemoryDueStore {
     }
 
     /// Adds a pending renewal.
-    pub fn insert(&self, p: crate::scheduler::Pending) {
+    pub fn insert(&self, p: crate::ports::Pending) {
         lock(&self.inner).rows.insert((p.tenant_id.clone(), p.renewal_id.clone()), (p, "scheduled"));
     }
 
@@ -560,24 +584,24 @@ impl MemoryDueStore {
         lock(&self.inner).rows.get(&(tenant.clone(), renewal.clone())).map(|(_, s)| *s)
     }
 
-    fn shard_of(shards: u32, p: &crate::scheduler::Pending) -> u32 {
+    fn shard_of(shards: u32, p: &crate::ports::Pending) -> u32 {
         let h = p.reminder_id.as_str().bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
         h % shards
     }
 
-    fn mark(&self, p: &crate::scheduler::Pending, to: &'static str) -> crate::scheduler::Marked {
+    fn mark(&self, p: &crate::ports::Pending, to: &'static str) -> crate::ports::Marked {
         let mut s = lock(&self.inner);
         match s.rows.get_mut(&(p.tenant_id.clone(), p.renewal_id.clone())) {
             Some((_, state)) if *state == "scheduled" => {
                 *state = to;
-                crate::scheduler::Marked::Done
+                crate::ports::Marked::Done
             }
-            _ => crate::scheduler::Marked::NotPending,
+            _ => crate::ports::Marked::NotPending,
         }
     }
 }
 
-impl crate::scheduler::DueStore for MemoryDueStore {
+impl crate::ports::DueStore for MemoryDueStore {
     /// The last returned (deliver_after, reminder id): a key position, like DynamoDB's
     /// `LastEvaluatedKey`, so items marked meanwhile do not shift the next page.
     type Cursor = (DateTime<Utc>, ReminderId);
@@ -592,7 +616,7 @@ impl crate::scheduler::DueStore for MemoryDueStore {
         horizon: DateTime<Utc>,
         limit: usize,
         cursor: Option<(DateTime<Utc>, ReminderId)>,
-    ) -> Result<crate::scheduler::Page<(DateTime<Utc>, ReminderId)>, crate::scheduler::DueStoreError> {
+    ) -> Result<crate::ports::Page<(DateTime<Utc>, ReminderId)>, crate::ports::DueStoreError> {
         let limit = limit.max(1);
         let s = lock(&self.inner);
         let mut items: Vec<_> = s
@@ -610,30 +634,30 @@ impl crate::scheduler::DueStore for MemoryDueStore {
             let last = &rest[limit - 1];
             (last.deliver_after, last.reminder_id.clone())
         });
-        Ok(crate::scheduler::Page { items: rest.into_iter().take(limit).collect(), next })
+        Ok(crate::ports::Page { items: rest.into_iter().take(limit).collect(), next })
     }
 
     async fn mark_enqueued(
         &self,
-        p: &crate::scheduler::Pending,
+        p: &crate::ports::Pending,
         _at: DateTime<Utc>,
-    ) -> Result<crate::scheduler::Marked, crate::scheduler::DueStoreError> {
+    ) -> Result<crate::ports::Marked, crate::ports::DueStoreError> {
         Ok(self.mark(p, "enqueued"))
     }
 
     async fn mark_expired(
         &self,
-        p: &crate::scheduler::Pending,
+        p: &crate::ports::Pending,
         _at: DateTime<Utc>,
-    ) -> Result<crate::scheduler::Marked, crate::scheduler::DueStoreError> {
+    ) -> Result<crate::ports::Marked, crate::ports::DueStoreError> {
         Ok(self.mark(p, "expired"))
     }
 
-    async fn watermark(&self) -> Result<Option<DateTime<Utc>>, crate::scheduler::DueStoreError> {
+    async fn watermark(&self) -> Result<Option<DateTime<Utc>>, crate::ports::DueStoreError> {
         Ok(lock(&self.inner).watermark)
     }
 
-    async fn advance_watermark(&self, to: DateTime<Utc>) -> Result<(), crate::scheduler::DueStoreError> {
+    async fn advance_watermark(&self, to: DateTime<Utc>) -> Result<(), crate::ports::DueStoreError> {
         let mut s = lock(&self.inner);
         s.watermark = Some(s.watermark.map_or(to, |w| w.max(to)));
         Ok(())
@@ -654,7 +678,7 @@ impl MemoryRelease {
     }
 }
 
-impl crate::scheduler::ReleaseQueue for MemoryRelease {
+impl crate::ports::ReleaseQueue for MemoryRelease {
     async fn release(&self, batch: &[(ReminderMessage, Duration)]) -> Result<Vec<bool>, QueueError> {
         lock(&self.sent).extend(batch.iter().cloned());
         Ok(vec![true; batch.len()])
@@ -833,22 +857,26 @@ pub mod limiter_contract {
 #[derive(Debug, Clone, Default)]
 pub struct MemoryControl {
     /// The pause in force.
-    pub paused: Arc<Mutex<Option<crate::redrive::Pause>>>,
+    pub paused: Arc<Mutex<Option<crate::ports::Pause>>>,
     /// Audit records written, latest version per id.
     pub audits: Arc<Mutex<Vec<crate::redrive::AuditRecord>>>,
 }
 
-impl crate::redrive::Control for MemoryControl {
-    async fn pause(&self) -> Result<Option<crate::redrive::Pause>, crate::ports::BoxError> {
+impl crate::ports::Control for MemoryControl {
+    async fn pause(&self) -> Result<Option<crate::ports::Pause>, crate::ports::ControlError> {
         Ok(lock(&self.paused).clone())
     }
 
-    async fn set_pause(&self, pause: Option<&crate::redrive::Pause>, _by: &str) -> Result<(), crate::ports::BoxError> {
+    async fn set_pause(
+        &self,
+        pause: Option<&crate::ports::Pause>,
+        _by: &str,
+    ) -> Result<(), crate::ports::ControlError> {
         *lock(&self.paused) = pause.cloned();
         Ok(())
     }
 
-    async fn put_audit(&self, record: &crate::redrive::AuditRecord) -> Result<(), crate::ports::BoxError> {
+    async fn put_audit(&self, record: &crate::redrive::AuditRecord) -> Result<(), crate::ports::ControlError> {
         let mut a = lock(&self.audits);
         a.retain(|r| r.id != record.id);
         a.push(record.clone());

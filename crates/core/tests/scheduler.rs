@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use punctual_core::clock::{Clock, ManualClock};
-use punctual_core::scheduler::{Pending, Scheduler, SchedulerSettings};
+use punctual_core::ports::Pending;
+use punctual_core::scheduler::{Scheduler, SchedulerSettings};
 use punctual_core::testing::{MemoryDueStore, MemoryRelease};
 use punctual_core::{ReminderId, ReminderKind, RenewalId, TenantId};
 

@@ -80,3 +80,33 @@ where
     }
     (response, results.into_iter().map(|(_, r, res)| (r, res)).collect())
 }
+
+/// The `Scheduled Event` EventBridge delivers for a `rate(...)` rule firing at `at`, for local
+/// event sources (the harness's tick) and tests. Through JSON, because the event types are
+/// `#[non_exhaustive]`.
+pub fn scheduled_event(
+    at: chrono::DateTime<chrono::Utc>,
+    rule_arn: &str,
+) -> Result<aws_lambda_events::event::eventbridge::EventBridgeEvent, serde_json::Error> {
+    serde_json::from_value(serde_json::json!({
+        "version": "0",
+        "id": format!("local-{}", at.timestamp_millis()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": "000000000000",
+        "time": at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "region": "us-east-1",
+        "resources": [rule_arn],
+        "detail": {},
+    }))
+}
+
+/// A runtime `Context` for a local invocation with `timeout` left (a real deadline: the
+/// default context's is 0, already expired).
+pub fn local_context(request_id: String, timeout: std::time::Duration) -> lambda_runtime::Context {
+    let mut ctx = lambda_runtime::Context::default();
+    ctx.request_id = request_id;
+    let deadline = chrono::Utc::now() + chrono::TimeDelta::from_std(timeout).unwrap_or_default();
+    ctx.deadline = u64::try_from(deadline.timestamp_millis()).unwrap_or(0);
+    ctx
+}

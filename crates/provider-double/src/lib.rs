@@ -87,6 +87,10 @@ pub struct Stats {
     pub first_accept_ms: Option<u64>,
     /// See `first_accept_ms`.
     pub last_accept_ms: Option<u64>,
+    /// Acceptances in each whole second since start (index = second): the rate the provider
+    /// really saw, for charts.
+    #[serde(default)]
+    pub accepted_per_second: Vec<u64>,
 }
 
 #[derive(Debug)]
@@ -154,6 +158,11 @@ impl Double {
     /// The messages endpoint URL.
     pub fn url(&self) -> String {
         format!("http://{}/v1/messages", self.addr)
+    }
+
+    /// When the double started (the origin of `*_ms` and `accepted_per_second`).
+    pub fn started(&self) -> Instant {
+        self.shared.started
     }
 
     /// The counters now.
@@ -364,6 +373,11 @@ async fn messages(shared: &Shared, req: &Request) -> Answer {
     s.stats.distinct_keys += 1;
     s.stats.first_accept_ms.get_or_insert(elapsed);
     s.stats.last_accept_ms = Some(elapsed);
+    let second = usize::try_from(elapsed / 1000).unwrap_or(usize::MAX).min(86_400);
+    if s.stats.accepted_per_second.len() <= second {
+        s.stats.accepted_per_second.resize(second + 1, 0);
+    }
+    s.stats.accepted_per_second[second] += 1;
     if behaviour.accept_then_drop {
         s.stats.dropped += 1;
         return Answer::Close;

@@ -5,66 +5,104 @@
 
 use chrono::{DateTime, Utc};
 use punctual_core::clock::Clock;
-use punctual_core::ports::Ledger;
-use punctual_core::redrive::{Control, DeadLetters, RedriveCaps, RedriveError, RedriveRequest, Redriver};
+use punctual_core::ports::{Control, DeadLetters, Ledger};
+use punctual_core::redrive::{RedriveCaps, RedriveError, RedriveRequestWire, RedriveSummary, Redriver};
 use punctual_lambda::error::HandlerError;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
-/// Handles one invocation's payload, stopping before `deadline`.
-pub async fn handle<L: Ledger, D: DeadLetters, K: Control, C: Clock>(
+/// A redrive invocation's answer (the JSON the function returns, tagged by `status`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Answer {
+    /// Nothing moved: the request is invalid (every problem listed) or delivery is paused.
+    Refused {
+        /// Each problem, naming its field.
+        problems: Vec<String>,
+        /// True when refused because delivery is paused (not part of the JSON).
+        #[serde(skip)]
+        paused: bool,
+    },
+    /// The run finished.
+    Done {
+        /// What it did.
+        summary: RedriveSummary,
+    },
+    /// The run stopped early (canary, abort threshold, deadline).
+    Aborted {
+        /// What it did before stopping.
+        summary: RedriveSummary,
+    },
+}
+
+/// Validates `request` against `caps` and runs it, stopping before `deadline`. Refusals are
+/// answers; `Err` only when the machinery failed.
+pub async fn answer<L: Ledger, D: DeadLetters, K: Control, C: Clock>(
     redriver: &Redriver<L, D, K, C>,
     caps: RedriveCaps,
-    payload: &Value,
+    request: RedriveRequestWire,
     deadline: DateTime<Utc>,
-) -> Result<Value, HandlerError> {
-    let Some(obj) = payload.as_object() else {
-        return Ok(json!({"status": "refused", "problems": ["the request must be a JSON object"]}));
-    };
-    let req = match RedriveRequest::from_object(obj, caps) {
+) -> Result<Answer, HandlerError> {
+    let req = match request.validate(caps) {
         Ok(r) => r,
         Err(problems) => {
             tracing::warn!(?problems, "redrive request refused");
-            return Ok(json!({"status": "refused", "problems": problems}));
+            return Ok(Answer::Refused { problems, paused: false });
         }
     };
     match redriver.run(&req, deadline).await {
         Ok(s) => {
             tracing::info!(redrive_id = %s.redrive_id, owner = %req.owner, reason = %req.reason, moved = s.moved, selected = s.selected, aborted = s.aborted.as_deref(), "redrive finished");
-            let status = if s.aborted.is_some() { "aborted" } else { "done" };
-            Ok(json!({"status": status, "summary": s}))
+            Ok(if s.aborted.is_some() { Answer::Aborted { summary: s } } else { Answer::Done { summary: s } })
         }
-        Err(RedriveError::Paused { owner, reason }) => Ok(json!({
-            "status": "refused",
-            "problems": [format!("delivery is paused by {owner} ({reason}); resume first")],
-        })),
+        Err(RedriveError::Paused { owner, reason }) => Ok(Answer::Refused {
+            problems: vec![format!("delivery is paused by {owner} ({reason}); resume first")],
+            paused: true,
+        }),
         Err(e) => Err(HandlerError::Infrastructure { what: "redrive", source: Box::new(e) }),
     }
+}
+
+/// Handles one invocation's payload, stopping before `deadline`: the payload is read as a
+/// [`RedriveRequestWire`] (anything but an object is refused) and answered by [`answer`].
+pub async fn handle<L: Ledger, D: DeadLetters, K: Control, C: Clock>(
+    redriver: &Redriver<L, D, K, C>,
+    caps: RedriveCaps,
+    payload: Value,
+    deadline: DateTime<Utc>,
+) -> Result<Value, HandlerError> {
+    let out = match RedriveRequestWire::from_value(payload) {
+        Ok(request) => answer(redriver, caps, request, deadline).await?,
+        Err(problems) => Answer::Refused { problems, paused: false },
+    };
+    serde_json::to_value(&out)
+        .map_err(|e| HandlerError::Infrastructure { what: "encoding the answer", source: Box::new(e) })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use punctual_core::clock::ManualClock;
-    use punctual_core::ports::BoxError;
-    use punctual_core::redrive::{DeadLetter, Pause};
+    use punctual_core::ports::{DeadLetter, DeadLettersError, Pause};
     use punctual_core::testing::{MemoryControl, MemoryLedger};
+    use serde_json::json;
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]
     struct Dlq(Arc<Mutex<Vec<String>>>);
 
     impl DeadLetters for Dlq {
-        async fn receive(&self) -> Result<Vec<DeadLetter>, BoxError> {
+        async fn receive(&self) -> Result<Vec<DeadLetter>, DeadLettersError> {
             Ok(Vec::new())
         }
-        async fn send_back(&self, body: &str) -> Result<(), BoxError> {
+        async fn send_back(&self, body: &str) -> Result<(), DeadLettersError> {
             self.0.lock().unwrap().push(body.to_owned());
             Ok(())
         }
-        async fn delete(&self, _: &str) -> Result<(), BoxError> {
+        async fn delete(&self, _: &str) -> Result<(), DeadLettersError> {
             Ok(())
         }
-        async fn release(&self, _: &[String]) -> Result<(), BoxError> {
+        async fn release(&self, _: &[String]) -> Result<(), DeadLettersError> {
             Ok(())
         }
     }
@@ -77,13 +115,13 @@ mod tests {
         let control = MemoryControl::default();
         let r = Redriver::new(MemoryLedger::new(), Dlq::default(), control.clone(), clock.clone());
         let deadline = clock.now() + chrono::TimeDelta::minutes(5);
-        let out = handle(&r, CAPS, &json!({"max_messages": 11}), deadline).await.unwrap();
+        let out = handle(&r, CAPS, json!({"max_messages": 11}), deadline).await.unwrap();
         assert_eq!(out["status"], "refused");
         assert_eq!(out["problems"].as_array().unwrap().len(), 4, "{out}");
         let p = Pause { reason: "drain".into(), owner: "ops".into(), since: clock.now() };
         control.set_pause(Some(&p), "ops").await.unwrap();
         let ok = json!({"reason": "r", "owner": "o", "max_messages": 1, "max_per_second": 1});
-        let out = handle(&r, CAPS, &ok, deadline).await.unwrap();
+        let out = handle(&r, CAPS, ok, deadline).await.unwrap();
         assert!(out["problems"][0].as_str().unwrap().contains("paused"), "{out}");
         assert!(control.audits.lock().unwrap().is_empty(), "a refused run writes no audit record");
     }

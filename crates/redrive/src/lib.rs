@@ -1,4 +1,6 @@
-//! The redrive Lambda: configuration and the handler (the binary only composes them).
+//! The redrive Lambda: `app` is its one composition root, `handler` validates a request and
+//! runs it, `config` reads its environment (the binary only composes them).
 
+pub mod app;
 pub mod config;
 pub mod handler;

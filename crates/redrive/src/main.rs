@@ -2,13 +2,10 @@
 //! (`punctual redrive --function NAME`, or `aws lambda invoke`) with a redrive request.
 
 use lambda_runtime::{LambdaEvent, service_fn};
-use punctual_aws::control::{DynamoControl, SqsDeadLetters};
-use punctual_aws::ledger::DynamoLedger;
-use punctual_aws::sqs::SqsQueues;
-use punctual_core::redrive::Redriver;
 use punctual_lambda::config::process_env;
 use punctual_lambda::error::HandlerError;
-use punctual_lambda::{SystemClock, init_tracing, invocation_deadline};
+use punctual_lambda::{init_tracing, invocation_deadline};
+use punctual_redrive::app;
 use punctual_redrive::config::RedriveConfig;
 use punctual_redrive::handler::handle;
 use std::sync::Arc;
@@ -19,19 +16,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config = RedriveConfig::from_env(&process_env())?;
     let sdk = punctual_aws::config::load().await;
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
-    let queues = SqsQueues::new(aws_sdk_sqs::Client::new(&sdk), &config.send_queue_url, &config.dlq_url);
-    let redriver = Arc::new(Redriver::new(
-        DynamoLedger::new(ddb.clone(), &config.ledger_table),
-        SqsDeadLetters::new(queues),
-        DynamoControl::new(ddb, &config.ledger_table),
-        SystemClock,
-    ));
+    let redriver = Arc::new(app::build(&config, &ddb, &aws_sdk_sqs::Client::new(&sdk)));
     let caps = config.caps;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let redriver = Arc::clone(&redriver);
         async move {
             let deadline = invocation_deadline(&event.context);
-            handle(&redriver, caps, &event.payload, deadline).await.map_err(|e: HandlerError| e)
+            handle(&redriver, caps, event.payload, deadline).await.map_err(|e: HandlerError| e)
         }
     }))
     .await

@@ -4,7 +4,8 @@ use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;
 use punctual_aws::emf::Metrics;
 use punctual_core::clock::Clock;
-use punctual_core::scheduler::{DueStore, ReleaseQueue, Scheduler, TickReport};
+use punctual_core::ports::{DueStore, ReleaseQueue};
+use punctual_core::scheduler::{Scheduler, TickReport};
 use punctual_lambda::error::HandlerError;
 use punctual_lambda::invocation_deadline;
 
@@ -46,24 +47,21 @@ pub fn metrics(r: &TickReport) -> Metrics {
 
 /// Runs one tick. Fails the invocation only when the store or queue failed; what was released
 /// before the failure stays released and the next tick resumes.
-/// While an operator pause is in force the tick releases nothing (the watermark stays, so the
-/// next tick after `resume` catches up) and reports `paused`.
+/// While an operator pause is in force the service releases nothing (the watermark stays, so
+/// the next tick after `resume` catches up) and reports `paused`.
 pub async fn handle<S: DueStore, Q: ReleaseQueue, C: Clock>(
     scheduler: &Scheduler<S, Q, C>,
-    pause: Option<&punctual_core::redrive::PauseGate>,
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<TickReport, HandlerError> {
     let deadline = invocation_deadline(&event.context);
-    if let Some(gate) = pause
-        && gate.paused().await
-    {
-        tracing::info!(trigger = %event.payload.detail_type, "tick skipped: delivery is paused");
-        return Ok(TickReport { paused: true, ..TickReport::default() });
-    }
     let report = scheduler
         .tick(deadline)
         .await
         .map_err(|e| HandlerError::Infrastructure { what: "scheduler tick", source: Box::new(e) })?;
+    if report.paused {
+        tracing::info!(trigger = %event.payload.detail_type, "tick skipped: delivery is paused");
+        return Ok(report);
+    }
     tracing::info!(
         trigger = %event.payload.detail_type,
         released = report.released,

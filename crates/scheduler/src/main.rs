@@ -1,19 +1,15 @@
-//! The scheduler Lambda's composition root.
+//! The scheduler Lambda's entry point: tracing, configuration, clients built once and warmed,
+//! then [`app::build`] and the runtime loop.
 
 use std::sync::Arc;
 
 use lambda_runtime::{LambdaEvent, service_fn};
-use punctual_aws::control::DynamoControl;
-use punctual_aws::renewals::DynamoRenewals;
-use punctual_aws::sqs::SqsQueues;
-use punctual_core::redrive::PauseGate;
-use punctual_core::scheduler::Scheduler;
 use punctual_lambda::config::process_env;
 use punctual_lambda::error::HandlerError;
-use punctual_lambda::{SystemClock, init_tracing};
+use punctual_lambda::init_tracing;
+use punctual_scheduler::app;
 use punctual_scheduler::config::SchedulerConfig;
 use punctual_scheduler::handler::{handle, metrics};
-use std::time::Duration;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
@@ -25,22 +21,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     if let Err(e) = ddb.describe_table().table_name(&config.renewals_table).send().await {
         tracing::warn!(error = %e, table = %config.renewals_table, "renewals table warm-up failed");
     }
-    // The scheduler never quarantines; the DLQ URL is unused here.
-    let queues = SqsQueues::new(sqs, &config.send_queue_url, "");
-    // Read at every tick (once a minute): a pause takes effect at the next tick.
-    let pause = Arc::new(PauseGate::new(DynamoControl::new(ddb.clone(), &config.ledger_table), Duration::ZERO));
-    let scheduler = Arc::new(Scheduler::new(
-        DynamoRenewals::new(ddb, &config.renewals_table),
-        queues,
-        SystemClock,
-        config.settings,
-    ));
+    let scheduler = Arc::new(app::build(&config, &ddb, &sqs));
     let namespace: Arc<str> = config.metrics_namespace.into();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {
-        let (scheduler, pause) = (Arc::clone(&scheduler), Arc::clone(&pause));
+        let scheduler = Arc::clone(&scheduler);
         let namespace = Arc::clone(&namespace);
         async move {
-            let report = handle(&scheduler, Some(&pause), event).await?;
+            let report = handle(&scheduler, event).await?;
             let now_ms = chrono::Utc::now().timestamp_millis();
             if let Err(e) = metrics(&report).flush(&mut std::io::stdout().lock(), &namespace, "scheduler", now_ms) {
                 tracing::warn!(error = %e, "could not write EMF metrics");

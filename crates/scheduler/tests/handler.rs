@@ -9,7 +9,8 @@ use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use chrono::{DateTime, TimeDelta, Utc};
 use lambda_runtime::{Context, LambdaEvent};
 use punctual_core::clock::{Clock, ManualClock};
-use punctual_core::scheduler::{Pending, Scheduler, SchedulerSettings};
+use punctual_core::ports::Pending;
+use punctual_core::scheduler::{Scheduler, SchedulerSettings};
 use punctual_core::testing::{MemoryDueStore, MemoryRelease};
 use punctual_core::{ReminderId, ReminderKind, RenewalId, TenantId};
 use punctual_scheduler::handler::{handle, metrics};
@@ -50,7 +51,7 @@ async fn a_scheduled_tick_releases_what_is_due_and_reports_metrics() {
         store.insert(pending(n, clock.now() + TimeDelta::minutes(5), TimeDelta::hours(8)));
     }
     let scheduler = Scheduler::new(store, queue.clone(), clock.clone(), SchedulerSettings::default());
-    let report = handle(&scheduler, None, LambdaEvent::new(event, context(&clock))).await.unwrap();
+    let report = handle(&scheduler, LambdaEvent::new(event, context(&clock))).await.unwrap();
     assert_eq!((report.released, report.finished), (12, true));
     assert!(queue.sent().iter().all(|(_, d)| d.as_secs() == 300));
     let lines = metrics(&report).lines("punctual", "scheduler", 0).join("\n");
@@ -70,7 +71,7 @@ async fn a_catch_up_tick_releases_the_deliverable_and_expires_the_rest() {
         store.insert(pending(n, missed_at, TimeDelta::hours(8)));
     }
     let scheduler = Scheduler::new(store, queue.clone(), clock.clone(), SchedulerSettings::default());
-    let report = handle(&scheduler, None, LambdaEvent::new(event, context(&clock))).await.unwrap();
+    let report = handle(&scheduler, LambdaEvent::new(event, context(&clock))).await.unwrap();
     assert_eq!((report.released, report.expired_missed), (4, 5));
     let lines = metrics(&report).lines("punctual", "scheduler", 0).join("\n");
     assert!(
@@ -81,7 +82,8 @@ async fn a_catch_up_tick_releases_the_deliverable_and_expires_the_rest() {
 
 #[tokio::test]
 async fn a_paused_tick_releases_nothing_and_the_next_tick_after_resume_catches_up() {
-    use punctual_core::redrive::{Control, Pause, PauseGate};
+    use punctual_core::pause::PauseGate;
+    use punctual_core::ports::{Control, Pause};
     use punctual_core::testing::MemoryControl;
     let event = load("tick.json");
     let clock = ManualClock::new(event.time.unwrap());
@@ -92,12 +94,12 @@ async fn a_paused_tick_releases_nothing_and_the_next_tick_after_resume_catches_u
     let control = MemoryControl::default();
     let pause = Pause { reason: "drain runbook".into(), owner: "ops".into(), since: clock.now() };
     control.set_pause(Some(&pause), "ops").await.unwrap();
-    let gate = PauseGate::new(control.clone(), std::time::Duration::ZERO);
-    let scheduler = Scheduler::new(store, queue.clone(), clock.clone(), SchedulerSettings::default());
-    let report = handle(&scheduler, Some(&gate), LambdaEvent::new(event.clone(), context(&clock))).await.unwrap();
+    let gate = PauseGate::new(control.clone(), clock.clone(), std::time::Duration::ZERO);
+    let scheduler = Scheduler::new(store, queue.clone(), clock.clone(), SchedulerSettings::default()).with_pause(gate);
+    let report = handle(&scheduler, LambdaEvent::new(event.clone(), context(&clock))).await.unwrap();
     assert!(report.paused);
     assert_eq!((report.released, queue.sent().len()), (0, 0), "nothing released while paused");
     control.set_pause(None, "ops").await.unwrap();
-    let report = handle(&scheduler, Some(&gate), LambdaEvent::new(event, context(&clock))).await.unwrap();
+    let report = handle(&scheduler, LambdaEvent::new(event, context(&clock))).await.unwrap();
     assert_eq!((report.paused, report.released), (false, 6));
 }

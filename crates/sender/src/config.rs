@@ -30,6 +30,9 @@ pub struct SenderConfig {
     pub metrics_namespace: String,
     /// Decision and service tunables.
     pub settings: SenderSettings,
+    /// How often one instance re-reads the operator pause switch (5 s; not an environment
+    /// variable: a pause reaches every instance within this).
+    pub pause_check: Duration,
 }
 
 impl SenderConfig {
@@ -122,6 +125,7 @@ impl SenderConfig {
                 )?,
                 initial_call_latency: d.initial_call_latency,
             },
+            pause_check: Duration::from_secs(5),
         })
     }
 }

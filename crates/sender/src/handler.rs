@@ -18,12 +18,7 @@ pub struct Deps<L, R, T, P, Q, C> {
     pub sender: Sender<L, R, T, P, Q, C>,
     /// Records processed at once.
     pub concurrency: usize,
-    /// The operator pause switch (`None`: never paused, e.g. in handler tests).
-    pub pause: Option<punctual_core::redrive::PauseGate>,
 }
-
-/// How long a message held by an operator pause waits before it is looked at again.
-pub const PAUSE_RECHECK: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// An invocation's answer and its metrics.
 #[derive(Debug)]
@@ -110,22 +105,13 @@ where
     C: Clock,
 {
     let deadline = invocation_deadline(&event.context);
-    let paused = match &deps.pause {
-        Some(gate) => gate.paused().await,
-        None => false,
-    };
     let (response, results) = process_records(&event.payload, deps.concurrency, |record| {
         let received = Received {
             message_id: record.message_id.as_deref().unwrap_or_default(),
             body: record.body.as_deref().unwrap_or_default(),
         };
-        async move {
-            if paused {
-                deps.sender.hold(received, PAUSE_RECHECK, deadline).await
-            } else {
-                deps.sender.process(received, deadline).await
-            }
-        }
+        // The service applies the operator pause (it holds without spending attempts).
+        async move { deps.sender.process(received, deadline).await }
     })
     .await;
     let mut metrics = Metrics::new();

@@ -62,7 +62,7 @@ fn rig_with<L: Ledger>(ledger: L, script: Vec<ProviderOutcome>) -> Rig<L> {
         SenderSettings::default(),
         1,
     );
-    Rig { clock, queue, provider, deps: Deps { sender, concurrency: 4, pause: None } }
+    Rig { clock, queue, provider, deps: Deps { sender, concurrency: 4 } }
 }
 
 fn rig() -> Rig<MemoryLedger> {

@@ -3,9 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
 
-use punctual_core::sim::{Scenario, SimConfig, Worker, run};
+use punctual_sim::{Scenario, SimConfig, Worker, run};
 
-fn both(scenario: Scenario, reminders: usize) -> (punctual_core::sim::SimReport, punctual_core::sim::SimReport) {
+fn both(scenario: Scenario, reminders: usize) -> (punctual_sim::SimReport, punctual_sim::SimReport) {
     let config = SimConfig { reminders, ..SimConfig::new(scenario) };
     let p = run(&config, Worker::Punctual);
     let n = run(&config, Worker::Naive);
@@ -18,7 +18,11 @@ fn both(scenario: Scenario, reminders: usize) -> (punctual_core::sim::SimReport,
 #[test]
 fn normal_drains_at_the_quota_with_nothing_late_or_lost() {
     let (p, n) = both(Scenario::Normal, 12_000);
-    assert_eq!((p.delivered, p.late, p.lost, p.duplicates), (12_000, 0, 0, 0), "{p:#?}");
+    assert_eq!(
+        (p.counts.delivered, p.counts.late, p.counts.lost, p.counts.double_effects),
+        (12_000, 0, 0, 0),
+        "{p:#?}"
+    );
     assert!(p.utilisation >= 0.98, "utilisation {}", p.utilisation);
     assert!(p.drain_seconds <= 1.02 * p.floor_seconds, "drain {} floor {}", p.drain_seconds, p.floor_seconds);
     assert!(
@@ -32,24 +36,24 @@ fn normal_drains_at_the_quota_with_nothing_late_or_lost() {
 #[test]
 fn crash_loses_nothing_and_delivers_nothing_twice() {
     let (p, n) = both(Scenario::Crash, 5_000);
-    assert_eq!((p.delivered, p.duplicates, p.lost), (5_000, 0, 0), "{p:#?}");
-    assert!(n.duplicates > 0, "without idempotency a crash after the call re-sends: {n:#?}");
+    assert_eq!((p.counts.delivered, p.counts.double_effects, p.counts.lost), (5_000, 0, 0), "{p:#?}");
+    assert!(n.counts.double_effects > 0, "without idempotency a crash after the call re-sends: {n:#?}");
 }
 
 #[test]
 fn poison_is_dead_lettered_as_malformed_and_the_rest_delivered() {
     let (p, _) = both(Scenario::Poison, 5_000);
-    let malformed = p.dead_lettered.get("malformed").copied().unwrap_or(0);
+    let malformed = p.counts.dead_lettered.get("malformed").copied().unwrap_or(0);
     assert!(malformed > 0);
-    assert_eq!(p.delivered + malformed, 5_000, "{p:#?}");
-    assert_eq!((p.lost, p.healthy_dead_lettered), (0, 0));
+    assert_eq!(p.counts.delivered + malformed, 5_000, "{p:#?}");
+    assert_eq!((p.counts.lost, p.healthy_dead_lettered), (0, 0));
 }
 
 #[test]
 fn throttle_costs_few_retries_and_no_healthy_reminder_in_the_dlq() {
     let (p, n) = both(Scenario::Throttle, 30_000);
     assert!(p.retry_amplification <= 1.02, "amplification {}: {p:#?}", p.retry_amplification);
-    assert_eq!((p.healthy_dead_lettered, p.lost), (0, 0), "{p:#?}");
+    assert_eq!((p.healthy_dead_lettered, p.counts.lost), (0, 0), "{p:#?}");
     assert!(n.retry_amplification > p.retry_amplification);
 }
 
@@ -70,15 +74,19 @@ fn the_same_seed_gives_the_same_report() {
 #[test]
 fn mixed_deadlines_are_served_close_to_earliest_deadline_first() {
     let (p, n) = both(Scenario::Mixed, 20_000);
-    assert!(p.late as f64 <= 1.05 * p.edf_late as f64, "late {} vs EDF {}: {p:#?}", p.late, p.edf_late);
-    assert!(n.late > p.late, "served in SQS order the tight ones are late: {n:#?}");
-    assert_eq!(p.lost, 0);
+    assert!(p.counts.late as f64 <= 1.05 * p.edf_late as f64, "late {} vs EDF {}: {p:#?}", p.counts.late, p.edf_late);
+    assert!(n.counts.late > p.counts.late, "served in SQS order the tight ones are late: {n:#?}");
+    assert_eq!(p.counts.lost, 0);
 }
 
 #[test]
 fn redrive_under_a_cap_delivers_the_dlq_without_making_fresh_traffic_late() {
     let (p, n) = both(Scenario::Redrive, 3_000);
-    assert_eq!((p.reminders, p.redriven, p.delivered, p.lost, p.duplicates), (3_500, 500, 3_500, 0, 0), "{p:#?}");
+    assert_eq!(
+        (p.reminders, p.redriven, p.counts.delivered, p.counts.lost, p.counts.double_effects),
+        (3_500, 500, 3_500, 0, 0),
+        "{p:#?}"
+    );
     assert_eq!(p.fresh_late, 0, "{p:#?}");
     // 500 at the cap of 10/s cannot move in less than 49.9 s.
     assert!(p.redrive_seconds >= 49.9, "moved too fast: {p:#?}");

@@ -1,121 +1,23 @@
-//! The operator commands: `status`, `explain`, `pause`, `resume`, `redrive`, `canary`.
-//!
-//! They find the queues and tables from flags, from the environment (`SEND_QUEUE_URL`,
-//! `DLQ_URL`, `LEDGER_TABLE`, `RENEWALS_TABLE`, the names the functions read) or, failing
-//! both, from the state `punctual local up` left behind. The endpoint is `--endpoint`, else
-//! `AWS_ENDPOINT_URL`, else the local state's; with none of them they talk to AWS itself
-//! through the SDK's default chain.
+//! The operator commands: `status`, `explain`, `pause`, `resume`, `redrive`.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use punctual_aws::control::{DynamoControl, SqsDeadLetters};
+use punctual_aws::control::DynamoControl;
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::sqs::SqsQueues;
 use punctual_core::ReminderId;
 use punctual_core::decision::SenderPolicy;
 use punctual_core::limiter::LimiterSettings;
-use punctual_core::ports::{Ledger, LedgerRecord};
+use punctual_core::ports::{Control, Ledger, LedgerRecord, Pause};
 use punctual_core::reason::ReminderState;
-use punctual_core::redrive::{Control, Pause, RedriveCaps, RedriveRequest, RedriveSummary, Redriver};
-use punctual_lambda::SystemClock;
+use punctual_core::redrive::{Field, RedriveRequestWire, RedriveSummary};
+use punctual_redrive::handler::{Answer, answer};
 use serde::Serialize;
 
-use crate::env::{Resources, dynamodb_client, sdk_config};
-
-/// An operator command failed.
-#[derive(Debug, thiserror::Error)]
-pub enum OpsError {
-    /// Where to act is unknown.
-    #[error(
-        "no target: set SEND_QUEUE_URL, DLQ_URL, LEDGER_TABLE and RENEWALS_TABLE (and AWS_ENDPOINT_URL or --endpoint for an emulator), or run `punctual local up` first"
-    )]
-    NoTarget,
-    /// The request is invalid.
-    #[error("refused, nothing was moved:\n  - {}", .0.join("\n  - "))]
-    Invalid(Vec<String>),
-    /// Not found.
-    #[error("{0}")]
-    NotFound(String),
-    /// A step failed.
-    #[error("{what}")]
-    Step {
-        /// What.
-        what: &'static str,
-        /// Why.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
-
-fn step<E: Into<Box<dyn std::error::Error + Send + Sync>>>(what: &'static str) -> impl FnOnce(E) -> OpsError {
-    move |e| OpsError::Step { what, source: e.into() }
-}
-
-/// Where the commands act.
-#[derive(Debug, Clone)]
-pub struct Target {
-    /// Names and URLs.
-    pub resources: Resources,
-    /// A separate DynamoDB endpoint (DynamoDB Local beside moto).
-    pub dynamodb_endpoint: Option<String>,
-    /// Provider quota (for drain projections and the redrive cap).
-    pub quota: f64,
-}
-
-impl Target {
-    /// Resolves the target from `endpoint`, the environment, then the local state.
-    pub fn resolve(endpoint: Option<&str>) -> Result<Self, OpsError> {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let local = crate::local::load_state().ok();
-        let quota = env("PROVIDER_RATE_PER_SEC")
-            .and_then(|q| q.parse().ok())
-            .or(local.as_ref().map(|l| l.quota))
-            .unwrap_or(100.0);
-        let endpoint = endpoint.map(str::to_owned).or_else(|| env("AWS_ENDPOINT_URL"));
-        if let (Some(send), Some(dlq), Some(ledger), Some(renewals)) =
-            (env("SEND_QUEUE_URL"), env("DLQ_URL"), env("LEDGER_TABLE"), env("RENEWALS_TABLE"))
-        {
-            return Ok(Self {
-                resources: Resources {
-                    endpoint: endpoint.unwrap_or_default(),
-                    send_queue_url: send,
-                    dlq_url: dlq,
-                    ledger_table: ledger,
-                    renewals_table: renewals,
-                    provider_url: env("PROVIDER_URL").unwrap_or_default(),
-                },
-                dynamodb_endpoint: env("AWS_ENDPOINT_URL_DYNAMODB"),
-                quota,
-            });
-        }
-        let local = local.ok_or(OpsError::NoTarget)?;
-        let mut resources = local.resources.clone();
-        if let Some(e) = endpoint {
-            resources.endpoint = e;
-        }
-        Ok(Self { resources, dynamodb_endpoint: local.dynamodb_endpoint.clone(), quota })
-    }
-
-    async fn clients(&self) -> (aws_sdk_dynamodb::Client, SqsQueues) {
-        let config = sdk_config(&self.resources.endpoint).await;
-        let ddb = dynamodb_client(&config, self.dynamodb_endpoint.as_deref());
-        let r = &self.resources;
-        (ddb, SqsQueues::new(aws_sdk_sqs::Client::new(&config), &r.send_queue_url, &r.dlq_url))
-    }
-
-    /// The redrive caps: `REDRIVE_MAX_MESSAGES` (default 1000) and the lower of
-    /// `REDRIVE_MAX_PER_SECOND` (default 20) and the redrive share of the quota.
-    pub fn caps(&self) -> RedriveCaps {
-        let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<f64>().ok());
-        let share = LimiterSettings::new(self.quota).redrive_share;
-        RedriveCaps {
-            max_messages: env("REDRIVE_MAX_MESSAGES").map_or(1000, |v| v as u32),
-            max_per_second: env("REDRIVE_MAX_PER_SECOND").unwrap_or(20.0).min(share * self.quota),
-        }
-    }
-}
+use crate::target::Target;
+use crate::{OpsError, step};
 
 // ---- pause / resume ----------------------------------------------------------------------------
 
@@ -410,30 +312,57 @@ async fn find_in_dlq(queues: &SqsQueues, id: &str) -> Result<Option<ReminderId>,
 
 // ---- redrive -------------------------------------------------------------------------------------
 
-/// `punctual redrive` in process: a dry run first, then (unless `dry_run`) the run itself.
+/// `punctual redrive` in process: the redrive function's own composition root and handler
+/// against the target — the same caps, validation and refusals as the Lambda. A dry run first,
+/// then (unless `dry_run`) the run itself.
 pub async fn redrive(
     target: &Target,
-    request: &serde_json::Value,
+    request: RedriveRequestWire,
 ) -> Result<(RedriveSummary, Option<RedriveSummary>), OpsError> {
-    let obj = request.as_object().cloned().unwrap_or_default();
-    let req = RedriveRequest::from_object(&obj, target.caps()).map_err(OpsError::Invalid)?;
+    let config = target.redrive_config().map_err(step("reading the redrive configuration"))?;
     let (ddb, queues) = target.clients().await;
-    let t = &target.resources;
-    let redriver = Redriver::new(
-        DynamoLedger::new(ddb.clone(), &t.ledger_table),
-        SqsDeadLetters::new(queues),
-        DynamoControl::new(ddb, &t.ledger_table),
-        SystemClock,
-    );
+    let redriver = punctual_redrive::app::build(&config, &ddb, queues.client());
     // The same bound a Lambda invocation would have (15 min).
     let deadline = Utc::now() + TimeDelta::minutes(14);
-    let dry = RedriveRequest { dry_run: true, ..req.clone() };
-    let preview = redriver.run(&dry, deadline).await.map_err(step("dry run"))?;
-    if req.dry_run {
+    let dry_run = matches!(request.dry_run, Field::Given(true));
+    let dry = RedriveRequestWire { dry_run: Field::Given(true), ..request.clone() };
+    let summary = |a: Answer| match a {
+        Answer::Done { summary } | Answer::Aborted { summary } => Ok(summary),
+        Answer::Refused { problems, paused: true } => Err(OpsError::Paused(problems.join("; "))),
+        Answer::Refused { problems, paused: false } => Err(OpsError::Invalid(problems)),
+    };
+    let preview = summary(answer(&redriver, config.caps, dry, deadline).await.map_err(step("dry run"))?)?;
+    if dry_run {
         return Ok((preview, None));
     }
-    let done = redriver.run(&req, deadline).await.map_err(step("redrive"))?;
+    let done = summary(answer(&redriver, config.caps, request, deadline).await.map_err(step("redrive"))?)?;
     Ok((preview, Some(done)))
+}
+
+/// `punctual redrive --function NAME`: invokes the deployed redrive function through the
+/// Lambda Invoke API with the same request. Returns the function's answer and whether it
+/// reported a function error.
+pub async fn redrive_function(
+    target_endpoint: Option<&str>,
+    name: &str,
+    request: &RedriveRequestWire,
+) -> Result<(serde_json::Value, bool), OpsError> {
+    let config = match target_endpoint.filter(|e| !e.is_empty()) {
+        Some(e) => punctual_aws::config::for_endpoint(e).await,
+        None => punctual_aws::config::load().await,
+    };
+    let client = aws_sdk_lambda::Client::new(&config);
+    let body = serde_json::to_vec(request).map_err(step("encoding the request"))?;
+    let out = client
+        .invoke()
+        .function_name(name)
+        .payload(aws_sdk_lambda::primitives::Blob::new(body))
+        .send()
+        .await
+        .map_err(step("invoking the redrive function"))?;
+    let text = out.payload().map(|p| String::from_utf8_lossy(p.as_ref()).into_owned()).unwrap_or_default();
+    let value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    Ok((value, out.function_error().is_some()))
 }
 
 /// Prints a summary.
@@ -457,206 +386,10 @@ pub fn render_summary(s: &RedriveSummary) -> String {
     )
 }
 
-// ---- canary --------------------------------------------------------------------------------------
-
-/// One stage of the canary's trip.
-#[derive(Debug, Clone, Serialize)]
-pub struct Stage {
-    /// Stage name.
-    pub stage: &'static str,
-    /// Reached.
-    pub ok: bool,
-    /// Time the stage took.
-    pub millis: u64,
-    /// What was seen.
-    pub detail: String,
-}
-
-/// `punctual canary`: the stages, and where it stopped if it did.
-#[derive(Debug, Clone, Serialize)]
-pub struct CanaryReport {
-    /// The synthetic reminder.
-    pub reminder_id: String,
-    /// Stages in order.
-    pub stages: Vec<Stage>,
-    /// True when every stage passed.
-    pub ok: bool,
-}
-
-impl CanaryReport {
-    /// Human lines.
-    pub fn render(&self) -> String {
-        let mut out = format!("canary {}\n", self.reminder_id);
-        for s in &self.stages {
-            out.push_str(&format!(
-                "  {:<18} {:<4} {:>6} ms  {}\n",
-                s.stage,
-                if s.ok { "ok" } else { "FAIL" },
-                s.millis,
-                s.detail
-            ));
-        }
-        out.push_str(if self.ok { "every stage passed\n" } else { "stopped at the first FAIL\n" });
-        out
-    }
-}
-
-/// Sends one synthetic reminder for tenant `canary` through import → scheduler release → SQS
-/// → sender (ledger claim, shared limiter, provider) → ack, driving the scheduler tick and the
-/// event source mapping itself (as `local drain` does), and times each stage.
-pub async fn canary(target: &Target) -> Result<CanaryReport, OpsError> {
-    use punctual_core::renewal::{Renewal, RenewalInput};
-    use punctual_core::scheduler::{Scheduler, SchedulerSettings};
-    let (ddb, queues) = target.clients().await;
-    let t = &target.resources;
-    let renewals = punctual_aws::renewals::DynamoRenewals::new(ddb.clone(), &t.renewals_table);
-    let mut stages = Vec::new();
-    let now = Utc::now();
-    let renewal = Renewal::validate(&RenewalInput {
-        tenant_id: "canary".into(),
-        renewal_id: format!("canary-{}", now.timestamp_millis()),
-        recipient_ref: "canary-recipient".into(),
-        channel: "email".into(),
-        zone: "UTC".into(),
-        local_due_date: now.format("%Y-%m-%d").to_string(),
-        local_send_time: now.format("%H:%M").to_string(),
-        window_minutes: "60".into(),
-        ..RenewalInput::default()
-    })
-    .map_err(|e| OpsError::Step { what: "building the canary renewal", source: e.to_string().into() })?;
-    let rid = renewal.reminder_id.clone();
-    let mut report = CanaryReport { reminder_id: rid.to_string(), stages: Vec::new(), ok: false };
-    let timed = |stages: &mut Vec<Stage>, stage, ok, started: Instant, detail: String| {
-        stages.push(Stage { stage, ok, millis: started.elapsed().as_millis() as u64, detail });
-        ok
-    };
-
-    let s = Instant::now();
-    let imported = renewals.import(std::slice::from_ref(&renewal), now).await;
-    if !timed(
-        &mut stages,
-        "import",
-        imported.is_ok(),
-        s,
-        imported.as_ref().map_or_else(
-            |e| e.to_string(),
-            |_| format!("renewal {} due {}", renewal.renewal_id, renewal.deliver_after),
-        ),
-    ) {
-        report.stages = stages;
-        return Ok(report);
-    }
-    let s = Instant::now();
-    // The scheduler function's own rule: nothing is released while paused.
-    let paused =
-        DynamoControl::new(ddb.clone(), &t.ledger_table).pause().await.map_err(step("reading the pause switch"))?;
-    if let Some(p) = paused {
-        let detail = format!("paused by {} ({}): the scheduler releases nothing", p.owner, p.reason);
-        timed(&mut stages, "scheduler release", false, s, detail);
-        report.stages = stages;
-        return Ok(report);
-    }
-    let scheduler = Scheduler::new(renewals.clone(), queues.clone(), SystemClock, SchedulerSettings::default());
-    let tick = scheduler.tick(Utc::now() + TimeDelta::seconds(60)).await;
-    let released = tick.as_ref().map(|r| r.released).unwrap_or(0);
-    if !timed(
-        &mut stages,
-        "scheduler release",
-        released > 0,
-        s,
-        match &tick {
-            Ok(r) => format!("{} released this tick (paused: {})", r.released, r.paused),
-            Err(e) => e.to_string(),
-        },
-    ) {
-        report.stages = stages;
-        return Ok(report);
-    }
-    // Play the event source mapping until the canary's ledger record is settled (30 s bound).
-    let provider = punctual_provider::HttpProvider::new(
-        &t.provider_url,
-        // PROVIDER_TOKEN for a configured target; `local up`'s token for the local pipeline.
-        &punctual_core::secret::Secret::new(
-            std::env::var("PROVIDER_TOKEN")
-                .ok()
-                .or_else(|| crate::local::load_state().ok().map(|l| l.provider_token))
-                .unwrap_or_default(),
-        ),
-        Duration::from_secs(2),
-    )
-    .map_err(step("building the provider client"))?;
-    let (instances, _) = crate::env::local_senders(&ddb, t, &queues, &provider, target.quota, 1, 1);
-    let ledger = DynamoLedger::new(ddb.clone(), &t.ledger_table);
-    let s = Instant::now();
-    let mut record = None;
-    while s.elapsed() < Duration::from_secs(30) {
-        let msgs = queues.receive(queues.send_url(), 10, Duration::from_secs(1)).await.map_err(step("receiving"))?;
-        if !msgs.is_empty() {
-            let event = crate::esm::sqs_event(&msgs, queues.send_url()).map_err(step("building the SQS event"))?;
-            let mut ctx = lambda_runtime::Context::default();
-            ctx.deadline = u64::try_from((Utc::now() + TimeDelta::seconds(60)).timestamp_millis()).unwrap_or(0);
-            let handled = punctual_sender::handler::handle(&instances[0], lambda_runtime::LambdaEvent::new(event, ctx))
-                .await
-                .map_err(step("running the sender"))?;
-            let failed: Vec<&str> =
-                handled.response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
-            let done: Vec<&str> = msgs
-                .iter()
-                .filter(|m| !failed.contains(&m.message_id.as_str()))
-                .map(|m| m.receipt_handle.as_str())
-                .collect();
-            queues.delete_batch(queues.send_url(), &done).await.map_err(step("acknowledging"))?;
-        }
-        record = ledger.get(&rid).await.map_err(step("reading the ledger"))?;
-        if record.as_ref().is_some_and(|r| r.state.is_terminal()) {
-            break;
-        }
-    }
-    let hist = |st: ReminderState| record.as_ref().and_then(|r| r.history.iter().find(|h| h.state == st).map(|h| h.at));
-    let claimed = hist(ReminderState::Leased);
-    let delivered = hist(ReminderState::Delivered);
-    let released_at = now;
-    let span = |a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>| match (a, b) {
-        (Some(a), Some(b)) => (b - a).num_milliseconds().max(0) as u64,
-        _ => 0,
-    };
-    stages.push(Stage {
-        stage: "sqs → sender claim",
-        ok: claimed.is_some(),
-        millis: span(Some(released_at), claimed),
-        detail: claimed.map_or("the sender never claimed it within 30 s".into(), |t| format!("claimed at {t}")),
-    });
-    let state = record.as_ref().map(|r| r.state);
-    stages.push(Stage {
-        stage: "limiter + provider",
-        ok: delivered.is_some(),
-        millis: span(claimed, delivered),
-        detail: match record.as_ref() {
-            Some(r) if r.state == ReminderState::Delivered => {
-                format!("accepted, receipt {}", r.receipt.as_deref().unwrap_or("none"))
-            }
-            Some(r) => format!("{} ({})", r.state.as_str(), r.last_reason.map_or("no reason", |c| c.as_str())),
-            None => "not reached".into(),
-        },
-    });
-    stages.push(Stage {
-        stage: "ack",
-        ok: state == Some(ReminderState::Delivered),
-        millis: 0,
-        detail: if state == Some(ReminderState::Delivered) {
-            "deleted from the send queue".into()
-        } else {
-            "not acknowledged as delivered".into()
-        },
-    });
-    report.ok = stages.iter().all(|s| s.ok);
-    report.stages = stages;
-    Ok(report)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::target::Resources;
     use punctual_core::ports::HistoryEntry;
     use punctual_core::reason::ReasonCode;
 
@@ -700,6 +433,7 @@ mod tests {
             receipt: None,
             last_reason: reason,
             next_at: Some(now + TimeDelta::seconds(30)),
+            deliver_after: Some(now - TimeDelta::minutes(2)),
             deliver_by: now + TimeDelta::hours(1),
             history: vec![h(60, ReminderState::Leased, None, None), h(30, state, reason, redrive)],
         }

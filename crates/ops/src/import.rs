@@ -200,6 +200,19 @@ pub fn validate(rows: Vec<ParsedLine>) -> (Vec<(usize, Renewal)>, Vec<Reject>) {
 }
 
 /// Imports `path` into `store`, with a progress bar on stderr when `progress`.
+/// Imports `path` into the renewals table `table`, on the SDK's default chain (set
+/// `AWS_ENDPOINT_URL` for an emulator; `AWS_ENDPOINT_URL_DYNAMODB` when DynamoDB runs apart).
+pub async fn import_file(
+    table: String,
+    path: &Path,
+    format: Option<Format>,
+    progress: bool,
+) -> Result<ImportSummary, ImportError> {
+    let sdk = punctual_aws::config::load().await;
+    let store = DynamoRenewals::new(aws_sdk_dynamodb::Client::new(&sdk), table);
+    run(&store, path, format, progress).await
+}
+
 pub async fn run(
     store: &DynamoRenewals,
     path: &Path,

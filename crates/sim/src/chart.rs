@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use punctual_core::sim::SimReport;
+use punctual_chart::{BASELINE, ChartError, Line, PUNCTUAL, Panel, REFERENCE, draw as draw_panels};
 
-use crate::chart::{BASELINE, ChartError, Line, PUNCTUAL, Panel, REFERENCE, draw as draw_panels};
+use crate::simulate::SimReport;
 
 /// Draws backlog, delivered/s against the quota, and cumulative late reminders.
 pub fn draw(path: &Path, title: &str, punctual: &SimReport, baseline: Option<&SimReport>) -> Result<(), ChartError> {

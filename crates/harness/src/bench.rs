@@ -11,19 +11,18 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use punctual_aws::limiter::DynamoSlotStore;
-use punctual_core::TenantId;
 use punctual_core::decision::LimiterAnswer;
 use punctual_core::limiter::{LimiterSettings, SharedLimiter, SlotStore};
 use punctual_core::ports::{Limiter, LimiterClass, LimiterRequest, Provider, ProviderRequest};
 use punctual_core::provider::ProviderOutcome;
 use punctual_core::secret::Secret;
-use punctual_core::testing::message;
+use punctual_core::{RenewalId, TenantId};
 use punctual_lambda::SystemClock;
 use punctual_provider::HttpProvider;
 use serde::Serialize;
 
-use crate::env::{Emulator, sdk_config};
-use crate::run::{RunError, step};
+use crate::env::Emulator;
+use crate::{HarnessError as RunError, step};
 
 /// Options of one benchmark run.
 #[derive(Debug, Clone)]
@@ -113,7 +112,7 @@ impl BenchReport {
 pub async fn bench(opts: &BenchOptions) -> Result<BenchReport, RunError> {
     std::fs::create_dir_all("target/bench").map_err(step("creating target/bench"))?;
     let emulator = Emulator::start(Some(std::path::Path::new("target/bench")), false)?;
-    let config = sdk_config(&emulator.endpoint).await;
+    let config = punctual_aws::config::for_endpoint(&emulator.endpoint).await;
     let ddb = emulator.dynamodb(&config);
     let table = format!("punctual-bench-{}", Utc::now().timestamp_millis());
     punctual_aws::dynamodb::create_pk_table(&ddb, &table).await.map_err(step("creating the limiter table"))?;
@@ -186,7 +185,9 @@ async fn row(
                         break;
                     }
                     n += 1;
-                    let msg = message(&format!("bench-{s}-{k}-{n}"), now, now + chrono::TimeDelta::hours(1));
+                    let Ok(renewal) = RenewalId::parse(format!("bench-{s}-{k}-{n}")) else { break };
+                    let msg =
+                        crate::local::message_for(tenant.clone(), renewal, now, now + chrono::TimeDelta::hours(1));
                     let call = ProviderRequest {
                         message: &msg,
                         recipient_ref: None,

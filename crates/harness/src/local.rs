@@ -5,85 +5,33 @@
 //! State lives in `$PUNCTUAL_STATE_DIR` (default `target/local`): `state.json` (endpoints,
 //! names, pids, the double's local token) and the processes' logs.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeDelta, Utc};
+use punctual_aws::config::{dynamodb_client, for_endpoint};
 use punctual_aws::emf::Metrics;
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
-use punctual_aws::sqs::{SqsQueues, attr};
-use punctual_core::reason::ReminderState;
-use punctual_core::scheduler::{ReleaseQueue, Scheduler, SchedulerSettings};
+use punctual_aws::sqs::SqsQueues;
+use punctual_core::accounting::DeliveryCounts;
+use punctual_core::ports::ReleaseQueue;
 use punctual_core::secret::Secret;
-use punctual_lambda::SystemClock;
+use punctual_ops::target::{LocalState, load_state as load, state_dir, state_file};
 use punctual_provider::HttpProvider;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::env::{Emulator, EnvError, Resources, dynamodb_client, free_port, local_senders, provision, sdk_config};
+use crate::count::{Observed, count, peek_dlq};
+use crate::env::{Emulator, free_port, local_senders, provision, scheduler_config, sender_config};
 use crate::esm::{EsmStats, run_pollers};
-
-/// What `local up` leaves behind for `drain` and `down`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LocalState {
-    /// Endpoints and names.
-    #[serde(flatten)]
-    pub resources: Resources,
-    /// DynamoDB Local's endpoint when it runs beside moto.
-    pub dynamodb_endpoint: Option<String>,
-    /// Processes to stop on `down`.
-    pub pids: Vec<u32>,
-    /// The double's bearer token (a throwaway local value, not a credential).
-    pub provider_token: String,
-    /// Provider quota, calls/s.
-    pub quota: f64,
-}
-
-/// Why a local command failed.
-#[derive(Debug, thiserror::Error)]
-pub enum LocalError {
-    /// Environment.
-    #[error(transparent)]
-    Env(#[from] EnvError),
-    /// No state: `up` was not run.
-    #[error("no local pipeline is up (no {0}): run `punctual local up` first")]
-    NotUp(String),
-    /// State exists: `up` twice.
-    #[error("a local pipeline is already up ({0}); `punctual local down` first")]
-    AlreadyUp(String),
-    /// Anything else.
-    #[error("{what}")]
-    Step {
-        /// What.
-        what: &'static str,
-        /// Why.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
-
-fn step<E: std::error::Error + Send + Sync + 'static>(what: &'static str) -> impl FnOnce(E) -> LocalError {
-    move |e| LocalError::Step { what, source: Box::new(e) }
-}
-
-/// The state directory.
-pub fn state_dir() -> PathBuf {
-    std::env::var_os("PUNCTUAL_STATE_DIR").map_or_else(|| PathBuf::from("target/local"), PathBuf::from)
-}
-
-fn state_file() -> PathBuf {
-    state_dir().join("state.json")
-}
+use crate::eventbridge;
+use crate::{HarnessError as LocalError, step};
 
 /// Reads the state left by `up`.
 pub fn load_state() -> Result<LocalState, LocalError> {
-    let path = state_file();
-    let text = std::fs::read_to_string(&path).map_err(|_| LocalError::NotUp(path.display().to_string()))?;
-    serde_json::from_str(&text).map_err(step("reading the local state file"))
+    Ok(load()?)
 }
 
 /// `local up`: start (or reuse) the emulator, start the provider double as its own process,
@@ -95,7 +43,7 @@ pub async fn up(quota: f64) -> Result<LocalState, LocalError> {
     }
     std::fs::create_dir_all(&dir).map_err(step("creating the state directory"))?;
     let emulator = Emulator::start(Some(&dir), true)?;
-    let config = sdk_config(&emulator.endpoint).await;
+    let config = for_endpoint(&emulator.endpoint).await;
     let ddb = emulator.dynamodb(&config);
     let token = format!("local-{:x}", Utc::now().timestamp_nanos_opt().unwrap_or_default());
     let port = free_port()?;
@@ -126,7 +74,7 @@ pub async fn up(quota: f64) -> Result<LocalState, LocalError> {
     // Demo renewals, so hand-written messages for them are delivered (see `demo_message`).
     let renewals = DynamoRenewals::new(ddb, &resources.renewals_table);
     for n in 0..DEMO_RENEWALS {
-        let (tenant, renewal) = demo_ids(n);
+        let (tenant, renewal) = demo_ids(n).map_err(step("naming demo renewals"))?;
         renewals
             .put(&tenant, &renewal, "active", &format!("demo-recipient-{n}"), "email")
             .await
@@ -149,27 +97,36 @@ pub async fn up(quota: f64) -> Result<LocalState, LocalError> {
 /// Demo renewals `local up` seeds (`tenant-N` / `demo-N`).
 pub const DEMO_RENEWALS: usize = 3;
 
-fn demo_ids(n: usize) -> (punctual_core::TenantId, punctual_core::RenewalId) {
-    let fallback = || punctual_core::TenantId::parse("tenant-0");
-    let tenant = punctual_core::TenantId::parse(format!("tenant-{n}")).or_else(|_| fallback());
-    let renewal = punctual_core::RenewalId::parse(format!("demo-{n}"));
-    match (tenant, renewal) {
-        (Ok(t), Ok(r)) => (t, r),
-        // Unreachable: both formats are valid ids.
-        _ => unreachable!("demo ids are valid"),
-    }
+fn demo_ids(n: usize) -> Result<(punctual_core::TenantId, punctual_core::RenewalId), punctual_core::ids::IdError> {
+    Ok((punctual_core::TenantId::parse(format!("tenant-{n}"))?, punctual_core::RenewalId::parse(format!("demo-{n}"))?))
 }
 
-/// A valid message body for demo renewal `n`, due now, for `aws sqs send-message`.
-pub fn demo_message(n: usize) -> String {
+/// A valid message body for demo renewal `n`, due now (window: the next 4 hours), for
+/// `aws sqs send-message`: built as the scheduler builds its releases.
+pub fn demo_message(n: usize) -> Result<String, punctual_core::ids::IdError> {
     let now = Utc::now();
-    let (tenant, renewal) = demo_ids(n);
-    let mut m =
-        punctual_core::testing::message(&format!("demo-{n}"), now - TimeDelta::minutes(1), now + TimeDelta::hours(4));
-    m.reminder_id = punctual_core::ReminderId::derive(&tenant, &renewal, &m.kind, now.date_naive());
-    m.tenant_id = tenant;
-    m.renewal_id = renewal;
-    m.encode()
+    let (tenant, renewal) = demo_ids(n)?;
+    Ok(message_for(tenant, renewal, now - TimeDelta::minutes(1), now + TimeDelta::hours(4)).encode())
+}
+
+/// A release message for `tenant`/`renewal` (kind `renewal_due`) with the window
+/// `[after, by)`, exactly as the scheduler would release it (`scheduler::message_for`).
+pub fn message_for(
+    tenant: punctual_core::TenantId,
+    renewal: punctual_core::RenewalId,
+    after: chrono::DateTime<Utc>,
+    by: chrono::DateTime<Utc>,
+) -> punctual_core::ReminderMessage {
+    let kind = punctual_core::ReminderKind::renewal_due();
+    let pending = punctual_core::ports::Pending {
+        reminder_id: punctual_core::ReminderId::derive(&tenant, &renewal, &kind, after.date_naive()),
+        tenant_id: tenant,
+        renewal_id: renewal,
+        kind,
+        deliver_after: after,
+        deliver_by: by,
+    };
+    punctual_core::scheduler::message_for(&pending, after)
 }
 
 /// Human description of a running local pipeline.
@@ -187,30 +144,24 @@ pub fn describe(s: &LocalState) -> String {
     );
     out.push_str(&format!(
         "\nTry it (dummy credentials are fine for the emulator):\n  export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  aws --endpoint-url {} sqs send-message --queue-url {} --message-body '{}'\n  aws --endpoint-url {} sqs send-message --queue-url {} --message-body '{{\"v\":1}}'\n  punctual local drain\n  punctual local down\n",
-        r.endpoint, r.send_queue_url, demo_message(0), r.endpoint, r.send_queue_url
+        r.endpoint,
+        r.send_queue_url,
+        demo_message(0).unwrap_or_default(),
+        r.endpoint,
+        r.send_queue_url
     ));
     out
 }
 
-/// `local drain`'s report (the keys of `punctual run`'s report that apply).
+/// `local drain`'s report (the keys of `punctual run`'s report that apply; the delivery
+/// figures are the one accounting's, [`DeliveryCounts`]).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct DrainReport {
     /// Reminders the ledger knows plus messages quarantined as malformed.
     pub reminders: u64,
-    /// Delivered.
-    pub delivered: u64,
-    /// Provider requests repeating an accepted key.
-    pub duplicates: u64,
-    /// Delivered at or after `deliver_by`.
-    pub late: u64,
-    /// Expired.
-    pub expired: u64,
-    /// Cancelled (renewal cancelled, paid or missing).
-    pub cancelled: u64,
-    /// DLQ contents by reason (read from the DLQ itself).
-    pub dead_lettered: BTreeMap<String, u64>,
-    /// Reminders in no terminal state and not in flight.
-    pub lost: u64,
+    /// What happened to them (DESIGN §11).
+    #[serde(flatten)]
+    pub counts: DeliveryCounts,
     /// Messages handed to the sender during this drain.
     pub records: u64,
     /// Seconds the drain took.
@@ -220,38 +171,42 @@ pub struct DrainReport {
 impl DrainReport {
     /// Human report.
     pub fn render(&self) -> String {
-        let dlq: Vec<String> = self.dead_lettered.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let c = &self.counts;
+        let dlq: Vec<String> = c.dead_lettered.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!(
             "drained in {:.1} s ({} messages handled)\nreminders      {}\ndelivered      {}\ncancelled      {}\nexpired        {}\ndead-lettered  {}\nlate           {}\nduplicates     {}\nlost           {}\n",
             self.drain_seconds,
             self.records,
             self.reminders,
-            self.delivered,
-            self.cancelled,
-            self.expired,
+            c.delivered,
+            c.cancelled,
+            c.expired,
             if dlq.is_empty() { "0".to_owned() } else { dlq.join(", ") },
-            self.late,
-            self.duplicates,
-            self.lost
+            c.late,
+            c.duplicates,
+            c.lost
         )
     }
 }
 
-/// `local drain`: run the scheduler and the event source mapping until the send queue holds
-/// nothing visible, in flight or delayed, then account for every reminder.
+/// `local drain`: run the scheduler (its handler, playing EventBridge) and the event source
+/// mapping (the sender handler) until the send queue holds nothing visible, in flight or
+/// delayed, then account for every reminder.
 pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let state = load_state()?;
     let r = &state.resources;
-    let config = sdk_config(&r.endpoint).await;
+    let config = for_endpoint(&r.endpoint).await;
     let ddb = dynamodb_client(&config, state.dynamodb_endpoint.as_deref());
     let queues = SqsQueues::new(aws_sdk_sqs::Client::new(&config), &r.send_queue_url, &r.dlq_url);
-    let renewals = DynamoRenewals::new(ddb.clone(), &r.renewals_table);
-    let clock = SystemClock;
     let provider =
         HttpProvider::new(&r.provider_url, &Secret::new(state.provider_token.clone()), Duration::from_secs(2))
             .map_err(step("building the provider client"))?;
-    let (instances, _) = local_senders(&ddb, r, &queues, &provider, state.quota, 7, 10);
-    let scheduler = Scheduler::new(renewals, queues.clone(), clock, SchedulerSettings::default());
+    let (instances, _) = local_senders(&sender_config(r, state.quota)?, &ddb, queues.client(), &provider, 7, 10);
+    let scheduler = punctual_scheduler::app::build(
+        &scheduler_config(r, punctual_core::scheduler::SchedulerSettings::default().sustainable_rate)?,
+        &ddb,
+        queues.client(),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EsmStats::default());
     let metrics = Arc::new(Mutex::new(Metrics::new()));
@@ -262,7 +217,7 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
         let mut last_tick = Instant::now() - Duration::from_secs(60);
         let result = loop {
             if last_tick.elapsed() >= crate::run::TICK {
-                if let Err(e) = scheduler.tick(Utc::now() + TimeDelta::seconds(60)).await {
+                if let Err(e) = eventbridge::tick(&scheduler).await {
                     eprintln!("scheduler tick failed: {e}");
                 }
                 last_tick = Instant::now();
@@ -292,52 +247,28 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     if progress {
         eprintln!();
     }
+    let as_of = Utc::now();
     let records = DynamoLedger::new(ddb, &r.ledger_table).scan_all().await.map_err(step("reading the ledger"))?;
-    let mut report = DrainReport {
+    // The DLQ itself says what is in it; every message read is made visible again.
+    let dlq = peek_dlq(&queues, 100_000).await.map_err(step("reading the DLQ"))?;
+    let malformed = dlq.anonymous.len() as u64;
+    let provider = provider_stats(&r.provider_url).await;
+    let observed = Observed {
+        records,
+        dlq,
+        on_queue: 0,
+        expired_at_release: 0,
+        repeated_key_requests: provider.map_or(0, |s| s.duplicate_key_attempts),
+        double_effects: 0,
+    };
+    let reminders = observed.records.len() as u64 + malformed;
+    let (counts, _) = count(&observed, as_of, None);
+    Ok(DrainReport {
+        reminders,
+        counts,
         records: stats.records.load(Ordering::Relaxed),
         drain_seconds: started.elapsed().as_secs_f64(),
-        ..DrainReport::default()
-    };
-    for rec in &records {
-        match rec.state {
-            ReminderState::Delivered => {
-                report.delivered += 1;
-                let at = rec.history.iter().rev().find(|h| h.state == ReminderState::Delivered).map(|h| h.at);
-                if at.is_some_and(|at| at >= rec.deliver_by) {
-                    report.late += 1;
-                }
-            }
-            ReminderState::Expired => report.expired += 1,
-            ReminderState::Cancelled => report.cancelled += 1,
-            ReminderState::DeadLettered => {}
-            _ => report.lost += 1,
-        }
-    }
-    // The DLQ itself says what is in it; peek with a short visibility so it stays there.
-    let mut seen = std::collections::HashSet::new();
-    loop {
-        let batch =
-            queues.receive(queues.dlq_url(), 10, Duration::from_millis(0)).await.map_err(step("reading the DLQ"))?;
-        let fresh: Vec<_> = batch.into_iter().filter(|m| seen.insert(m.message_id.clone())).collect();
-        if fresh.is_empty() {
-            break;
-        }
-        for m in &fresh {
-            let reason = m
-                .attributes
-                .iter()
-                .find(|(k, _)| k == attr::REASON)
-                .map_or("receive_count_backstop", |(_, v)| v.as_str())
-                .to_owned();
-            *report.dead_lettered.entry(reason).or_default() += 1;
-            let _ = queues.change_visibility(queues.dlq_url(), &m.receipt_handle, Duration::ZERO).await;
-        }
-    }
-    let malformed = report.dead_lettered.get("malformed").copied().unwrap_or(0);
-    report.reminders = records.len() as u64 + malformed;
-    let provider = provider_stats(&r.provider_url).await;
-    report.duplicates = provider.map_or(0, |s| s.duplicate_key_attempts);
-    Ok(report)
+    })
 }
 
 async fn provider_stats(provider_url: &str) -> Option<punctual_provider_double::Stats> {

@@ -7,11 +7,14 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use aws_config::{BehaviorVersion, Region, SdkConfig};
-use aws_sdk_sqs::config::Credentials;
+use aws_config::SdkConfig;
 use aws_sdk_sqs::types::QueueAttributeName;
+use punctual_aws::config::dynamodb_client;
 use punctual_aws::dynamodb::create_pk_table;
-use serde::{Deserialize, Serialize};
+use punctual_lambda::config::{ConfigError, Env};
+use punctual_ops::Resources;
+use punctual_scheduler::config::SchedulerConfig;
+use punctual_sender::config::SenderConfig;
 
 /// Why the local environment could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -193,94 +196,64 @@ impl Drop for Emulator {
     }
 }
 
-/// A DynamoDB client on `config`, at `endpoint` when DynamoDB runs apart from the rest.
-pub fn dynamodb_client(config: &SdkConfig, endpoint: Option<&str>) -> aws_sdk_dynamodb::Client {
-    match endpoint {
-        Some(url) => aws_sdk_dynamodb::Client::from_conf(
-            aws_sdk_dynamodb::config::Builder::from(config).endpoint_url(url).build(),
-        ),
-        None => aws_sdk_dynamodb::Client::new(config),
-    }
+/// The sender as `punctual run`, `local drain` and `canary` compose it: the sender Lambda's
+/// own composition root ([`punctual_sender::app::build`]) over the local resources.
+pub type LocalSender = punctual_sender::app::App;
+
+/// The sender configuration the local pipeline runs with, parsed by the sender's own
+/// `SenderConfig::from_env` from the local resources and `quota` (everything else: the
+/// function's defaults), with the pause switch re-read every 2 s instead of 5.
+pub fn sender_config(res: &Resources, quota: f64) -> Result<SenderConfig, ConfigError> {
+    let r = res.clone();
+    let quota = quota.to_string();
+    let mut config = SenderConfig::from_env(&Env::new(move |k: &str| match k {
+        "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
+        "DLQ_URL" => Some(r.dlq_url.clone()),
+        "LEDGER_TABLE" => Some(r.ledger_table.clone()),
+        "RENEWALS_TABLE" => Some(r.renewals_table.clone()),
+        "PROVIDER_URL" => Some(r.provider_url.clone()),
+        "PROVIDER_RATE_PER_SEC" => Some(quota.clone()),
+        _ => None,
+    }))?;
+    config.pause_check = Duration::from_secs(2);
+    Ok(config)
 }
 
-/// The sender as `punctual run` and `punctual local drain` compose it: the real adapters on
-/// the local resources and the shared DynamoDB limiter, as the sender Lambda composes it.
-pub type LocalDeps = punctual_sender::handler::Deps<
-    punctual_aws::ledger::DynamoLedger,
-    punctual_aws::renewals::DynamoRenewals,
-    punctual_core::limiter::SharedLimiter<punctual_aws::limiter::DynamoSlotStore, punctual_lambda::SystemClock>,
-    punctual_provider::HttpProvider,
-    punctual_aws::sqs::SqsQueues,
-    punctual_lambda::SystemClock,
->;
-
-/// One sender per simulated sender execution environment: each has its own limiter
-/// handle (its own pool of booked slots) on the one shared schedule, as `concurrency` Lambda
-/// instances would. Returns them with the store all of them write to (for its write count).
+/// One sender per simulated sender execution environment, each built by the sender's
+/// composition root with its own limiter handle (its own pool of booked slots) on the one
+/// shared schedule, as `instances` Lambda instances would. Returns them with a store handle on
+/// that schedule (for its write count).
 pub fn local_senders(
+    config: &SenderConfig,
     ddb: &aws_sdk_dynamodb::Client,
-    res: &Resources,
-    queues: &punctual_aws::sqs::SqsQueues,
+    sqs: &aws_sdk_sqs::Client,
     provider: &punctual_provider::HttpProvider,
-    quota: f64,
     seed: u64,
     instances: usize,
-) -> (Vec<std::sync::Arc<LocalDeps>>, punctual_aws::limiter::DynamoSlotStore) {
-    let clock = punctual_lambda::SystemClock;
-    let store = punctual_aws::limiter::DynamoSlotStore::new(ddb.clone(), &res.ledger_table);
+) -> (Vec<std::sync::Arc<LocalSender>>, punctual_aws::limiter::DynamoSlotStore) {
+    let store = punctual_aws::limiter::DynamoSlotStore::new(ddb.clone(), &config.ledger_table);
     let senders = (0..instances.max(1) as u64)
         .map(|i| {
-            let sender = punctual_core::sender::Sender::new(
-                punctual_aws::ledger::DynamoLedger::new(ddb.clone(), &res.ledger_table),
-                punctual_aws::renewals::DynamoRenewals::new(ddb.clone(), &res.renewals_table),
-                punctual_core::limiter::SharedLimiter::new(
-                    store.clone(),
-                    clock,
-                    punctual_core::limiter::LimiterSettings::new(quota),
-                    seed ^ i,
-                ),
-                provider.clone(),
-                queues.clone(),
-                clock,
-                punctual_core::sender::SenderSettings::default(),
-                seed ^ (i << 32),
-            );
-            let control = punctual_aws::control::DynamoControl::new(ddb.clone(), &res.ledger_table);
-            let pause = Some(punctual_core::redrive::PauseGate::new(control, std::time::Duration::from_secs(2)));
-            std::sync::Arc::new(punctual_sender::handler::Deps { sender, concurrency: 10, pause })
+            let clients =
+                punctual_sender::app::Clients { dynamodb: ddb.clone(), sqs: sqs.clone(), provider: provider.clone() };
+            std::sync::Arc::new(punctual_sender::app::build(config, clients, seed ^ i))
         })
         .collect();
     (senders, store)
 }
 
-/// SDK configuration for `endpoint`: the environment's region and credentials when set,
-/// else `us-east-1` and dummy keys (an emulator accepts any).
-pub async fn sdk_config(endpoint: &str) -> SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest()).endpoint_url(endpoint);
-    if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
-        loader = loader.region(Region::new("us-east-1"));
-    }
-    if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
-        loader = loader.credentials_provider(Credentials::new("testing", "testing", None, None, "punctual-local"));
-    }
-    loader.load().await
-}
-
-/// What `punctual local up` and `punctual run` create, and how to reach it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Resources {
-    /// The emulator.
-    pub endpoint: String,
-    /// Send queue.
-    pub send_queue_url: String,
-    /// Dead-letter queue.
-    pub dlq_url: String,
-    /// Idempotency ledger.
-    pub ledger_table: String,
-    /// Renewals (with the `due` GSI).
-    pub renewals_table: String,
-    /// The provider double.
-    pub provider_url: String,
+/// The scheduler configuration the local pipeline runs with, parsed by the scheduler's own
+/// `SchedulerConfig::from_env` from the local resources and `sustainable_rate`.
+pub fn scheduler_config(res: &Resources, sustainable_rate: f64) -> Result<SchedulerConfig, ConfigError> {
+    let r = res.clone();
+    let rate = sustainable_rate.to_string();
+    SchedulerConfig::from_env(&Env::new(move |k: &str| match k {
+        "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
+        "LEDGER_TABLE" => Some(r.ledger_table.clone()),
+        "RENEWALS_TABLE" => Some(r.renewals_table.clone()),
+        "SUSTAINABLE_RATE_PER_SEC" => Some(rate.clone()),
+        _ => None,
+    }))
 }
 
 /// The send queue's visibility timeout in local runs (seconds): the sender's records finish

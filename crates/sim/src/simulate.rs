@@ -25,21 +25,25 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
-use crate::backoff::{Jitter, SplitMix64};
-use crate::clock::{Clock, until};
-use crate::contract::ReminderMessage;
-use crate::decision::{ClaimView, Disposition};
-use crate::ids::ReminderId;
-use crate::limiter::{LimiterSettings, SharedLimiter, SlotStore};
-use crate::ports::{
+use punctual_core::accounting::{DeliveryCounts, Ending, Outcome, Tally};
+use punctual_core::backoff::{Jitter, SplitMix64};
+use punctual_core::clock::{Clock, until};
+use punctual_core::contract::ReminderMessage;
+use punctual_core::decision::{ClaimView, Disposition};
+use punctual_core::ids::ReminderId;
+use punctual_core::limiter::{LimiterSettings, SharedLimiter, SlotStore};
+use punctual_core::ports::Pending;
+use punctual_core::ports::{
     Ledger, LedgerError, LedgerRecord, OwnerToken, Provider, ProviderError, ProviderRequest, Quarantine, QueueError,
     SendQueue, SettleOutcome, Settlement,
 };
-use crate::provider::{ProviderOutcome, RetryAfter};
-use crate::reason::{ReasonCode, ReminderState};
-use crate::scheduler::{Pending, Scheduler, SchedulerSettings};
-use crate::sender::{Received, Sender, SenderSettings};
-use crate::testing::{AllActive, MemoryDueStore, MemoryLedger, MemoryRelease, MemorySlotStore};
+use punctual_core::provider::{ProviderOutcome, RetryAfter};
+use punctual_core::reason::{ReasonCode, ReminderState};
+use punctual_core::scheduler::{Scheduler, SchedulerSettings};
+use punctual_core::sender::{Received, Sender, SenderSettings};
+use punctual_core::testing::{
+    AllActive, Fault, FaultyLedger, MemoryDueStore, MemoryLedger, MemoryRelease, MemorySlotStore,
+};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -162,20 +166,9 @@ impl SimConfig {
 pub struct SimReport {
     /// Reminders.
     pub reminders: usize,
-    /// Reminders delivered (at least once).
-    pub delivered: u64,
-    /// Deliveries beyond the first of a reminder (the provider performed them twice).
-    pub duplicates: u64,
-    /// Delivered at or after `deliver_by`, or never delivered because it expired.
-    pub late: u64,
-    /// Expired.
-    pub expired: u64,
-    /// Cancelled.
-    pub cancelled: u64,
-    /// DLQ by reason.
-    pub dead_lettered: BTreeMap<String, u64>,
-    /// In no terminal state and not on the queue at the end.
-    pub lost: u64,
+    /// What happened to them (DESIGN §11).
+    #[serde(flatten)]
+    pub counts: DeliveryCounts,
     /// Provider requests.
     pub provider_calls: u64,
     /// Provider 429 answers.
@@ -188,8 +181,6 @@ pub struct SimReport {
     pub utilisation: f64,
     /// Provider requests ÷ distinct deliveries.
     pub retry_amplification: f64,
-    /// Longest wait past `deliver_after` of any delivered reminder.
-    pub max_oldest_age_seconds: f64,
     /// When the projected-breach alarm first fired (seconds after T0), if it did.
     pub alarm_first_fired_seconds: Option<f64>,
     /// When the first reminder became late (seconds after T0), if one did.
@@ -307,7 +298,7 @@ impl SimClock {
 
 impl Clock for SimClock {
     fn now(&self) -> DateTime<Utc> {
-        crate::clock::add(self.t0, tokio::time::Instant::now().duration_since(self.start))
+        punctual_core::clock::add(self.t0, tokio::time::Instant::now().duration_since(self.start))
     }
 
     fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send {
@@ -506,13 +497,13 @@ impl Provider for SimProvider {
 
 // ---- crash model -----------------------------------------------------------------------------
 
-/// A ledger whose `delivered` write is lost with probability `p` (the worker died after the
-/// provider accepted and before the ledger write and the ack).
+/// The ledger as the cost model sees it: every claim and settle that reached the store is a
+/// write, every read a read. Crashes come from the core's one fault injector
+/// ([`FaultyLedger`] with [`Fault::LoseDeliveredWrite`]): the worker died after the provider
+/// accepted and before the ledger write and the ack.
 #[derive(Debug, Clone)]
-struct Crashing {
-    inner: MemoryLedger,
-    p: f64,
-    rng: Arc<Mutex<SplitMix64>>,
+struct Counted {
+    inner: FaultyLedger<MemoryLedger>,
     usage: Arc<Usage>,
 }
 
@@ -541,22 +532,18 @@ impl Usage {
 #[derive(Debug, Clone)]
 struct CountedRenewals(Arc<Usage>);
 
-impl crate::ports::Renewals for CountedRenewals {
+impl punctual_core::ports::Renewals for CountedRenewals {
     async fn lookup(
         &self,
-        tenant: &crate::ids::TenantId,
-        renewal: &crate::ids::RenewalId,
-    ) -> Result<crate::ports::RenewalLookup, crate::ports::RenewalsError> {
+        tenant: &punctual_core::ids::TenantId,
+        renewal: &punctual_core::ids::RenewalId,
+    ) -> Result<punctual_core::ports::RenewalLookup, punctual_core::ports::RenewalsError> {
         Usage::add(&self.0.ddb_reads, 1);
         AllActive.lookup(tenant, renewal).await
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("simulated crash after the provider call")]
-struct Crashed;
-
-impl Ledger for Crashing {
+impl Ledger for Counted {
     async fn claim(
         &self,
         msg: &ReminderMessage,
@@ -575,11 +562,12 @@ impl Ledger for Crashing {
         now: DateTime<Utc>,
         s: &Settlement,
     ) -> Result<SettleOutcome, LedgerError> {
-        if s.state == ReminderState::Delivered && lock(&self.rng).next_unit() < self.p {
-            return Err(LedgerError::Unknown(Box::new(Crashed)));
+        let settled = self.inner.settle(msg, owner, now, s).await;
+        // A crashed worker never sent its write.
+        if settled.is_ok() {
+            Usage::add(&self.usage.ddb_writes, 1);
         }
-        Usage::add(&self.usage.ddb_writes, 1);
-        self.inner.settle(msg, owner, now, s).await
+        settled
     }
 
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
@@ -599,8 +587,8 @@ struct SimDeadLetters {
     moved_at: Arc<Mutex<Option<DateTime<Utc>>>>,
 }
 
-impl crate::redrive::DeadLetters for SimDeadLetters {
-    async fn receive(&self) -> Result<Vec<crate::redrive::DeadLetter>, crate::ports::BoxError> {
+impl punctual_core::ports::DeadLetters for SimDeadLetters {
+    async fn receive(&self) -> Result<Vec<punctual_core::ports::DeadLetter>, punctual_core::ports::DeadLettersError> {
         Usage::add(&self.queue.usage.sqs_requests, 1);
         let mut items = lock(&self.items);
         Ok(items
@@ -609,7 +597,7 @@ impl crate::redrive::DeadLetters for SimDeadLetters {
             .take(10)
             .map(|(id, body, held)| {
                 *held = true;
-                crate::redrive::DeadLetter {
+                punctual_core::ports::DeadLetter {
                     handle: id.to_string(),
                     message_id: format!("dlq-{id}"),
                     body: body.clone(),
@@ -620,7 +608,7 @@ impl crate::redrive::DeadLetters for SimDeadLetters {
             .collect())
     }
 
-    async fn send_back(&self, body: &str) -> Result<(), crate::ports::BoxError> {
+    async fn send_back(&self, body: &str) -> Result<(), punctual_core::ports::DeadLettersError> {
         Usage::add(&self.queue.usage.sqs_requests, 1);
         let now = self.queue.clock.now();
         self.queue.push(body.to_owned(), now);
@@ -628,13 +616,13 @@ impl crate::redrive::DeadLetters for SimDeadLetters {
         Ok(())
     }
 
-    async fn delete(&self, handle: &str) -> Result<(), crate::ports::BoxError> {
+    async fn delete(&self, handle: &str) -> Result<(), punctual_core::ports::DeadLettersError> {
         Usage::add(&self.queue.usage.sqs_requests, 1);
         lock(&self.items).retain(|(id, _, _)| id.to_string() != handle);
         Ok(())
     }
 
-    async fn release(&self, handles: &[String]) -> Result<(), crate::ports::BoxError> {
+    async fn release(&self, handles: &[String]) -> Result<(), punctual_core::ports::DeadLettersError> {
         for (id, _, held) in lock(&self.items).iter_mut() {
             if handles.contains(&id.to_string()) {
                 *held = false;
@@ -674,7 +662,7 @@ fn bodies(config: &SimConfig, rng: &mut SplitMix64) -> Vec<(String, Option<Remin
             } else {
                 t0() + config.window()
             };
-            let m = crate::testing::message(&format!("sim-{i}"), t0(), by);
+            let m = punctual_core::testing::message(&format!("sim-{i}"), t0(), by);
             (m.encode(), Some(m))
         })
         .collect()
@@ -754,10 +742,13 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         }
     }
 
-    let ledger = Crashing {
-        inner: MemoryLedger::new(),
-        p: if config.scenario == Scenario::Crash { 0.02 } else { 0.0 },
-        rng: Arc::new(Mutex::new(SplitMix64::new(config.seed ^ 0xc4a5))),
+    let ledger = Counted {
+        inner: FaultyLedger::with_chance(
+            MemoryLedger::new(),
+            Fault::LoseDeliveredWrite,
+            if config.scenario == Scenario::Crash { 0.02 } else { 0.0 },
+            config.seed ^ 0xc4a5,
+        ),
         usage: Arc::clone(&usage),
     };
     // One sender (one Lambda instance) per worker, each with its own handle on ONE shared
@@ -794,19 +785,23 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                 if !feeding.get() {
                     return None;
                 }
-                let redriver =
-                    crate::redrive::Redriver::new(ledger, dlq, crate::testing::MemoryControl::default(), clock);
-                let req = crate::redrive::RedriveRequest {
+                let redriver = punctual_core::redrive::Redriver::new(
+                    ledger,
+                    dlq,
+                    punctual_core::testing::MemoryControl::default(),
+                    clock,
+                );
+                let req = punctual_core::redrive::RedriveRequest {
                     reason: "provider outage over".into(),
                     owner: "sim".into(),
-                    selection: crate::redrive::Selection::default(),
+                    selection: punctual_core::redrive::Selection::default(),
                     max_messages: u32::MAX,
                     max_per_second: cap,
                     canary: 10,
                     // The canary joins the back of a 12,000-message backlog in random order:
                     // the default 60 s is too short for it to be received; the run would abort.
                     canary_timeout: Some(Duration::from_secs(300)),
-                    abort_if: crate::redrive::AbortIf::default(),
+                    abort_if: punctual_core::redrive::AbortIf::default(),
                     dry_run: false,
                 };
                 let summary = redriver.run(&req, t0() + TimeDelta::hours(2)).await.ok();
@@ -934,69 +929,83 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         Shared { rng: SplitMix64::new(0), delivered_at: sh.delivered_at.clone(), backlog: sh.backlog.clone() }
     });
 
-    // Accounting.
+    // Accounting: the one accounting (DESIGN §11) over every reminder's ending.
     let p = lock(&provider.state);
     let q = lock(&queue.state);
     let mut report =
         SimReport { reminders: msgs.len(), edf_late: edf, alarm_first_fired_seconds: alarm, ..SimReport::default() };
-    let mut late_times: Vec<f64> = Vec::new();
-    let mut max_age: f64 = 0.0;
-    let mut last: Option<DateTime<Utc>> = None;
-    for (_, m) in msgs.iter() {
-        let Some(m) = m else { continue };
-        match delivered_at.get(m.reminder_id.as_str()) {
-            Some(at) => {
-                report.delivered += 1;
-                last = Some(last.map_or(*at, |l| l.max(*at)));
-                max_age = max_age.max(until(m.deliver_after, *at).as_secs_f64());
-                if *at >= m.deliver_by {
-                    report.late += 1;
-                    late_times.push(until(t0(), m.deliver_by).as_secs_f64());
-                }
-            }
-            None => {
-                report.late += 1;
-                late_times.push(until(t0(), m.deliver_by).as_secs_f64());
-            }
-        }
-    }
     let mut healthy_dead = HashSet::new();
-    let mut in_dlq = HashSet::new();
+    let mut dlq_reason: HashMap<&str, String> = HashMap::new();
     for (body, reason, is_healthy) in q.dlq.iter() {
-        *report.dead_lettered.entry(reason.as_str().to_owned()).or_default() += 1;
-        in_dlq.insert(body.as_str());
+        dlq_reason.insert(body.as_str(), reason.as_str().to_owned());
         if *is_healthy && *reason != ReasonCode::BusinessDeadlineExpired {
             healthy_dead.insert(body.as_str());
         }
     }
     report.healthy_dead_lettered = healthy_dead.len() as u64;
-    // `redrive`: what the run left in the DLQ is still there, not lost.
+    // `redrive`: what the run left in the DLQ is still there (dead-lettered before T0), not lost.
     let left_in_dlq = lock(&dlq.items).clone();
+    let mut dead_before_t0: HashSet<&str> = HashSet::new();
     for (_, body, _) in &left_in_dlq {
-        *report.dead_lettered.entry(ReasonCode::NoSafeRetryWindow.as_str().to_owned()).or_default() += 1;
-        in_dlq.insert(body.as_str());
+        dlq_reason.entry(body.as_str()).or_insert_with(|| ReasonCode::NoSafeRetryWindow.as_str().to_owned());
+        dead_before_t0.insert(body.as_str());
     }
     let on_queue: HashSet<&str> = q.msgs.values().map(|m| m.body.as_str()).collect();
+    let as_of = clock.now();
+    let mut tally = Tally::new(as_of);
+    let mut late_times: Vec<f64> = Vec::new();
+    let mut last: Option<DateTime<Utc>> = None;
     for (body, m) in &msgs {
-        let state = m.as_ref().and_then(|m| block_on(ledger.inner.get(&m.reminder_id)).ok().flatten()).map(|r| r.state);
-        if state == Some(ReminderState::Expired) {
-            report.expired += 1;
+        let Some(m) = m else {
+            // Malformed: in the DLQ by reason, no reminder to follow.
+            if let Some(reason) = dlq_reason.get(body.as_str()) {
+                tally.dead_letter(reason);
+            }
+            continue;
+        };
+        let record = block_on(ledger.inner.get(&m.reminder_id)).ok().flatten();
+        let entered = |s: ReminderState| {
+            record.as_ref().and_then(|r| r.history.iter().rev().find(|h| h.state == s).map(|h| h.at))
+        };
+        let state = record.as_ref().map(|r| r.state);
+        let (outcome, ended_at) = match delivered_at.get(m.reminder_id.as_str()) {
+            Some(at) => {
+                last = Some(last.map_or(*at, |l| l.max(*at)));
+                (Outcome::Delivered { at: *at }, Some(*at))
+            }
+            None if state == Some(ReminderState::Expired) => (Outcome::Expired, entered(ReminderState::Expired)),
+            None if state == Some(ReminderState::Cancelled) => (Outcome::Cancelled, entered(ReminderState::Cancelled)),
+            None => match dlq_reason.get(body.as_str()) {
+                Some(reason) => {
+                    let at = if dead_before_t0.contains(body.as_str()) {
+                        Some(t0())
+                    } else {
+                        entered(ReminderState::DeadLettered)
+                    };
+                    (Outcome::DeadLettered { reason: reason.clone() }, at)
+                }
+                None if on_queue.contains(body.as_str()) => (Outcome::Waiting, None),
+                None => (Outcome::Lost, None),
+            },
+        };
+        let ending = Ending { deliver_after: Some(m.deliver_after), deliver_by: m.deliver_by, outcome, ended_at };
+        if ending.is_late() {
+            late_times.push(until(t0(), m.deliver_by).as_secs_f64());
         }
-        let delivered = m.as_ref().is_some_and(|m| delivered_at.contains_key(m.reminder_id.as_str()));
-        let terminal = matches!(state, Some(ReminderState::Expired | ReminderState::DeadLettered));
-        if !delivered && !terminal && !in_dlq.contains(body.as_str()) && !on_queue.contains(body.as_str()) {
-            report.lost += 1;
-        }
+        tally.reminder(&ending);
     }
-    report.duplicates = p.duplicate_deliveries;
+    // The simulated provider honours keys; a second acceptance of one reminder (a keyless
+    // client: the naive worker) is a double effect.
+    tally.provider(p.duplicate_key_attempts, p.duplicate_deliveries);
+    report.counts = tally.finish(None, 0);
     report.provider_calls = p.calls;
     report.provider_429 = p.throttled;
     report.drain_seconds = last.map_or(0.0, |l| until(t0(), l).as_secs_f64());
     report.floor_seconds = healthy as f64 / config.quota;
     report.utilisation =
         if report.drain_seconds > 0.0 { (report.floor_seconds / report.drain_seconds).min(1.0) } else { 0.0 };
-    report.retry_amplification = if report.delivered > 0 { p.calls as f64 / report.delivered as f64 } else { 0.0 };
-    report.max_oldest_age_seconds = max_age;
+    report.retry_amplification =
+        if report.counts.delivered > 0 { p.calls as f64 / report.counts.delivered as f64 } else { 0.0 };
     if worker == Worker::Punctual {
         let stats = senders.iter().map(Sender::limiter).map(SharedLimiter::stats);
         let (granted, stranded) = stats.fold((0, 0), |(g, s), x| (g + x.granted, s + x.stranded));

@@ -3,7 +3,6 @@
 //! pollers (playing the SQS event source mapping) → the sender handler → the provider double —
 //! with a live progress line and a final report.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,18 +13,18 @@ use punctual_aws::emf::{Metrics, name};
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::sqs::SqsQueues;
+use punctual_core::accounting::{DeliveryCounts, oldest_age_series};
 use punctual_core::backoff::SplitMix64;
-use punctual_core::ports::LedgerRecord;
-use punctual_core::reason::ReminderState;
 use punctual_core::renewal::{Renewal, RenewalInput};
-use punctual_core::scheduler::{Scheduler, SchedulerSettings};
 use punctual_core::secret::Secret;
-use punctual_lambda::SystemClock;
 use punctual_provider::HttpProvider;
 use serde::Serialize;
 
-use crate::env::{Emulator, EnvError, Resources, local_senders, provision, sdk_config};
+use crate::count::{Observed, count, peek_dlq};
+use crate::env::{Emulator, local_senders, provision, scheduler_config, sender_config};
 use crate::esm::{EsmStats, run_pollers};
+use crate::eventbridge;
+use crate::{HarnessError as RunError, step};
 
 /// Zones the generated renewals are spread over.
 pub const ZONES: [&str; 5] =
@@ -50,26 +49,15 @@ pub struct RunOptions {
     pub progress: bool,
 }
 
-/// The final report (`--json` keys are a contract).
+/// The final report (`--json` keys are a contract; the delivery figures are the one
+/// accounting's, [`DeliveryCounts`]).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RunReport {
     /// Renewals imported.
     pub reminders: usize,
-    /// Reminders the ledger records as delivered.
-    pub delivered: u64,
-    /// Provider requests repeating an idempotency key that was already accepted: sends that
-    /// would have been duplicate deliveries without the provider's idempotency.
-    pub duplicates: u64,
-    /// Delivered after their `deliver_by`.
-    pub late: u64,
-    /// Expired (business deadline or missed schedule window).
-    pub expired: u64,
-    /// Cancelled before sending.
-    pub cancelled: u64,
-    /// In the DLQ, by reason.
-    pub dead_lettered: BTreeMap<String, u64>,
-    /// Not accounted for by any terminal or in-flight state.
-    pub lost: u64,
+    /// What happened to them (DESIGN §11).
+    #[serde(flatten)]
+    pub counts: DeliveryCounts,
     /// Provider requests.
     pub provider_calls: u64,
     /// Provider 429 answers.
@@ -82,8 +70,6 @@ pub struct RunReport {
     pub utilisation: f64,
     /// Provider requests ÷ deliveries.
     pub retry_amplification: f64,
-    /// Longest any reminder waited past its `deliver_after` before delivery.
-    pub max_oldest_age_seconds: f64,
     /// Shared-limiter DynamoDB writes (failed conditional writes included) ÷ tokens granted.
     pub limiter_writes_per_call: f64,
     /// Wall time of the whole run, import included.
@@ -92,41 +78,44 @@ pub struct RunReport {
     pub import_seconds: f64,
     /// The PNG chart (backlog, delivered/s against the quota, oldest age), when written.
     pub chart: Option<String>,
+    /// The chart's series (not part of the JSON report).
+    #[serde(skip)]
+    pub series: RunSeries,
 }
 
-/// One progress sample.
-#[derive(Debug, Clone, Copy)]
-struct Sample {
-    t: f64,
-    backlog: f64,
-    delivered: f64,
-    oldest_age: f64,
+/// What the chart plots, seconds after the run's pipeline started.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunSeries {
+    /// Messages on the send queue.
+    pub backlog: Vec<(f64, f64)>,
+    /// Provider acceptances in each whole second.
+    pub delivered_per_second: Vec<(f64, f64)>,
+    /// The oldest due, undelivered reminder's age (the one accounting's definition).
+    pub oldest_age: Vec<(f64, f64)>,
 }
 
-fn draw_run_chart(path: &std::path::Path, quota: f64, samples: &[Sample]) -> Result<(), crate::chart::ChartError> {
-    use crate::chart::{Line, PUNCTUAL, Panel, REFERENCE, draw};
-    let rate: Vec<(f64, f64)> =
-        samples.windows(2).map(|w| (w[1].t, (w[1].delivered - w[0].delivered) / (w[1].t - w[0].t).max(1e-3))).collect();
+fn draw_run_chart(path: &std::path::Path, quota: f64, series: &RunSeries) -> Result<(), punctual_chart::ChartError> {
+    use punctual_chart::{Line, PUNCTUAL, Panel, REFERENCE, draw};
     let line = |label: &str, points: Vec<(f64, f64)>, color| Line { label: label.into(), points, color };
-    let end = samples.last().map_or(1.0, |s| s.t);
+    let end = series.backlog.last().map_or(1.0, |s| s.0);
     draw(
         path,
         "punctual run",
         &[
             Panel {
                 title: "backlog (messages on the send queue)".into(),
-                lines: vec![line("backlog", samples.iter().map(|s| (s.t, s.backlog)).collect(), PUNCTUAL)],
+                lines: vec![line("backlog", series.backlog.clone(), PUNCTUAL)],
             },
             Panel {
                 title: "delivered per second".into(),
                 lines: vec![
-                    line("delivered/s", rate, PUNCTUAL),
+                    line("delivered/s", series.delivered_per_second.clone(), PUNCTUAL),
                     line("quota", vec![(0.0, quota), (end, quota)], REFERENCE),
                 ],
             },
             Panel {
                 title: "oldest due, undelivered (seconds)".into(),
-                lines: vec![line("oldest age", samples.iter().map(|s| (s.t, s.oldest_age)).collect(), PUNCTUAL)],
+                lines: vec![line("oldest age", series.oldest_age.clone(), PUNCTUAL)],
             },
         ],
         None,
@@ -136,7 +125,7 @@ fn draw_run_chart(path: &std::path::Path, quota: f64, samples: &[Sample]) -> Res
 impl RunReport {
     /// Human report.
     pub fn render(&self, quota: f64) -> String {
-        let dlq: Vec<String> = self.dead_lettered.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let dlq: Vec<String> = self.counts.dead_lettered.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!(
             "punctual run: {} reminders, quota {quota}/s\n\
              delivered         {}\n\
@@ -153,51 +142,26 @@ impl RunReport {
              wall time         {:.1} s (import {:.1} s)\n\
              chart             {}\n",
             self.reminders,
-            self.delivered,
-            self.duplicates,
-            self.late,
-            self.expired,
-            self.cancelled,
+            self.counts.delivered,
+            self.counts.duplicates,
+            self.counts.late,
+            self.counts.expired,
+            self.counts.cancelled,
             if dlq.is_empty() { "0".to_owned() } else { dlq.join(", ") },
-            self.lost,
+            self.counts.lost,
             self.provider_calls,
             self.provider_429,
             self.retry_amplification,
             self.drain_seconds,
             self.floor_seconds,
             self.utilisation,
-            self.max_oldest_age_seconds,
+            self.counts.max_oldest_age_seconds,
             self.limiter_writes_per_call,
             self.wall_seconds,
             self.import_seconds,
             self.chart.as_deref().unwrap_or("not written"),
         )
     }
-}
-
-/// Why a run failed as a whole.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The local environment.
-    #[error(transparent)]
-    Env(#[from] EnvError),
-    /// An AWS call or the provider double.
-    #[error("{what}")]
-    Step {
-        /// What was being done.
-        what: &'static str,
-        /// Why.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// Ctrl-C.
-    #[error("interrupted; everything this run started was stopped")]
-    Interrupted,
-}
-
-/// Wraps a failure of `what` (shared with `bench-limiter`, which reports the same way).
-pub(crate) fn step<E: std::error::Error + Send + Sync + 'static>(what: &'static str) -> impl FnOnce(E) -> RunError {
-    move |e| RunError::Step { what, source: Box::new(e) }
 }
 
 /// `n` renewals due now (local due time = this minute in one of five zones), windows cycling
@@ -225,48 +189,6 @@ pub fn generate(n: usize, now: DateTime<Utc>) -> Vec<Renewal> {
         .collect()
 }
 
-/// Accounts for every reminder from the ledger and the renewals table.
-pub fn account(
-    reminders: usize,
-    records: &[LedgerRecord],
-    sched_expired: u64,
-    in_flight: u64,
-    metrics: &Metrics,
-) -> (u64, u64, u64, u64, BTreeMap<String, u64>, u64, f64) {
-    let mut delivered = 0;
-    let mut late = 0;
-    let mut expired = sched_expired;
-    let mut cancelled = 0;
-    let mut max_age: f64 = 0.0;
-    for r in records {
-        match r.state {
-            ReminderState::Delivered => {
-                delivered += 1;
-                if let Some(at) = r.history.iter().rev().find(|h| h.state == ReminderState::Delivered).map(|h| h.at) {
-                    if at >= r.deliver_by {
-                        late += 1;
-                    }
-                    let after = r.history.first().map_or(at, |h| h.at);
-                    max_age = max_age.max((at - after).num_milliseconds() as f64 / 1000.0);
-                }
-            }
-            ReminderState::Expired => expired += 1,
-            ReminderState::Cancelled => cancelled += 1,
-            _ => {}
-        }
-    }
-    let dead: BTreeMap<String, u64> = metrics
-        .by_reason(name::DLQ_INGRESS)
-        .into_iter()
-        .filter(|(k, _)| k != "business_deadline_expired")
-        .map(|(k, v)| (k, v as u64))
-        .collect();
-    let dead_total: u64 = dead.values().sum();
-    let accounted = delivered + expired + cancelled + dead_total + in_flight;
-    let lost = (reminders as u64).saturating_sub(accounted);
-    (delivered, late, expired, cancelled, dead, lost, max_age)
-}
-
 /// Runs the pipeline end to end.
 pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let started = Instant::now();
@@ -282,7 +204,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     if let Some(d) = &emulator.dynamodb_endpoint {
         say(format!("dynamodb       {d} (DynamoDB Local, started here)"));
     }
-    let config = sdk_config(&emulator.endpoint).await;
+    let config = punctual_aws::config::for_endpoint(&emulator.endpoint).await;
     let ddb = emulator.dynamodb(&config);
 
     let mut rng = SplitMix64::new(opts.seed ^ 0x5eed);
@@ -292,7 +214,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     say(format!("provider       {} (quota {}/s, burst 10)", double.url(), opts.quota));
 
     let prefix = format!("punctual-run-{}", Utc::now().timestamp_millis());
-    let mut res: Resources = provision(&config, &ddb, &prefix, &double.url()).await?;
+    let mut res = provision(&config, &ddb, &prefix, &double.url()).await?;
     res.endpoint = emulator.endpoint.clone();
     say(format!("resources      {prefix}-{{send,dlq,ledger,renewals}}"));
 
@@ -312,15 +234,11 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let queues = SqsQueues::new(sqs, &res.send_queue_url, &res.dlq_url);
     let provider = HttpProvider::new(&double.url(), &token, Duration::from_secs(2))
         .map_err(step("building the provider client"))?;
-    let clock = SystemClock;
     let (instances, limiter_store) =
-        local_senders(&ddb, &res, &queues, &provider, opts.quota, opts.seed, opts.concurrency);
-    let scheduler = Arc::new(Scheduler::new(
-        renewals.clone(),
-        queues.clone(),
-        clock,
-        SchedulerSettings { sustainable_rate: opts.quota * 0.97, ..SchedulerSettings::default() },
-    ));
+        local_senders(&sender_config(&res, opts.quota)?, &ddb, queues.client(), &provider, opts.seed, opts.concurrency);
+    // The scheduler function's own composition root (its pause rule included).
+    let scheduler =
+        Arc::new(punctual_scheduler::app::build(&scheduler_config(&res, opts.quota * 0.97)?, &ddb, queues.client()));
 
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EsmStats::default());
@@ -332,8 +250,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         async move {
             let mut expired = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let deadline = Utc::now() + TimeDelta::seconds(60);
-                match scheduler.tick(deadline).await {
+                match eventbridge::tick(&scheduler).await {
                     Ok(r) => {
                         expired += r.expired_missed;
                         if std::env::var("PUNCTUAL_DEBUG").is_ok() {
@@ -352,15 +269,13 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     };
 
     let n = opts.reminders as u64;
-    // Every generated renewal is due at the minute the run started.
-    let due_at = import_started;
     let monitor = async {
         let limit = Duration::from_secs_f64(n as f64 / opts.quota * 4.0 + 120.0);
         let loop_started = Instant::now();
         let mut interrupted = false;
         let mut last_depth_check = Instant::now() - Duration::from_secs(10);
         let mut depth = punctual_aws::sqs::Depth { visible: u64::MAX, ..Default::default() };
-        let mut samples: Vec<Sample> = Vec::new();
+        let mut backlog: Vec<(DateTime<Utc>, f64)> = Vec::new();
         loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => { interrupted = true; }
@@ -381,12 +296,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
                 last_depth_check = Instant::now();
             }
             if depth.visible != u64::MAX {
-                samples.push(Sample {
-                    t: loop_started.elapsed().as_secs_f64(),
-                    backlog: depth.total() as f64,
-                    delivered: s.accepted as f64,
-                    oldest_age: if s.accepted + dlq < n { due_at.elapsed().as_secs_f64() } else { 0.0 },
-                });
+                backlog.push((Utc::now(), depth.total() as f64));
             }
             if opts.progress {
                 let elapsed = loop_started.elapsed().as_secs_f64();
@@ -415,21 +325,20 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             eprintln!();
         }
         stop.store(true, Ordering::Relaxed);
-        (interrupted, samples)
+        (interrupted, backlog)
     };
-    let ((), sched_expired, (interrupted, samples)) = tokio::join!(pollers, ticks, monitor);
+    let ((), sched_expired, (interrupted, backlog)) = tokio::join!(pollers, ticks, monitor);
     if interrupted {
         return Err(RunError::Interrupted);
     }
+    let as_of = Utc::now();
 
     let records =
         DynamoLedger::new(ddb.clone(), &res.ledger_table).scan_all().await.map_err(step("reading the ledger"))?;
-    let in_flight = {
-        use punctual_core::scheduler::ReleaseQueue;
-        queues.depth().await.map_err(step("reading the queue depth"))?
-    };
-    let m = metrics.lock().map(|m| m.clone()).unwrap_or_default();
+    let on_queue = queues.depth_of(queues.send_url()).await.map_err(step("reading the queue depth"))?.total();
+    let dlq = peek_dlq(&queues, 100_000).await.map_err(step("reading the DLQ"))?;
     if std::env::var("PUNCTUAL_DEBUG").is_ok() {
+        let m = metrics.lock().map(|m| m.clone()).unwrap_or_default();
         eprintln!("debug metrics: {}", m.lines("punctual", "sender", 0).join("\n"));
         eprintln!(
             "debug esm: batches={} records={} failures={}",
@@ -438,36 +347,49 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             stats.failures.load(Ordering::Relaxed)
         );
     }
-    let (delivered, late, expired, cancelled, dead_lettered, lost, max_age) =
-        account(opts.reminders, &records, sched_expired, in_flight, &m);
     let s = double.stats();
+    let observed = Observed {
+        records,
+        dlq,
+        on_queue,
+        expired_at_release: sched_expired,
+        repeated_key_requests: s.duplicate_key_attempts,
+        // The double stores each key's first answer and replays it: a second effect cannot
+        // happen there (the simulator and the checker count real ones).
+        double_effects: 0,
+    };
+    let (counts, endings) = count(&observed, as_of, Some(n));
     let floor = n as f64 / opts.quota;
     let drain = match (s.first_accept_ms, s.last_accept_ms) {
         (Some(a), Some(b)) => (b - a) as f64 / 1000.0 + 1.0 / opts.quota,
         _ => 0.0,
     };
+    // Every series on one time axis: seconds since the provider double started.
+    let t0 = Utc::now() - TimeDelta::from_std(double.started().elapsed()).unwrap_or_default();
+    let since = |t: DateTime<Utc>| (t - t0).num_milliseconds() as f64 / 1000.0;
+    let spans: Vec<_> = endings.iter().filter_map(|e| e.due_span(as_of)).collect();
+    let times: Vec<DateTime<Utc>> = backlog.iter().map(|(t, _)| *t).collect();
+    let series = RunSeries {
+        backlog: backlog.iter().map(|(t, b)| (since(*t), *b)).collect(),
+        delivered_per_second: s.accepted_per_second.iter().enumerate().map(|(i, c)| (i as f64, *c as f64)).collect(),
+        oldest_age: oldest_age_series(&spans, t0, &times),
+    };
     let chart = std::path::PathBuf::from("target/run/chart.png");
-    let chart_written = draw_run_chart(&chart, opts.quota, &samples).map(|()| chart.display().to_string());
+    let chart_written = draw_run_chart(&chart, opts.quota, &series).map(|()| chart.display().to_string());
     if let Err(e) = &chart_written {
         eprintln!("punctual run: {e}");
     }
+    let delivered = counts.delivered;
     Ok(RunReport {
         chart: chart_written.ok(),
         reminders: opts.reminders,
-        delivered,
-        duplicates: s.duplicate_key_attempts,
-        late,
-        expired,
-        cancelled,
-        dead_lettered,
-        lost,
+        counts,
         provider_calls: s.requests,
         provider_429: s.throttled,
         drain_seconds: drain,
         floor_seconds: floor,
         utilisation: if drain > 0.0 { floor / drain } else { 0.0 },
         retry_amplification: if delivered > 0 { s.requests as f64 / delivered as f64 } else { 0.0 },
-        max_oldest_age_seconds: max_age,
         limiter_writes_per_call: {
             use punctual_core::limiter::SlotStore;
             let granted: u64 = instances.iter().map(|d| d.sender.limiter().stats().granted).sum();
@@ -475,5 +397,6 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         },
         wall_seconds: started.elapsed().as_secs_f64(),
         import_seconds,
+        series,
     })
 }

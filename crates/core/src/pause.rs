@@ -1,0 +1,73 @@
+//! The operator pause policy (README, "Pause"): while an operator pause is in force the
+//! scheduler releases nothing, the sender holds messages without spending attempts, and a
+//! redrive refuses to start. The services apply it; handlers and harnesses only compose it.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+
+use crate::clock::{Clock, add};
+use crate::ports::{Control, ControlError};
+
+/// How long a message held by an operator pause waits before it is looked at again.
+pub const PAUSE_RECHECK: Duration = Duration::from_secs(60);
+
+type Probe = Box<dyn Fn() -> BoxFuture<'static, Result<bool, ControlError>> + Send + Sync>;
+
+/// The pause switch as a hot path reads it: one read per `ttl` per instance (time from the
+/// [`Clock`] port), the last answer kept when a read fails — a failing read never pauses or
+/// unpauses delivery by itself.
+pub struct PauseGate<C> {
+    probe: Probe,
+    clock: C,
+    ttl: Duration,
+    cache: Mutex<Option<(DateTime<Utc>, bool)>>,
+}
+
+impl<C> std::fmt::Debug for PauseGate<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PauseGate").field("ttl", &self.ttl).finish_non_exhaustive()
+    }
+}
+
+impl<C: Clock> PauseGate<C> {
+    /// A gate over `control`, re-read at most every `ttl` of `clock`'s time (`ZERO`: every
+    /// call reads it).
+    pub fn new<K: Control + Clone + 'static>(control: K, clock: C, ttl: Duration) -> Self {
+        let probe: Probe = Box::new(move || {
+            let control = control.clone();
+            Box::pin(async move { control.pause().await.map(|p| p.is_some()) })
+        });
+        Self { probe, clock, ttl, cache: Mutex::new(None) }
+    }
+
+    /// True while an operator pause is in force.
+    pub async fn paused(&self) -> bool {
+        let now = self.clock.now();
+        let cached = *self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, v)) = cached
+            && now < add(at, self.ttl)
+        {
+            return v;
+        }
+        let v = match (self.probe)().await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the pause switch; keeping the last answer");
+                cached.is_some_and(|(_, v)| v)
+            }
+        };
+        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, v));
+        v
+    }
+}
+
+/// Reads `gate` when there is one: `None` is never paused.
+pub async fn is_paused<C: Clock>(gate: Option<&PauseGate<C>>) -> bool {
+    match gate {
+        Some(g) => g.paused().await,
+        None => false,
+    }
+}

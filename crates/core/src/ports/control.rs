@@ -1,0 +1,51 @@
+//! The control port: the operator pause switch and the redrive audit records.
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::{BoxError, Certainty};
+use crate::redrive::AuditRecord;
+
+/// The pause switch (`punctual pause` / `resume`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Pause {
+    /// Why.
+    pub reason: String,
+    /// Who.
+    pub owner: String,
+    /// Since when.
+    pub since: DateTime<Utc>,
+}
+
+/// The control store failed as machinery.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The store answered with an error: nothing changed.
+    #[error("control store request refused")]
+    Refused(#[source] BoxError),
+    /// Anything else (timeout, connection lost): a write may have taken effect.
+    #[error("control store request failed")]
+    Unknown(#[source] BoxError),
+}
+
+impl ControlError {
+    /// A refused request changed nothing; an unknown one may have.
+    pub fn certainty(&self) -> Certainty {
+        match self {
+            Self::Refused(_) => Certainty::Determinate,
+            Self::Unknown(_) => Certainty::Indeterminate,
+        }
+    }
+}
+
+/// Where the pause switch and the audit records live.
+pub trait Control: Send + Sync {
+    /// The pause in force, if any.
+    fn pause(&self) -> impl Future<Output = Result<Option<Pause>, ControlError>> + Send;
+    /// Sets (Some) or lifts (None) the pause, and records who did it.
+    fn set_pause(&self, pause: Option<&Pause>, by: &str) -> impl Future<Output = Result<(), ControlError>> + Send;
+    /// Writes (or overwrites) an audit record.
+    fn put_audit(&self, record: &AuditRecord) -> impl Future<Output = Result<(), ControlError>> + Send;
+}

@@ -1,0 +1,169 @@
+//! The idempotency ledger port: one record per reminder, claimed and settled by conditional
+//! writes (DESIGN §4 step 4).
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+
+use super::{BoxError, Certainty};
+use crate::contract::ReminderMessage;
+use crate::decision::ClaimView;
+use crate::ids::ReminderId;
+use crate::reason::{ReasonCode, ReminderState};
+
+/// Identifies one processing of one message, so a retried write (after a timeout whose
+/// outcome is unknown) recognises its own claim instead of losing to itself.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OwnerToken(String);
+
+impl OwnerToken {
+    /// Wraps a token; callers make it unique per processing (message id + random nonce).
+    pub fn new(token: impl Into<String>) -> Self {
+        Self(token.into())
+    }
+    /// The token as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One entry of a reminder's history.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HistoryEntry {
+    /// When.
+    pub at: DateTime<Utc>,
+    /// The state entered.
+    pub state: ReminderState,
+    /// Why, when there is a reason.
+    pub reason: Option<ReasonCode>,
+    /// Provider attempts made by then (for a claim: the message's attempt hint, since the
+    /// claim's single write cannot read the stored count into the entry it appends).
+    pub attempts: u32,
+    /// The chain's correlation id.
+    pub correlation_id: String,
+    /// The redrive that re-released the message, if any.
+    pub redrive_id: Option<String>,
+    /// Last provider status, if any.
+    pub provider_status: Option<u16>,
+    /// Next eligible time, for deferrals.
+    pub next_at: Option<DateTime<Utc>>,
+}
+
+/// A reminder's ledger record, as `explain` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerRecord {
+    /// The reminder.
+    pub reminder_id: ReminderId,
+    /// Current state.
+    pub state: ReminderState,
+    /// Provider attempts made.
+    pub attempts: u32,
+    /// Lease holder, while leased.
+    pub owner: Option<String>,
+    /// Lease end, while leased.
+    pub lease_until: Option<DateTime<Utc>>,
+    /// The provider's receipt, once delivered.
+    pub receipt: Option<String>,
+    /// The last reason recorded.
+    pub last_reason: Option<ReasonCode>,
+    /// Next eligible time, while deferred.
+    pub next_at: Option<DateTime<Utc>>,
+    /// When it became due (absent on records written before it was stored).
+    pub deliver_after: Option<DateTime<Utc>>,
+    /// The business deadline.
+    pub deliver_by: DateTime<Utc>,
+    /// Every transition, oldest first.
+    pub history: Vec<HistoryEntry>,
+}
+
+/// A transition to record when settling a reminder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    /// The state entered: `delivered`, `deferred`, `dead_lettered`, `expired` or `cancelled`.
+    pub state: ReminderState,
+    /// Why (absent for `delivered`).
+    pub reason: Option<ReasonCode>,
+    /// Provider attempts made.
+    pub attempts: u32,
+    /// Provider receipt (`delivered`).
+    pub receipt: Option<String>,
+    /// Last provider status.
+    pub provider_status: Option<u16>,
+    /// Next eligible time (`deferred`).
+    pub next_at: Option<DateTime<Utc>>,
+}
+
+/// What a settle came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettleOutcome {
+    /// Recorded.
+    Recorded,
+    /// The reminder was already delivered; nothing was overwritten.
+    AlreadyDelivered,
+    /// Another worker holds the lease now (ours expired); nothing was overwritten.
+    LeaseLost,
+}
+
+/// The idempotency ledger failed as machinery.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The store throttled the request; retry later.
+    #[error("ledger store throttled the request")]
+    Throttled(#[source] BoxError),
+    /// A stored record could not be read back (corrupt or from an incompatible version).
+    #[error("ledger record for {reminder_id} is unreadable: {what}")]
+    Corrupt {
+        /// The reminder.
+        reminder_id: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// Anything else.
+    #[error("ledger store request failed")]
+    Unknown(#[source] BoxError),
+}
+
+impl LedgerError {
+    /// A throttled request or an unreadable record changed nothing; anything else may have.
+    pub fn certainty(&self) -> Certainty {
+        match self {
+            Self::Throttled(_) | Self::Corrupt { .. } => Certainty::Determinate,
+            Self::Unknown(_) => Certainty::Indeterminate,
+        }
+    }
+}
+
+/// The idempotency ledger: one record per reminder, keyed by `reminder:{reminder_id}`.
+///
+/// Contract (one suite runs it against every implementation):
+/// - `claim` succeeds with ONE conditional write when the record is absent, or not delivered
+///   and its lease has ended (`lease_until <= now`), or the lease is held by the same owner
+///   token; it answers `AlreadyDelivered` or `HeldElsewhere` (with the holder's lease end) from
+///   the same write when it loses;
+/// - `settle` with an owner token only writes while that owner still holds the lease; without
+///   one (expiry before any claim) only while no live lease exists; neither ever overwrites
+///   `delivered`, except that `delivered` itself is recorded whoever holds the lease — the
+///   provider accepted it;
+/// - every claim and settle appends one history entry in the same write.
+pub trait Ledger: Send + Sync {
+    /// Claims `msg` for `owner` with a lease ending at `lease_until`.
+    fn claim(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> impl Future<Output = Result<ClaimView, LedgerError>> + Send;
+
+    /// Records a transition and ends `owner`'s lease.
+    fn settle(
+        &self,
+        msg: &ReminderMessage,
+        owner: Option<&OwnerToken>,
+        now: DateTime<Utc>,
+        settlement: &Settlement,
+    ) -> impl Future<Output = Result<SettleOutcome, LedgerError>> + Send;
+
+    /// Reads a reminder's record and history.
+    fn get(&self, id: &ReminderId) -> impl Future<Output = Result<Option<LedgerRecord>, LedgerError>> + Send;
+}

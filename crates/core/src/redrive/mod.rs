@@ -1,0 +1,298 @@
+//! Operator redrive (DESIGN §7): a bounded, paced, audited move of dead-lettered reminders
+//! back to the send queue.
+//!
+//! The request is validated as a whole — every problem is listed, nothing moves on any. A run
+//! writes its audit record first, receives from the DLQ, checks each message with the same
+//! decoder the sender uses, leaves what the selection does not match, skips (and leaves) what
+//! is already delivered or past `deliver_by`, sends the rest back stamped with the redrive id
+//! (same `reminder_id`, so the same idempotency key; the ledger keeps the attempt history) at
+//! most `max_per_second`, deletes from the DLQ only what was sent, watches a canary first and
+//! stops when the abort threshold trips, before the invocation deadline, or at `max_messages`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::Serialize;
+
+use crate::clock::{Clock, add, until};
+use crate::contract::{RedriveStamp, ReminderMessage};
+use crate::ids::{RedriveId, ReminderId};
+use crate::ports::{BoxError, Control, DeadLetters, Ledger, LedgerError};
+use crate::reason::{ReasonCode, ReminderState};
+
+mod request;
+
+pub use request::{
+    AbortIf, AbortIfWire, Field, RedriveCaps, RedriveRequest, RedriveRequestWire, Selection, SelectionWire,
+};
+
+/// The run's audit record (one per redrive, kept in the ledger table).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditRecord {
+    /// The redrive id.
+    pub id: RedriveId,
+    /// The validated request (who, why, selection, caps).
+    pub request: RedriveRequest,
+    /// Started.
+    pub started_at: DateTime<Utc>,
+    /// Finished (`None` while running).
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Counts and outcome, once finished.
+    pub summary: Option<RedriveSummary>,
+}
+
+// ---- the run ---------------------------------------------------------------------------------
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RedriveSummary {
+    /// The redrive id (audit record key).
+    pub redrive_id: String,
+    /// Dry run: nothing moved.
+    pub dry_run: bool,
+    /// Matched the selection.
+    pub selected: u64,
+    /// Sent back and deleted from the DLQ (dry run: would be).
+    pub moved: u64,
+    /// Selected but not moved, by why (left in the DLQ).
+    pub skipped: BTreeMap<String, u64>,
+    /// Not selected, or not reached (caps, abort, deadline): left in the DLQ.
+    pub left: u64,
+    /// Canary reminders moved, and how many of them failed again.
+    pub canary_moved: u64,
+    /// Of the canary, failed again (dead-lettered, expired, or unsettled in time).
+    pub canary_failed: u64,
+    /// Why the run stopped early, if it did.
+    pub aborted: Option<String>,
+    /// Measured send rate (moved ÷ seconds from first to last send).
+    pub measured_per_second: f64,
+    /// The reminders moved (lineage; `explain` shows them).
+    pub moved_ids: Vec<String>,
+}
+
+/// Why a run did not start or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RedriveError {
+    /// Delivery is paused.
+    #[error("delivery is paused by {owner} ({reason}); `punctual resume` first")]
+    Paused {
+        /// Who paused.
+        owner: String,
+        /// Why.
+        reason: String,
+    },
+    /// The request is invalid; every problem is listed.
+    #[error("invalid redrive request: {}", .0.join("; "))]
+    Invalid(Vec<String>),
+    /// A port failed.
+    #[error("{what}")]
+    Port {
+        /// What was being done.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: BoxError,
+    },
+}
+
+fn port<E: Into<BoxError>>(what: &'static str) -> impl FnOnce(E) -> RedriveError {
+    move |e| RedriveError::Port { what, source: e.into() }
+}
+
+/// The redrive service.
+pub struct Redriver<L, D, K, C> {
+    ledger: L,
+    dlq: D,
+    control: K,
+    clock: C,
+    /// How long to wait for the canary to settle.
+    pub canary_timeout: Duration,
+    /// Stop this long before the invocation deadline.
+    pub margin: Duration,
+}
+
+impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
+    /// Composes the service.
+    pub fn new(ledger: L, dlq: D, control: K, clock: C) -> Self {
+        Self { ledger, dlq, control, clock, canary_timeout: Duration::from_secs(60), margin: Duration::from_secs(5) }
+    }
+
+    /// The ledger (for tests).
+    pub fn ledger(&self) -> &L {
+        &self.ledger
+    }
+
+    /// Runs one request until done, aborted, or `deadline - margin`.
+    pub async fn run(&self, req: &RedriveRequest, deadline: DateTime<Utc>) -> Result<RedriveSummary, RedriveError> {
+        if let Some(p) = self.control.pause().await.map_err(port("reading the pause switch"))? {
+            return Err(RedriveError::Paused { owner: p.owner, reason: p.reason });
+        }
+        let started = self.clock.now();
+        let id = RedriveId::parse(format!(
+            "rd-{}-{:04x}",
+            started.format("%Y%m%dT%H%M%S%3f"),
+            started.timestamp_subsec_nanos() % 0xffff
+        ))
+        .map_err(port("making the redrive id"))?;
+        let mut audit =
+            AuditRecord { id: id.clone(), request: req.clone(), started_at: started, finished_at: None, summary: None };
+        self.control.put_audit(&audit).await.map_err(port("writing the audit record"))?;
+        let stamp = RedriveStamp { id: id.clone(), reason: req.reason.clone(), owner: req.owner.clone() };
+        let mut sum = RedriveSummary { redrive_id: id.to_string(), dry_run: req.dry_run, ..RedriveSummary::default() };
+        let mut held: Vec<String> = Vec::new();
+        let stop_at = deadline - TimeDelta::from_std(self.margin).unwrap_or_default();
+        let interval = Duration::from_secs_f64(1.0 / req.max_per_second.max(1e-6));
+        let mut next_send = self.clock.now();
+        let (mut first_send, mut last_send) = (None, None);
+        let mut canary_checked = req.canary == 0;
+        let mut checked_at = 0u64;
+        let result = async {
+            'outer: loop {
+                if self.clock.now() >= stop_at {
+                    sum.aborted.get_or_insert_with(|| "stopped before the invocation deadline".into());
+                    break;
+                }
+                let batch = self.dlq.receive().await.map_err(port("receiving from the DLQ"))?;
+                if batch.is_empty() {
+                    break;
+                }
+                for (i, dl) in batch.iter().enumerate() {
+                    let done = sum.moved >= u64::from(req.max_messages) || sum.aborted.is_some();
+                    if done || self.clock.now() >= stop_at {
+                        held.extend(batch[i..].iter().map(|d| d.handle.clone()));
+                        sum.left += (batch.len() - i) as u64;
+                        if self.clock.now() >= stop_at {
+                            sum.aborted.get_or_insert_with(|| "stopped before the invocation deadline".into());
+                        }
+                        break 'outer;
+                    }
+                    held.push(dl.handle.clone());
+                    let Ok(mut msg) = ReminderMessage::decode(&dl.body) else {
+                        // Redriving a malformed body cannot help; it stays for a human.
+                        *sum.skipped.entry("malformed".into()).or_default() += 1;
+                        continue;
+                    };
+                    let reason = dl.reason.as_deref().and_then(|r| r.parse::<ReasonCode>().ok());
+                    if !req.selection.matches(&msg, reason, dl.first_enqueued) {
+                        sum.left += 1;
+                        continue;
+                    }
+                    sum.selected += 1;
+                    let now = self.clock.now();
+                    if msg.deliver_by <= now {
+                        *sum.skipped.entry("past_deliver_by".into()).or_default() += 1;
+                        continue;
+                    }
+                    let record = self.ledger.get(&msg.reminder_id).await.map_err(port("reading the ledger"))?;
+                    if record.as_ref().is_some_and(|r| r.state == ReminderState::Delivered) {
+                        *sum.skipped.entry("already_delivered".into()).or_default() += 1;
+                        continue;
+                    }
+                    if req.dry_run {
+                        sum.moved += 1;
+                        continue;
+                    }
+                    // Pace: never faster than max_per_second.
+                    let now = self.clock.now();
+                    if next_send > now {
+                        self.clock.sleep(until(now, next_send)).await;
+                    }
+                    next_send = add(self.clock.now().max(next_send), interval);
+                    msg.redrive = Some(stamp.clone());
+                    msg.attempt = record.as_ref().map_or(msg.attempt, |r| r.attempts.max(msg.attempt));
+                    self.dlq.send_back(&msg.encode()).await.map_err(port("sending back to the send queue"))?;
+                    held.pop();
+                    self.dlq.delete(&dl.handle).await.map_err(port("deleting from the DLQ"))?;
+                    let t = self.clock.now();
+                    first_send.get_or_insert(t);
+                    last_send = Some(t);
+                    sum.moved += 1;
+                    sum.moved_ids.push(msg.reminder_id.to_string());
+                    if !canary_checked && sum.moved == u64::from(req.canary) {
+                        canary_checked = true;
+                        sum.canary_moved = sum.moved;
+                        let wait = req.canary_timeout.unwrap_or(self.canary_timeout);
+                        let failed = self.watch(&sum.moved_ids, Some(wait)).await?.failed;
+                        sum.canary_failed = failed;
+                        if failed as f64 > req.abort_if.failure_ratio * sum.canary_moved as f64 {
+                            sum.aborted = Some(format!("canary: {failed} of {} failed again", sum.canary_moved));
+                        }
+                    } else if canary_checked && sum.moved - checked_at >= u64::from(req.abort_if.window) {
+                        checked_at = sum.moved;
+                        let o = self.watch(&sum.moved_ids, None).await?;
+                        if o.settled > 0 && o.failed as f64 > req.abort_if.failure_ratio * o.settled as f64 {
+                            sum.aborted =
+                                Some(format!("{} of {} settled redriven reminders failed again", o.failed, o.settled));
+                        } else if let Some(max) = req.abort_if.ratio_429
+                            && o.answers > 0
+                            && o.throttled as f64 > max * o.answers as f64
+                        {
+                            sum.aborted = Some(format!("{} of {} provider answers were 429", o.throttled, o.answers));
+                        }
+                    }
+                }
+            }
+            Ok::<(), RedriveError>(())
+        }
+        .await;
+        // Whatever happened, what was not moved becomes visible again in the DLQ.
+        if !held.is_empty() {
+            self.dlq.release(&held).await.map_err(port("releasing what stays in the DLQ"))?;
+        }
+        result?;
+        if let (Some(a), Some(b)) = (first_send, last_send) {
+            let secs = until(a, b).as_secs_f64();
+            sum.measured_per_second = if secs > 0.0 { (sum.moved - 1) as f64 / secs } else { 0.0 };
+        }
+        audit.finished_at = Some(self.clock.now());
+        audit.summary = Some(sum.clone());
+        self.control.put_audit(&audit).await.map_err(port("finishing the audit record"))?;
+        Ok(sum)
+    }
+
+    /// Outcomes of moved reminders in the ledger; with `wait`, polls until all settled or the
+    /// wait ends (an unsettled canary counts as failed).
+    async fn watch(&self, ids: &[String], wait: Option<Duration>) -> Result<Outcomes, RedriveError> {
+        let give_up = add(self.clock.now(), wait.unwrap_or_default());
+        loop {
+            let mut o = Outcomes::default();
+            for id in ids {
+                let Ok(rid) = ReminderId::parse(id.as_str()) else { continue };
+                let rec = self.ledger.get(&rid).await.map_err(|e: LedgerError| RedriveError::Port {
+                    what: "reading redriven outcomes",
+                    source: Box::new(e),
+                })?;
+                let Some(rec) = rec else { continue };
+                // Only what happened after this redrive counts.
+                let ours: Vec<_> = rec.history.iter().filter(|h| h.redrive_id.is_some()).collect();
+                o.answers += ours.iter().filter(|h| h.provider_status.is_some()).count() as u64;
+                o.throttled += ours.iter().filter(|h| h.provider_status == Some(429)).count() as u64;
+                match rec.state {
+                    ReminderState::Delivered => o.settled += 1,
+                    ReminderState::DeadLettered | ReminderState::Expired if !ours.is_empty() => {
+                        o.settled += 1;
+                        o.failed += 1;
+                    }
+                    _ => {}
+                }
+            }
+            if wait.is_none() || o.settled as usize >= ids.len() {
+                return Ok(o);
+            }
+            if self.clock.now() >= give_up {
+                o.failed += ids.len() as u64 - o.settled;
+                return Ok(o);
+            }
+            self.clock.sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Outcomes {
+    settled: u64,
+    failed: u64,
+    answers: u64,
+    throttled: u64,
+}

@@ -1,0 +1,129 @@
+//! A local SQS event source mapping: pollers that receive batches from the send queue, call
+//! the **same sender handler** the Lambda runs, and delete what succeeded — with AWS's
+//! semantics: batch size ≤ 10, at most `concurrency` batches in flight (MaximumConcurrency),
+//! records reported as batch item failures stay on the queue until their visibility timeout.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use lambda_runtime::LambdaEvent;
+use punctual_aws::emf::Metrics;
+use punctual_aws::sqs::{Received, SqsQueues};
+use punctual_core::clock::Clock;
+use punctual_core::ports::{Ledger, Limiter, Provider, Renewals, SendQueue};
+use punctual_lambda::batch::local_context;
+use punctual_sender::handler::{Deps, handle};
+
+/// Counters the pollers keep.
+#[derive(Debug, Default)]
+pub struct EsmStats {
+    /// Batches handed to the handler.
+    pub batches: AtomicU64,
+    /// Records handed to the handler.
+    pub records: AtomicU64,
+    /// Records reported as batch item failures.
+    pub failures: AtomicU64,
+    /// Receive calls that returned nothing.
+    pub empty_receives: AtomicU64,
+}
+
+/// The event Lambda would deliver for messages received from `queue_url`.
+pub fn sqs_event(
+    messages: &[Received],
+    queue_url: &str,
+) -> Result<aws_lambda_events::event::sqs::SqsEvent, serde_json::Error> {
+    let queue_name = queue_url.rsplit('/').next().unwrap_or_default();
+    let records = messages.iter().map(|m| {
+        let (message_id, receipt_handle, body, receive_count, sent_at_ms) = m.parts();
+        punctual_lambda::batch::ReceivedRecord { message_id, receipt_handle, body, receive_count, sent_at_ms }
+    });
+    punctual_lambda::batch::sqs_event(records, &format!("arn:aws:sqs:us-east-1:000000000000:{queue_name}"))
+}
+
+/// One poll of the event source mapping: receives up to 10 messages (1 s long poll), invokes
+/// the sender handler with them as Lambda would (60 s budget), deletes what succeeded and
+/// leaves the batch item failures for their visibility timeout. Returns the records handled.
+pub async fn poll_once<L, R, T, P, Q, C>(
+    deps: &Deps<L, R, T, P, Q, C>,
+    queues: &SqsQueues,
+    stats: &EsmStats,
+    metrics: &std::sync::Mutex<Metrics>,
+) -> usize
+where
+    L: Ledger,
+    R: Renewals,
+    T: Limiter,
+    P: Provider,
+    Q: SendQueue,
+    C: Clock,
+{
+    let url = queues.send_url().to_owned();
+    let msgs = match queues.receive(&url, 10, Duration::from_secs(1)).await {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("poller: receive failed: {e}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            return 0;
+        }
+    };
+    if msgs.is_empty() {
+        stats.empty_receives.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    }
+    let Ok(event) = sqs_event(&msgs, &url) else { return 0 };
+    let ctx = local_context(format!("local-{}", stats.batches.load(Ordering::Relaxed)), Duration::from_secs(60));
+    stats.batches.fetch_add(1, Ordering::Relaxed);
+    stats.records.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+    let handled = match handle(deps, LambdaEvent::new(event, ctx)).await {
+        Ok(h) => h,
+        Err(e) => {
+            // A whole-invocation failure leaves every record for redelivery.
+            eprintln!("poller: invocation failed: {e}");
+            stats.failures.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+            return msgs.len();
+        }
+    };
+    let failed: Vec<&str> = handled.response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+    stats.failures.fetch_add(failed.len() as u64, Ordering::Relaxed);
+    let done: Vec<&str> =
+        msgs.iter().filter(|m| !failed.contains(&m.message_id.as_str())).map(|m| m.receipt_handle.as_str()).collect();
+    if let Err(e) = queues.delete_batch(&url, &done).await {
+        eprintln!("poller: delete failed (messages will be redelivered): {e}");
+    }
+    if let Ok(mut m) = metrics.lock() {
+        m.merge(&handled.metrics);
+    }
+    msgs.len()
+}
+
+/// Runs one poller per sender instance in `instances` (the function's concurrent execution
+/// environments, each with its own clients and limiter handle) until `stop` is set. Handler
+/// metrics are merged into `metrics`.
+#[allow(clippy::type_complexity)] // one sender instance per poller: the generic Deps of each
+pub async fn run_pollers<L, R, T, P, Q, C>(
+    instances: Vec<Arc<Deps<L, R, T, P, Q, C>>>,
+    queues: SqsQueues,
+    stop: Arc<AtomicBool>,
+    stats: Arc<EsmStats>,
+    metrics: Arc<std::sync::Mutex<Metrics>>,
+) where
+    L: Ledger,
+    R: Renewals,
+    T: Limiter,
+    P: Provider,
+    Q: SendQueue,
+    C: Clock,
+{
+    // The pollers run as futures of one task (they wait on I/O, not CPU); this keeps the
+    // handler's borrowing futures off `tokio::spawn`'s `Send + 'static` requirement.
+    let pollers = instances.into_iter().map(|deps| {
+        let (queues, stop, stats, metrics) = (&queues, &stop, &stats, &metrics);
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                poll_once(&deps, queues, stats, metrics).await;
+            }
+        }
+    });
+    futures_util::future::join_all(pollers).await;
+}

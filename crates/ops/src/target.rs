@@ -1,0 +1,170 @@
+//! Where an operator command acts, found one way for every command: flags, then the
+//! environment (`SEND_QUEUE_URL`, `DLQ_URL`, `LEDGER_TABLE`, `RENEWALS_TABLE`, the names the
+//! functions read; `AWS_ENDPOINT_URL[_DYNAMODB]` for an emulator), then the state file a
+//! running `punctual local up` left behind (`PUNCTUAL_STATE_DIR`, default `target/local`).
+//! With no endpoint they talk to AWS itself through the SDK's default chain.
+
+use std::path::PathBuf;
+
+use aws_config::SdkConfig;
+use punctual_aws::config::{dynamodb_client, for_endpoint};
+use punctual_aws::sqs::SqsQueues;
+use punctual_core::redrive::RedriveCaps;
+use punctual_lambda::config::{ConfigError, Env};
+use punctual_redrive::config::RedriveConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::OpsError;
+
+/// Queues, tables and endpoints of one deployment (or of `punctual local up`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    /// The emulator (empty: AWS itself).
+    pub endpoint: String,
+    /// Send queue.
+    pub send_queue_url: String,
+    /// Dead-letter queue.
+    pub dlq_url: String,
+    /// Idempotency ledger.
+    pub ledger_table: String,
+    /// Renewals (with the `due` GSI).
+    pub renewals_table: String,
+    /// The provider.
+    pub provider_url: String,
+}
+
+/// What `local up` leaves behind for `drain`, `down` and the operator commands.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LocalState {
+    /// Endpoints and names.
+    #[serde(flatten)]
+    pub resources: Resources,
+    /// DynamoDB Local's endpoint when it runs beside moto.
+    pub dynamodb_endpoint: Option<String>,
+    /// Processes to stop on `down`.
+    pub pids: Vec<u32>,
+    /// The double's bearer token (a throwaway local value, not a credential).
+    pub provider_token: String,
+    /// Provider quota, calls/s.
+    pub quota: f64,
+}
+
+/// The state directory of `punctual local` (`PUNCTUAL_STATE_DIR`, default `target/local`).
+pub fn state_dir() -> PathBuf {
+    std::env::var_os("PUNCTUAL_STATE_DIR").map_or_else(|| PathBuf::from("target/local"), PathBuf::from)
+}
+
+/// The state file `local up` writes.
+pub fn state_file() -> PathBuf {
+    state_dir().join("state.json")
+}
+
+/// Why the local state could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// No state: `local up` was not run (or `down` ran).
+    #[error("no local pipeline is up (no {0}): run `punctual local up` first")]
+    NotUp(String),
+    /// The file is unreadable.
+    #[error("the local state file {path} is unreadable")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Reads the state left by `local up`.
+pub fn load_state() -> Result<LocalState, StateError> {
+    let path = state_file();
+    let text = std::fs::read_to_string(&path).map_err(|_| StateError::NotUp(path.display().to_string()))?;
+    serde_json::from_str(&text).map_err(|source| StateError::Corrupt { path: path.display().to_string(), source })
+}
+
+/// Where the commands act.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Names and URLs.
+    pub resources: Resources,
+    /// A separate DynamoDB endpoint (DynamoDB Local beside moto).
+    pub dynamodb_endpoint: Option<String>,
+    /// Provider quota (for drain projections and the redrive cap).
+    pub quota: f64,
+}
+
+impl Target {
+    /// Resolves the target from `endpoint`, the environment, then the local state.
+    pub fn resolve(endpoint: Option<&str>) -> Result<Self, OpsError> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let local = load_state().ok();
+        let quota = env("PROVIDER_RATE_PER_SEC")
+            .and_then(|q| q.parse().ok())
+            .or(local.as_ref().map(|l| l.quota))
+            .unwrap_or(100.0);
+        let endpoint = endpoint.map(str::to_owned).or_else(|| env("AWS_ENDPOINT_URL"));
+        if let (Some(send), Some(dlq), Some(ledger), Some(renewals)) =
+            (env("SEND_QUEUE_URL"), env("DLQ_URL"), env("LEDGER_TABLE"), env("RENEWALS_TABLE"))
+        {
+            return Ok(Self {
+                resources: Resources {
+                    endpoint: endpoint.unwrap_or_default(),
+                    send_queue_url: send,
+                    dlq_url: dlq,
+                    ledger_table: ledger,
+                    renewals_table: renewals,
+                    provider_url: env("PROVIDER_URL").unwrap_or_default(),
+                },
+                dynamodb_endpoint: env("AWS_ENDPOINT_URL_DYNAMODB"),
+                quota,
+            });
+        }
+        let local = local.ok_or(OpsError::NoTarget)?;
+        let mut resources = local.resources.clone();
+        if let Some(e) = endpoint {
+            resources.endpoint = e;
+        }
+        Ok(Self { resources, dynamodb_endpoint: local.dynamodb_endpoint.clone(), quota })
+    }
+
+    /// The SDK configuration for this target.
+    pub async fn sdk_config(&self) -> SdkConfig {
+        if self.resources.endpoint.is_empty() {
+            punctual_aws::config::load().await
+        } else {
+            for_endpoint(&self.resources.endpoint).await
+        }
+    }
+
+    /// A DynamoDB client and the target's queues.
+    pub async fn clients(&self) -> (aws_sdk_dynamodb::Client, SqsQueues) {
+        let config = self.sdk_config().await;
+        let ddb = dynamodb_client(&config, self.dynamodb_endpoint.as_deref());
+        let r = &self.resources;
+        (ddb, SqsQueues::new(aws_sdk_sqs::Client::new(&config), &r.send_queue_url, &r.dlq_url))
+    }
+
+    /// The redrive function's configuration for this target, read exactly as the function
+    /// reads its own (`RedriveConfig::from_env`): the environment's `REDRIVE_*`, `LIMITER_*`
+    /// and `PROVIDER_RATE_PER_SEC` (else the target's quota), the target's queues and table —
+    /// so an in-process redrive gets the same caps and the same validation as the Lambda.
+    pub fn redrive_config(&self) -> Result<RedriveConfig, ConfigError> {
+        let r = self.resources.clone();
+        let quota = self.quota.to_string();
+        RedriveConfig::from_env(&Env::new(move |k: &str| match k {
+            "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
+            "DLQ_URL" => Some(r.dlq_url.clone()),
+            "LEDGER_TABLE" => Some(r.ledger_table.clone()),
+            "PROVIDER_RATE_PER_SEC" => {
+                Some(std::env::var(k).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| quota.clone()))
+            }
+            _ => std::env::var(k).ok().filter(|v| !v.is_empty()),
+        }))
+    }
+
+    /// The redrive caps (see [`Target::redrive_config`]).
+    pub fn caps(&self) -> Result<RedriveCaps, ConfigError> {
+        self.redrive_config().map(|c| c.caps)
+    }
+}

@@ -1,0 +1,32 @@
+//! The scheduler's one composition root: configuration + clients → the ready [`App`]. The
+//! Lambda's `main.rs`, the local harness (`punctual run`, `local drain`, `canary`) and the
+//! tests call [`build`], so every tick runs the same wiring and the same pause rule.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client as DynamoClient;
+use aws_sdk_sqs::Client as SqsClient;
+use punctual_aws::control::DynamoControl;
+use punctual_aws::renewals::DynamoRenewals;
+use punctual_aws::sqs::SqsQueues;
+use punctual_core::pause::PauseGate;
+use punctual_core::scheduler::Scheduler;
+use punctual_lambda::SystemClock;
+
+use crate::config::SchedulerConfig;
+
+/// The scheduler as production composes it.
+pub type App = Scheduler<DynamoRenewals, SqsQueues, SystemClock>;
+
+/// Builds the scheduler. The pause switch is read at every tick (once a minute in production):
+/// a pause takes effect at the next tick.
+pub fn build(config: &SchedulerConfig, dynamodb: &DynamoClient, sqs: &SqsClient) -> App {
+    // The scheduler never quarantines; it has no DLQ.
+    let queues = SqsQueues::new(sqs.clone(), &config.send_queue_url, "");
+    Scheduler::new(DynamoRenewals::new(dynamodb.clone(), &config.renewals_table), queues, SystemClock, config.settings)
+        .with_pause(PauseGate::new(
+            DynamoControl::new(dynamodb.clone(), &config.ledger_table),
+            SystemClock,
+            Duration::ZERO,
+        ))
+}

@@ -1,0 +1,13 @@
+//! `punctual-sim`: the deterministic simulator — the core's sender service, scheduler and
+//! shared limiter over the core's in-memory adapters (feature `testing`) in virtual time —
+//! with its scenarios, the naive baseline, the cost model and the chart. Counted by the core's
+//! one accounting, like `run` and `local drain`.
+//!
+//! It is the only room besides tests that uses the fakes and tokio's paused clock, and it runs
+//! as its own binary (`punctual-sim`, which `punctual simulate` hands over to), so the operator
+//! CLI never links either.
+
+pub mod chart;
+pub mod simulate;
+
+pub use simulate::*;

@@ -1,0 +1,147 @@
+//! `punctual-sim`: the research commands of `punctual` that run on the simulator
+//! (`punctual simulate …` hands its arguments to `punctual-sim simulate …`). A binary of its own
+//! so the operator CLI never links the in-memory fakes or tokio's paused clock.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use punctual_sim::{Scenario, SimConfig, Worker, run as simulate};
+
+#[derive(Parser)]
+#[command(name = "punctual", bin_name = "punctual", about = "punctual's simulator commands")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Simulate a runbook scenario in virtual time with the same core services over in-memory
+    /// adapters; optionally side by side with a naive worker.
+    Simulate(SimulateArgs),
+}
+
+/// `punctual simulate`.
+#[derive(Args)]
+struct SimulateArgs {
+    /// normal, throttle, poison, crash, overload, mixed, redrive.
+    #[arg(long, default_value = "normal")]
+    scenario: String,
+    /// Reminders (default: the scenario's).
+    #[arg(long)]
+    reminders: Option<usize>,
+    /// Provider quota, calls per second.
+    #[arg(long, default_value_t = 100.0)]
+    quota: f64,
+    /// Concurrent workers.
+    #[arg(long, default_value_t = 10)]
+    concurrency: usize,
+    /// Seed (same seed, same report).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Also run this baseline on the same scenario and seed (only `naive`).
+    #[arg(long)]
+    baseline: Option<String>,
+    /// Draw backlog, delivered/s against the quota, and late reminders over time to a PNG.
+    #[arg(long)]
+    chart: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Simulate(args) => simulate_command(args),
+    }
+}
+
+fn simulate_command(a: SimulateArgs) -> ExitCode {
+    let Some(sc) = Scenario::parse(&a.scenario) else {
+        let names: Vec<_> = Scenario::ALL.iter().map(|s| s.name()).collect();
+        eprintln!("punctual simulate: unknown scenario {:?}; one of: {}", a.scenario, names.join(", "));
+        return ExitCode::from(2);
+    };
+    if a.baseline.as_deref().is_some_and(|b| b != "naive") {
+        eprintln!(
+            "punctual simulate: unknown baseline {:?}; the only baseline is `naive`",
+            a.baseline.unwrap_or_default()
+        );
+        return ExitCode::from(2);
+    }
+    if a.quota <= 0.0 || a.concurrency == 0 || a.reminders == Some(0) {
+        eprintln!("punctual simulate: --quota, --concurrency and --reminders must be positive");
+        return ExitCode::from(2);
+    }
+    let (quota, concurrency, seed) = (a.quota, a.concurrency, a.seed);
+    let config = SimConfig {
+        reminders: a.reminders.unwrap_or(sc.default_reminders()),
+        quota,
+        concurrency,
+        seed,
+        ..SimConfig::new(sc)
+    };
+    let report = simulate(&config, Worker::Punctual);
+    let mut value = serde_json::to_value(&report).unwrap_or_default();
+    let naive = a.baseline.is_some().then(|| simulate(&config, Worker::Naive));
+    if let Some(n) = &naive {
+        value["baseline"] = serde_json::to_value(n).unwrap_or_default();
+    }
+    if let Some(path) = &a.chart {
+        let title =
+            format!("punctual simulate --scenario {} ({} reminders, quota {quota}/s)", sc.name(), config.reminders);
+        if let Err(e) = punctual_sim::chart::draw(path, &title, &report, naive.as_ref()) {
+            eprintln!("punctual: {e}");
+            return ExitCode::from(1);
+        }
+        eprintln!("chart written to {}", path.display());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "scenario {} ({} reminders, quota {quota}/s, concurrency {concurrency}, seed {seed})",
+        sc.name(),
+        config.reminders
+    );
+    let keys = [
+        "delivered",
+        "duplicates",
+        "double_effects",
+        "late",
+        "expired",
+        "dead_lettered",
+        "lost",
+        "provider_calls",
+        "provider_429",
+        "drain_seconds",
+        "floor_seconds",
+        "utilisation",
+        "retry_amplification",
+        "max_oldest_age_seconds",
+        "alarm_first_fired_seconds",
+        "first_late_seconds",
+        "edf_late",
+        "limiter_writes_per_call",
+        "cost_per_million_usd",
+    ];
+    println!("{:<28} {:>16} {:>16}", "", "punctual", if naive.is_some() { "naive" } else { "" });
+    let show = |v: &serde_json::Value| match v {
+        serde_json::Value::Number(n) => {
+            n.as_f64().map_or(n.to_string(), |f| if f.fract() == 0.0 { format!("{f:.0}") } else { format!("{f:.3}") })
+        }
+        serde_json::Value::Null => "-".to_owned(),
+        other => other.to_string(),
+    };
+    for k in keys {
+        let b = value.get("baseline").map(|b| show(&b[k])).unwrap_or_default();
+        println!("{k:<28} {:>16} {b:>16}", show(&value[k]));
+    }
+    for k in ["sqs_requests", "dynamodb_writes", "dynamodb_reads", "lambda_gb_seconds"] {
+        let b = value.get("baseline").map(|b| b["cost"][k].to_string()).unwrap_or_default();
+        println!("{:<28} {:>16} {b:>16}", format!("  {k}/1M"), value["cost"][k].to_string());
+    }
+    ExitCode::SUCCESS
+}
