@@ -43,11 +43,25 @@ clippy:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 ## The core must build without the AWS SDK, Lambda or HTTP (DESIGN §9): keeps the
-## dependency direction honest and `cargo test -p punctual-core` fast.
+## dependency direction honest and `cargo test -p punctual-core` fast. The in-memory fakes
+## (punctual-core feature `testing`) and tokio's paused clock (`test-util`) stay dev-side: the
+## operator CLI links neither, not even through its tests, and no function, operator or harness
+## crate has them as a normal dependency or calls `testing::` outside its tests.
+FAKE_FEATURES := punctual-core feature "testing"|tokio feature "test-util"
 core-deps:
 	@if $(CARGO) tree -p punctual-core -e normal --locked | grep -E 'aws-|lambda|reqwest|hyper'; then \
 	  echo "punctual-core must not depend on the crates above" >&2; exit 1; fi
 	@echo "==> punctual-core depends on no AWS, Lambda or HTTP crate"
+	@if $(CARGO) tree -p punctual -e features --locked | grep -E '$(FAKE_FEATURES)'; then \
+	  echo "the operator CLI (punctual) must not link the fakes or tokio test-util" >&2; exit 1; fi
+	@for p in punctual-sender punctual-scheduler punctual-redrive punctual-ops punctual-harness; do \
+	  if $(CARGO) tree -p $$p -e features,no-dev --locked | grep -E '$(FAKE_FEATURES)'; then \
+	    echo "$$p must not depend on the fakes or tokio test-util" >&2; exit 1; fi; done
+	@if grep -rn 'testing::' crates/cli/src crates/ops/src crates/harness/src crates/sender/src/main.rs \
+	    crates/sender/src/app.rs crates/sender/src/config.rs crates/scheduler/src/main.rs crates/scheduler/src/app.rs \
+	    crates/redrive/src/main.rs crates/redrive/src/app.rs; then \
+	  echo "production code must not call the test fixtures" >&2; exit 1; fi
+	@echo "==> the operator CLI, the functions and the harness link no fakes"
 
 ## The whole suite (unit, handler, adapter, integration) with AWS_ENDPOINT_URL pointing at
 ## moto server started on a free loopback port (or at the endpoint already set).

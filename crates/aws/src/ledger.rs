@@ -312,6 +312,15 @@ impl Ledger for DynamoLedger {
 
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
         let item = get(&self.client, &self.table, &key(id)).await.map_err(from_dynamo)?;
-        item.map(|i| parse_record(id, &i)).transpose()
+        match item.map(|i| parse_record(id, &i)).transpose() {
+            // moto applies an UpdateItem's actions one at a time, so a read racing the write
+            // that creates an item can see it without `state`; DynamoDB never shows a
+            // half-applied write. One more read tells the race from real corruption.
+            Err(LedgerError::Corrupt { .. }) => {
+                let item = get(&self.client, &self.table, &key(id)).await.map_err(from_dynamo)?;
+                item.map(|i| parse_record(id, &i)).transpose()
+            }
+            other => other,
+        }
     }
 }

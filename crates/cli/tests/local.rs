@@ -75,4 +75,18 @@ fn run_delivers_every_reminder_once_and_on_time() {
     assert!(throttled * 100 <= calls, "{throttled} of {calls} calls answered 429: {r}");
     assert_eq!(calls, 300 + throttled, "one call per reminder plus one per 429: {r}");
     assert!(dir.join("target/run/report.json").is_file());
+
+    // The chart and the report agree: the report's oldest-age figure is the peak of the chart's
+    // oldest-age series (one accounting draws both), and the chart never shows a delivery rate
+    // the provider did not see (1 s bins of its acceptances).
+    let series: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("target/run/series.json")).unwrap()).unwrap();
+    let ys = |key: &str| -> Vec<f64> {
+        series[key].as_array().unwrap().iter().map(|p| p[1].as_f64().unwrap()).collect::<Vec<_>>()
+    };
+    let peak = ys("oldest_age").into_iter().fold(0.0, f64::max);
+    assert_eq!(peak, r["max_oldest_age_seconds"].as_f64().unwrap(), "{r}");
+    assert!(peak > 0.0, "a reminder always waits a little between due and delivered: {r}");
+    let delivered: f64 = ys("delivered_per_second").into_iter().sum();
+    assert_eq!(delivered, 300.0, "every acceptance is in exactly one bin");
 }

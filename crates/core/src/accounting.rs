@@ -47,7 +47,9 @@ pub struct DeliveryCounts {
     pub expired: u64,
     /// Cancelled (renewal cancelled, paid or gone) before sending.
     pub cancelled: u64,
-    /// In the DLQ, by reason (malformed messages included; expired reminders are `expired`).
+    /// What the DLQ holds, by reason: dead-lettered reminders, malformed messages, and the
+    /// DLQ copy of each reminder the sender expired (`business_deadline_expired`; that
+    /// reminder is counted once, in `expired`).
     pub dead_lettered: BTreeMap<String, u64>,
     /// In no terminal state and on no queue.
     pub lost: u64,
@@ -143,12 +145,13 @@ pub struct Tally {
     counts: DeliveryCounts,
     as_of: DateTime<Utc>,
     waiting: u64,
+    copies: u64,
 }
 
 impl Tally {
     /// A tally of a run observed at `as_of` (the end of the run).
     pub fn new(as_of: DateTime<Utc>) -> Self {
-        Self { counts: DeliveryCounts::default(), as_of, waiting: 0 }
+        Self { counts: DeliveryCounts::default(), as_of, waiting: 0, copies: 0 }
     }
 
     /// Counts one reminder.
@@ -180,6 +183,14 @@ impl Tally {
         }
     }
 
+    /// Lists the DLQ copy of a reminder already counted in another bucket (the sender's
+    /// expiry leaves one under `business_deadline_expired`): in `dead_lettered`, not again in
+    /// the conservation sum or in `late`.
+    pub fn dlq_copy(&mut self, reason: &str) {
+        *self.counts.dead_lettered.entry(reason.to_owned()).or_default() += 1;
+        self.copies += 1;
+    }
+
     /// Counts `n` reminders the scheduler expired at release (`missed_schedule_window`):
     /// they never reached a sender or the ledger.
     pub fn expired_at_release(&mut self, n: u64) {
@@ -207,7 +218,7 @@ impl Tally {
             let seen = c.delivered
                 + c.expired
                 + c.cancelled
-                + c.dead_lettered.values().sum::<u64>()
+                + c.dead_lettered.values().sum::<u64>().saturating_sub(self.copies)
                 + c.lost
                 + self.waiting
                 + unseen_on_queues;
@@ -264,12 +275,14 @@ mod tests {
         tally.reminder(&ending(0, 600, Outcome::Waiting, None));
         tally.reminder(&ending(0, 600, Outcome::Lost, None));
         tally.dead_letter("malformed");
+        tally.dlq_copy("business_deadline_expired");
         tally.expired_at_release(2);
         tally.provider(3, 0);
         let c = tally.finish(Some(12), 0);
         assert_eq!((c.delivered, c.expired, c.cancelled, c.lost), (2, 3, 1, 1 + 1), "{c:#?}");
         assert_eq!(c.late, 1 + 1 + 1 + 2, "a late delivery, an expiry, a deadline DLQ reason, two at release");
-        assert_eq!(c.dead_lettered.values().sum::<u64>(), 3);
+        assert_eq!(c.dead_lettered.values().sum::<u64>(), 4, "the expired reminder's DLQ copy is listed");
+        assert_eq!(c.dead_lettered["business_deadline_expired"], 1);
         assert_eq!((c.duplicates, c.repeated_key_requests, c.double_effects), (3, 3, 0));
         assert_eq!(c.max_oldest_age_seconds, 100.0, "the waiting and the lost reminder aged to the end of the run");
     }

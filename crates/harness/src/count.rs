@@ -88,15 +88,22 @@ pub struct Observed {
     pub double_effects: u64,
 }
 
-/// The endings of every reminder the ledger knows (a reminder in the DLQ is dead-lettered with
-/// the DLQ's reason whatever its record says), then the DLQ messages of reminders the ledger
-/// never saw.
-pub fn endings(o: &Observed) -> (Vec<Ending>, Vec<String>) {
+/// The endings of every reminder the ledger knows (a non-terminal reminder in the DLQ is
+/// dead-lettered with the DLQ's reason), the DLQ messages of reminders the ledger never saw,
+/// and the DLQ copies of reminders that ended in another bucket (expired).
+pub fn endings(o: &Observed) -> (Vec<Ending>, Vec<String>, Vec<String>) {
     let mut waiting_left = o.on_queue;
     let mut endings = Vec::with_capacity(o.records.len());
     let mut known = std::collections::HashSet::new();
+    let mut copies = Vec::new();
     for rec in &o.records {
         known.insert(rec.reminder_id.to_string());
+        if rec.state.is_terminal()
+            && let Some(reason) = o.dlq.by_reminder.get(rec.reminder_id.as_str())
+        {
+            // An expired (or already dead-lettered) reminder's DLQ message.
+            copies.push(reason.clone());
+        }
         let mut e = Ending::from_record(rec, waiting_left > 0);
         if e.outcome == Outcome::Waiting {
             waiting_left -= 1;
@@ -110,16 +117,29 @@ pub fn endings(o: &Observed) -> (Vec<Ending>, Vec<String>) {
     }
     let mut dead: Vec<String> = o.dlq.anonymous.clone();
     dead.extend(o.dlq.by_reminder.iter().filter(|(id, _)| !known.contains(*id)).map(|(_, r)| r.clone()));
-    (endings, dead)
+    // A dead-lettered record's own DLQ message is the reminder itself, not a copy.
+    let own: Vec<String> = o
+        .records
+        .iter()
+        .filter(|r| r.state == punctual_core::reason::ReminderState::DeadLettered)
+        .filter_map(|r| o.dlq.by_reminder.get(r.reminder_id.as_str()).cloned())
+        .collect();
+    for reason in own {
+        if let Some(i) = copies.iter().position(|c| *c == reason) {
+            copies.swap_remove(i);
+        }
+    }
+    (endings, dead, copies)
 }
 
 /// The one accounting over what the local pipeline observed. `expected`: reminders the run
 /// released (those never seen anywhere count as lost).
 pub fn count(o: &Observed, as_of: DateTime<Utc>, expected: Option<u64>) -> (DeliveryCounts, Vec<Ending>) {
-    let (endings, dead) = endings(o);
+    let (endings, dead, copies) = endings(o);
     let mut tally = Tally::new(as_of);
     endings.iter().for_each(|e| tally.reminder(e));
     dead.iter().for_each(|r| tally.dead_letter(r));
+    copies.iter().for_each(|r| tally.dlq_copy(r));
     tally.expired_at_release(o.expired_at_release);
     tally.provider(o.repeated_key_requests, o.double_effects);
     let unseen = o.on_queue.saturating_sub(tally.waiting());

@@ -374,6 +374,15 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         delivered_per_second: s.accepted_per_second.iter().enumerate().map(|(i, c)| (i as f64, *c as f64)).collect(),
         oldest_age: oldest_age_series(&spans, t0, &times),
     };
+    // The chart's data beside it, so what the chart shows can be checked against the report.
+    let data = serde_json::json!({
+        "backlog": series.backlog,
+        "delivered_per_second": series.delivered_per_second,
+        "oldest_age": series.oldest_age,
+    });
+    if let Err(e) = std::fs::write("target/run/series.json", data.to_string()) {
+        eprintln!("punctual run: could not write target/run/series.json: {e}");
+    }
     let chart = std::path::PathBuf::from("target/run/chart.png");
     let chart_written = draw_run_chart(&chart, opts.quota, &series).map(|()| chart.display().to_string());
     if let Err(e) = &chart_written {

@@ -992,6 +992,11 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         if ending.is_late() {
             late_times.push(until(t0(), m.deliver_by).as_secs_f64());
         }
+        if ending.outcome == Outcome::Expired
+            && let Some(reason) = dlq_reason.get(body.as_str())
+        {
+            tally.dlq_copy(reason);
+        }
         tally.reminder(&ending);
     }
     // The simulated provider honours keys; a second acceptance of one reminder (a keyless
