@@ -14,7 +14,6 @@ use punctual_aws::control::{DynamoControl, SqsDeadLetters};
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::limiter::DynamoSlotStore;
 use punctual_aws::renewals::DynamoRenewals;
-use punctual_aws::sqs::SqsQueues;
 use punctual_core::ReminderMessage;
 use punctual_core::limiter::{LimiterSettings, SharedLimiter};
 use punctual_core::pause::PauseGate;
@@ -35,14 +34,8 @@ use punctual_tests::stack::{Stack, sqs_event};
 const TOKEN: &str = "redrive-token-1c2d";
 const CAPS: RedriveCaps = RedriveCaps { max_messages: 500, max_per_second: 20.0 };
 
-type LiveDeps = Deps<
-    DynamoLedger,
-    DynamoRenewals,
-    SharedLimiter<DynamoSlotStore, SystemClock>,
-    HttpProvider,
-    SqsQueues,
-    SystemClock,
->;
+/// The sender as production composes it (its limiter settings and seed chosen here).
+type LiveDeps = punctual_sender::app::App;
 
 struct Rig {
     stack: Stack,

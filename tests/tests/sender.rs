@@ -31,7 +31,7 @@ use punctual_tests::stack::{Stack, sqs_event};
 const TOKEN: &str = "integration-token-7f3a";
 
 type RealDeps<L> =
-    Deps<L, DynamoRenewals, SharedLimiter<MemorySlotStore, ManualClock>, HttpProvider, SqsQueues, ManualClock>;
+    Deps<Sender<L, DynamoRenewals, SharedLimiter<MemorySlotStore, ManualClock>, HttpProvider, SqsQueues, ManualClock>>;
 
 struct Rig<L> {
     stack: Stack,

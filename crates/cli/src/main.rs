@@ -91,18 +91,8 @@ struct ImportArgs {
 /// `punctual run`.
 #[derive(Args)]
 struct RunArgs {
-    /// Renewals to import, all due now.
-    #[arg(long, default_value_t = 3000)]
-    reminders: usize,
-    /// Provider quota, calls per second.
-    #[arg(long, default_value_t = 100.0)]
-    quota: f64,
-    /// Pollers (the event source mapping's MaximumConcurrency).
-    #[arg(long, default_value_t = 10)]
-    concurrency: usize,
-    /// Seed of the sender's jitter.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    options: run::RunOptions,
     /// Print the report as JSON (progress still goes to stderr).
     #[arg(long)]
     json: bool,
@@ -210,21 +200,8 @@ struct CanaryArgs {
 /// `punctual bench-limiter`.
 #[derive(Args)]
 struct BenchLimiterArgs {
-    /// Sender instances.
-    #[arg(long, default_value_t = 10)]
-    senders: usize,
-    /// Calls in flight per sender instance.
-    #[arg(long, default_value_t = 10)]
-    in_flight: usize,
-    /// Accepted calls per row.
-    #[arg(long, default_value_t = 2000)]
-    calls: u64,
-    /// Provider quota, calls per second.
-    #[arg(long, default_value_t = 100.0)]
-    quota: f64,
-    /// Block sizes (slots per DynamoDB write), one row each.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,5,10,20,50")]
-    blocks: Vec<u32>,
+    #[command(flatten)]
+    options: bench::BenchOptions,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -300,6 +277,21 @@ fn ops_out<T: serde::Serialize>(result: Result<(T, String, bool), OpsError>, jso
     }
 }
 
+/// Prints a report (JSON, or `human` followed by where the JSON was saved) and saves its JSON
+/// to `path`.
+fn report_out<T: serde::Serialize>(report: &T, path: &str, json: bool, human: String, label: &str) {
+    let text = serde_json::to_string_pretty(report).unwrap_or_default();
+    let saved = std::fs::write(path, &text).is_ok();
+    if json {
+        println!("{text}");
+    } else {
+        print!("{human}");
+        if saved {
+            println!("{label}{path}");
+        }
+    }
+}
+
 fn harness_err(e: &HarnessError) -> ExitCode {
     match e {
         HarnessError::Interrupted => {
@@ -359,52 +351,59 @@ async fn import(a: ImportArgs) -> ExitCode {
     }
 }
 
-async fn status(a: StatusArgs) -> ExitCode {
-    let r = match Target::resolve(None) {
-        Ok(t) => punctual_ops::status(&t).await.map(|s| {
-            let text = s.render();
-            (s, text, true)
-        }),
+/// Resolves the target (flags, environment, `local up`'s state) and runs one operator command
+/// on it.
+async fn on_target<T, F, Fut>(endpoint: Option<&str>, json: bool, command: F) -> ExitCode
+where
+    T: serde::Serialize,
+    F: FnOnce(Target) -> Fut,
+    Fut: std::future::Future<Output = Result<(T, String, bool), OpsError>>,
+{
+    let result = match Target::resolve(endpoint) {
+        Ok(t) => command(t).await,
         Err(e) => Err(e),
     };
-    ops_out(r, a.json)
+    ops_out(result, json)
+}
+
+async fn status(a: StatusArgs) -> ExitCode {
+    on_target(None, a.json, |t| async move {
+        let s = punctual_ops::status(&t).await?;
+        let text = s.render();
+        Ok((s, text, true))
+    })
+    .await
 }
 
 async fn explain(a: ExplainArgs) -> ExitCode {
-    let r = match Target::resolve(None) {
-        Ok(t) => punctual_ops::explain(&t, &a.id).await.map(|e| {
-            let text = e.render();
-            (e, text, true)
-        }),
-        Err(e) => Err(e),
-    };
-    ops_out(r, a.json)
+    on_target(None, a.json, |t| async move {
+        let e = punctual_ops::explain(&t, &a.id).await?;
+        let text = e.render();
+        Ok((e, text, true))
+    })
+    .await
 }
 
 async fn pause(a: PauseArgs) -> ExitCode {
-    let r = match Target::resolve(None) {
-        Ok(t) => punctual_ops::pause(&t, &a.reason, &a.owner).await.map(|p| {
-            let text = format!("paused by {} since {}: {}\n", p.owner, p.since, p.reason);
-            (p, text, true)
-        }),
-        Err(e) => Err(e),
-    };
-    ops_out(r, false)
+    on_target(None, false, |t| async move {
+        let p = punctual_ops::pause(&t, &a.reason, &a.owner).await?;
+        let text = format!("paused by {} since {}: {}\n", p.owner, p.since, p.reason);
+        Ok((p, text, true))
+    })
+    .await
 }
 
 async fn resume(a: ResumeArgs) -> ExitCode {
     let by = a.owner.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into());
-    let r = match Target::resolve(None) {
-        Ok(t) => punctual_ops::resume(&t, &by).await.map(|was| {
-            let text = match &was {
-                Some(p) => format!("resumed (was paused by {} since {}: {})\n", p.owner, p.since, p.reason),
-                None => "was not paused; nothing to resume\n".to_owned(),
-            };
-            (was, text, true)
-        }),
-        Err(e) => Err(e),
-    };
-    ops_out(r, false)
+    on_target(None, false, |t| async move {
+        let was = punctual_ops::resume(&t, &by).await?;
+        let text = match &was {
+            Some(p) => format!("resumed (was paused by {} since {}: {})\n", p.owner, p.since, p.reason),
+            None => "was not paused; nothing to resume\n".to_owned(),
+        };
+        Ok((was, text, true))
+    })
+    .await
 }
 
 impl RedriveArgs {
@@ -458,18 +457,16 @@ async fn redrive(a: RedriveArgs) -> ExitCode {
             Err(e) => fail(&e),
         };
     }
-    let r = match Target::resolve(a.endpoint.as_deref()) {
-        Ok(t) => punctual_ops::redrive(&t, request).await.map(|(preview, done)| {
-            let mut text = punctual_ops::render_summary(&preview);
-            if let Some(d) = &done {
-                text.push_str(&punctual_ops::render_summary(d));
-            }
-            let ok = done.as_ref().is_none_or(|d| d.aborted.is_none());
-            (serde_json::json!({ "dry_run": preview, "result": done }), text, ok)
-        }),
-        Err(e) => Err(e),
-    };
-    ops_out(r, a.json)
+    on_target(a.endpoint.as_deref(), a.json, |t| async move {
+        let (preview, done) = punctual_ops::redrive(&t, request).await?;
+        let mut text = punctual_ops::render_summary(&preview);
+        if let Some(d) = &done {
+            text.push_str(&punctual_ops::render_summary(d));
+        }
+        let ok = done.as_ref().is_none_or(|d| d.aborted.is_none());
+        Ok((serde_json::json!({ "dry_run": preview, "result": done }), text, ok))
+    })
+    .await
 }
 
 async fn canary_command(a: CanaryArgs) -> ExitCode {
@@ -491,33 +488,19 @@ async fn canary_command(a: CanaryArgs) -> ExitCode {
 }
 
 async fn bench_limiter(a: BenchLimiterArgs) -> ExitCode {
-    if a.senders == 0
-        || a.in_flight == 0
-        || a.calls == 0
-        || a.quota <= 0.0
-        || a.blocks.iter().any(|b| *b == 0 || *b > 100)
+    let opts = bench::BenchOptions { progress: !a.json, ..a.options };
+    if opts.senders == 0
+        || opts.in_flight == 0
+        || opts.calls == 0
+        || opts.quota <= 0.0
+        || opts.blocks.iter().any(|b| *b == 0 || *b > 100)
     {
         eprintln!("punctual bench-limiter: counts and quota must be positive, blocks in 1..=100");
         return ExitCode::from(2);
     }
-    let opts = bench::BenchOptions {
-        senders: a.senders,
-        in_flight: a.in_flight,
-        calls: a.calls,
-        quota: a.quota,
-        blocks: a.blocks,
-        progress: !a.json,
-    };
     match bench::bench(&opts).await {
         Ok(report) => {
-            let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-            let _ = std::fs::write("target/bench/limiter.json", &text);
-            if a.json {
-                println!("{text}");
-            } else {
-                print!("{}", report.human());
-                println!("report: target/bench/limiter.json");
-            }
+            report_out(&report, "target/bench/limiter.json", a.json, report.human(), "report: ");
             ExitCode::SUCCESS
         }
         Err(e) => harness_err(&e),
@@ -525,30 +508,14 @@ async fn bench_limiter(a: BenchLimiterArgs) -> ExitCode {
 }
 
 async fn run_command(a: RunArgs) -> ExitCode {
-    if a.reminders == 0 || a.quota <= 0.0 || a.concurrency == 0 {
+    let opts = a.options;
+    if opts.reminders == 0 || opts.quota <= 0.0 || opts.concurrency == 0 {
         eprintln!("punctual run: --reminders, --quota and --concurrency must be positive");
         return ExitCode::from(2);
     }
-    let opts = run::RunOptions {
-        reminders: a.reminders,
-        quota: a.quota,
-        concurrency: a.concurrency,
-        seed: a.seed,
-        progress: true,
-    };
     match run::run(&opts).await {
         Ok(report) => {
-            let text = serde_json::to_string_pretty(&report).unwrap_or_default();
-            let path = std::path::Path::new("target/run/report.json");
-            let saved = std::fs::write(path, &text).is_ok();
-            if a.json {
-                println!("{text}");
-            } else {
-                print!("{}", report.render(a.quota));
-                if saved {
-                    println!("report            {}", path.display());
-                }
-            }
+            report_out(&report, "target/run/report.json", a.json, report.render(opts.quota), "report            ");
             if report.counts.lost == 0 { ExitCode::SUCCESS } else { ExitCode::from(4) }
         }
         Err(e) => harness_err(&e),

@@ -59,6 +59,44 @@ pub struct DeliveryCounts {
     pub max_oldest_age_seconds: f64,
 }
 
+/// What the provider saw and how close the run came to its quota (`run` and `simulate`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Throughput {
+    /// Provider requests.
+    pub provider_calls: u64,
+    /// Provider 429 answers.
+    pub provider_429: u64,
+    /// First to last provider acceptance (plus one quota interval where measured that way).
+    pub drain_seconds: f64,
+    /// The fastest possible drain at the quota: deliverable reminders ÷ quota.
+    pub floor_seconds: f64,
+    /// floor ÷ drain, at most 1 (a burst at the start can make one run's drain shorter than
+    /// the floor; the fraction of the quota used is never above 1).
+    pub utilisation: f64,
+    /// Provider requests ÷ deliveries.
+    pub retry_amplification: f64,
+}
+
+impl Throughput {
+    /// The figures from the counts the run measured.
+    pub fn measure(
+        provider_calls: u64,
+        provider_429: u64,
+        delivered: u64,
+        drain_seconds: f64,
+        floor_seconds: f64,
+    ) -> Self {
+        Self {
+            provider_calls,
+            provider_429,
+            drain_seconds,
+            floor_seconds,
+            utilisation: if drain_seconds > 0.0 { (floor_seconds / drain_seconds).min(1.0) } else { 0.0 },
+            retry_amplification: if delivered > 0 { provider_calls as f64 / delivered as f64 } else { 0.0 },
+        }
+    }
+}
+
 /// How one reminder ended, as far as the run knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {

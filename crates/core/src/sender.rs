@@ -91,6 +91,18 @@ impl SenderError {
     }
 }
 
+/// What a handler needs of the sender service: process one received message within an
+/// invocation (see [`Sender::process`]). Handlers and the local event source are generic over
+/// this one bound instead of the service's six ports.
+pub trait Process: Send + Sync {
+    /// Processes one message within an invocation ending at `invocation_deadline`.
+    fn process(
+        &self,
+        received: Received<'_>,
+        invocation_deadline: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<Processed, SenderError>> + Send;
+}
+
 /// Tunables of the service beyond the pure policy.
 #[derive(Debug, Clone, Copy)]
 pub struct SenderSettings {
@@ -489,5 +501,15 @@ where
         };
         self.queue.dead_letter(&q).await?;
         Ok(())
+    }
+}
+
+impl<L: Ledger, R: Renewals, T: Limiter, P: Provider, Q: SendQueue, C: Clock> Process for Sender<L, R, T, P, Q, C> {
+    fn process(
+        &self,
+        received: Received<'_>,
+        invocation_deadline: DateTime<Utc>,
+    ) -> impl std::future::Future<Output = Result<Processed, SenderError>> + Send {
+        Sender::process(self, received, invocation_deadline)
     }
 }

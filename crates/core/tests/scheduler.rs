@@ -9,24 +9,15 @@ use punctual_core::clock::{Clock, ManualClock};
 use punctual_core::ports::Pending;
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
 use punctual_core::testing::{MemoryDueStore, MemoryRelease};
-use punctual_core::{ReminderId, ReminderKind, RenewalId, TenantId};
+use punctual_core::{ReminderKind, RenewalId, TenantId};
 
 fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-12-01T13:55:00Z").unwrap().with_timezone(&Utc)
 }
 
 fn pending(n: u32, after: DateTime<Utc>, window_min: i64) -> Pending {
-    let tenant = TenantId::parse("acme").unwrap();
-    let renewal = RenewalId::parse(format!("ren-{n}")).unwrap();
-    let kind = ReminderKind::parse("renewal_due").unwrap();
-    Pending {
-        reminder_id: ReminderId::derive(&tenant, &renewal, &kind, after.date_naive()),
-        tenant_id: tenant,
-        renewal_id: renewal,
-        kind,
-        deliver_after: after,
-        deliver_by: after + TimeDelta::minutes(window_min),
-    }
+    let (tenant, renewal) = (TenantId::parse("acme").unwrap(), RenewalId::parse(format!("ren-{n}")).unwrap());
+    Pending::new(tenant, renewal, ReminderKind::renewal_due(), after, after + TimeDelta::minutes(window_min))
 }
 
 fn scheduler(

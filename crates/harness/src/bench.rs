@@ -24,20 +24,26 @@ use serde::Serialize;
 use crate::env::Emulator;
 use crate::{HarnessError as RunError, step};
 
-/// Options of one benchmark run.
-#[derive(Debug, Clone)]
+/// Options of one benchmark run (`punctual bench-limiter`'s flags).
+#[derive(Debug, Clone, clap::Args)]
 pub struct BenchOptions {
     /// Sender instances.
+    #[arg(long, default_value_t = 10)]
     pub senders: usize,
     /// Calls in flight per sender instance.
+    #[arg(long, default_value_t = 10)]
     pub in_flight: usize,
     /// Accepted calls per row.
+    #[arg(long, default_value_t = 2000)]
     pub calls: u64,
-    /// Provider quota, calls/s.
+    /// Provider quota, calls per second.
+    #[arg(long, default_value_t = 100.0)]
     pub quota: f64,
-    /// Block sizes, one row each.
+    /// Block sizes (slots per DynamoDB write), one row each.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,5,10,20,50")]
     pub blocks: Vec<u32>,
-    /// Print progress to stderr.
+    /// Print progress to stderr (off with `--json`).
+    #[arg(skip = true)]
     pub progress: bool,
 }
 

@@ -10,8 +10,7 @@ use std::time::Duration;
 use lambda_runtime::LambdaEvent;
 use punctual_aws::emf::Metrics;
 use punctual_aws::sqs::{Received, SqsQueues};
-use punctual_core::clock::Clock;
-use punctual_core::ports::{Ledger, Limiter, Provider, Renewals, SendQueue};
+use punctual_core::sender::Process;
 use punctual_lambda::batch::local_context;
 use punctual_sender::handler::{Deps, handle};
 
@@ -44,20 +43,12 @@ pub fn sqs_event(
 /// One poll of the event source mapping: receives up to 10 messages (1 s long poll), invokes
 /// the sender handler with them as Lambda would (60 s budget), deletes what succeeded and
 /// leaves the batch item failures for their visibility timeout. Returns the records handled.
-pub async fn poll_once<L, R, T, P, Q, C>(
-    deps: &Deps<L, R, T, P, Q, C>,
+pub async fn poll_once<S: Process>(
+    deps: &Deps<S>,
     queues: &SqsQueues,
     stats: &EsmStats,
     metrics: &std::sync::Mutex<Metrics>,
-) -> usize
-where
-    L: Ledger,
-    R: Renewals,
-    T: Limiter,
-    P: Provider,
-    Q: SendQueue,
-    C: Clock,
-{
+) -> usize {
     let url = queues.send_url().to_owned();
     let msgs = match queues.receive(&url, 10, Duration::from_secs(1)).await {
         Ok(m) => m,
@@ -100,21 +91,13 @@ where
 /// Runs one poller per sender instance in `instances` (the function's concurrent execution
 /// environments, each with its own clients and limiter handle) until `stop` is set. Handler
 /// metrics are merged into `metrics`.
-#[allow(clippy::type_complexity)] // one sender instance per poller: the generic Deps of each
-pub async fn run_pollers<L, R, T, P, Q, C>(
-    instances: Vec<Arc<Deps<L, R, T, P, Q, C>>>,
+pub async fn run_pollers<S: Process>(
+    instances: Vec<Arc<Deps<S>>>,
     queues: SqsQueues,
     stop: Arc<AtomicBool>,
     stats: Arc<EsmStats>,
     metrics: Arc<std::sync::Mutex<Metrics>>,
-) where
-    L: Ledger,
-    R: Renewals,
-    T: Limiter,
-    P: Provider,
-    Q: SendQueue,
-    C: Clock,
-{
+) {
     // The pollers run as futures of one task (they wait on I/O, not CPU); this keeps the
     // handler's borrowing futures off `tokio::spawn`'s `Send + 'static` requirement.
     let pollers = instances.into_iter().map(|deps| {

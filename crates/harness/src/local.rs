@@ -118,14 +118,7 @@ pub fn message_for(
     by: chrono::DateTime<Utc>,
 ) -> punctual_core::ReminderMessage {
     let kind = punctual_core::ReminderKind::renewal_due();
-    let pending = punctual_core::ports::Pending {
-        reminder_id: punctual_core::ReminderId::derive(&tenant, &renewal, &kind, after.date_naive()),
-        tenant_id: tenant,
-        renewal_id: renewal,
-        kind,
-        deliver_after: after,
-        deliver_by: by,
-    };
+    let pending = punctual_core::ports::Pending::new(tenant, renewal, kind, after, by);
     punctual_core::scheduler::message_for(&pending, after)
 }
 

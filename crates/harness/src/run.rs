@@ -13,7 +13,7 @@ use punctual_aws::emf::{Metrics, name};
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::sqs::SqsQueues;
-use punctual_core::accounting::{DeliveryCounts, oldest_age_series};
+use punctual_core::accounting::{DeliveryCounts, Throughput, oldest_age_series};
 use punctual_core::backoff::SplitMix64;
 use punctual_core::renewal::{Renewal, RenewalInput};
 use punctual_core::secret::Secret;
@@ -34,18 +34,23 @@ pub const WINDOWS: [u32; 4] = [30, 60, 120, 240];
 /// How often the local EventBridge fires the scheduler (production: rate(1 minute)).
 pub const TICK: Duration = Duration::from_secs(5);
 
-/// `punctual run` options.
-#[derive(Debug, Clone)]
+/// `punctual run` options (its flags).
+#[derive(Debug, Clone, clap::Args)]
 pub struct RunOptions {
-    /// Renewals to import (default 3,000).
+    /// Renewals to import, all due now.
+    #[arg(long, default_value_t = 3000)]
     pub reminders: usize,
-    /// Provider quota, calls/s (default 100).
+    /// Provider quota, calls per second.
+    #[arg(long, default_value_t = 100.0)]
     pub quota: f64,
-    /// Pollers (MaximumConcurrency of the event source mapping; default 10).
+    /// Pollers (the event source mapping's MaximumConcurrency).
+    #[arg(long, default_value_t = 10)]
     pub concurrency: usize,
     /// Seed of the sender's jitter.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Print progress to stderr.
+    /// Print progress to stderr (always on for the command line).
+    #[arg(skip = true)]
     pub progress: bool,
 }
 
@@ -58,18 +63,9 @@ pub struct RunReport {
     /// What happened to them (DESIGN §11).
     #[serde(flatten)]
     pub counts: DeliveryCounts,
-    /// Provider requests.
-    pub provider_calls: u64,
-    /// Provider 429 answers.
-    pub provider_429: u64,
-    /// First to last provider acceptance, + one quota interval.
-    pub drain_seconds: f64,
-    /// The fastest possible drain at the quota: reminders ÷ quota.
-    pub floor_seconds: f64,
-    /// floor ÷ drain.
-    pub utilisation: f64,
-    /// Provider requests ÷ deliveries.
-    pub retry_amplification: f64,
+    /// What the provider saw, and utilisation of its quota.
+    #[serde(flatten)]
+    pub throughput: Throughput,
     /// Shared-limiter DynamoDB writes (failed conditional writes included) ÷ tokens granted.
     pub limiter_writes_per_call: f64,
     /// Wall time of the whole run, import included.
@@ -149,12 +145,12 @@ impl RunReport {
             self.counts.cancelled,
             if dlq.is_empty() { "0".to_owned() } else { dlq.join(", ") },
             self.counts.lost,
-            self.provider_calls,
-            self.provider_429,
-            self.retry_amplification,
-            self.drain_seconds,
-            self.floor_seconds,
-            self.utilisation,
+            self.throughput.provider_calls,
+            self.throughput.provider_429,
+            self.throughput.retry_amplification,
+            self.throughput.drain_seconds,
+            self.throughput.floor_seconds,
+            self.throughput.utilisation,
             self.counts.max_oldest_age_seconds,
             self.limiter_writes_per_call,
             self.wall_seconds,
@@ -393,12 +389,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         chart: chart_written.ok(),
         reminders: opts.reminders,
         counts,
-        provider_calls: s.requests,
-        provider_429: s.throttled,
-        drain_seconds: drain,
-        floor_seconds: floor,
-        utilisation: if drain > 0.0 { floor / drain } else { 0.0 },
-        retry_amplification: if delivered > 0 { s.requests as f64 / delivered as f64 } else { 0.0 },
+        throughput: Throughput::measure(s.requests, s.throttled, delivered, drain, floor),
         limiter_writes_per_call: {
             use punctual_core::limiter::SlotStore;
             let granted: u64 = instances.iter().map(|d| d.sender.limiter().stats().granted).sum();

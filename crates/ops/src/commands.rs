@@ -13,7 +13,7 @@ use punctual_core::limiter::LimiterSettings;
 use punctual_core::ports::{Control, Ledger, LedgerRecord, Pause};
 use punctual_core::reason::ReminderState;
 use punctual_core::redrive::{Field, RedriveRequestWire, RedriveSummary};
-use punctual_redrive::handler::{Answer, answer};
+use punctual_redrive::handler::{Answer, Function};
 use serde::Serialize;
 
 use crate::target::Target;
@@ -331,11 +331,12 @@ pub async fn redrive(
         Answer::Refused { problems, paused: true } => Err(OpsError::Paused(problems.join("; "))),
         Answer::Refused { problems, paused: false } => Err(OpsError::Invalid(problems)),
     };
-    let preview = summary(answer(&redriver, config.caps, dry, deadline).await.map_err(step("dry run"))?)?;
+    let function = Function { redriver: &redriver, caps: config.caps };
+    let preview = summary(function.answer(dry, deadline).await.map_err(step("dry run"))?)?;
     if dry_run {
         return Ok((preview, None));
     }
-    let done = summary(answer(&redriver, config.caps, request, deadline).await.map_err(step("redrive"))?)?;
+    let done = summary(function.answer(request, deadline).await.map_err(step("redrive"))?)?;
     Ok((preview, Some(done)))
 }
 

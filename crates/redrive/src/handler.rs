@@ -35,48 +35,49 @@ pub enum Answer {
     },
 }
 
-/// Validates `request` against `caps` and runs it, stopping before `deadline`. Refusals are
-/// answers; `Err` only when the machinery failed.
-pub async fn answer<L: Ledger, D: DeadLetters, K: Control, C: Clock>(
-    redriver: &Redriver<L, D, K, C>,
-    caps: RedriveCaps,
-    request: RedriveRequestWire,
-    deadline: DateTime<Utc>,
-) -> Result<Answer, HandlerError> {
-    let req = match request.validate(caps) {
-        Ok(r) => r,
-        Err(problems) => {
-            tracing::warn!(?problems, "redrive request refused");
-            return Ok(Answer::Refused { problems, paused: false });
-        }
-    };
-    match redriver.run(&req, deadline).await {
-        Ok(s) => {
-            tracing::info!(redrive_id = %s.redrive_id, owner = %req.owner, reason = %req.reason, moved = s.moved, selected = s.selected, aborted = s.aborted.as_deref(), "redrive finished");
-            Ok(if s.aborted.is_some() { Answer::Aborted { summary: s } } else { Answer::Done { summary: s } })
-        }
-        Err(RedriveError::Paused { owner, reason }) => Ok(Answer::Refused {
-            problems: vec![format!("delivery is paused by {owner} ({reason}); resume first")],
-            paused: true,
-        }),
-        Err(e) => Err(HandlerError::Infrastructure { what: "redrive", source: Box::new(e) }),
-    }
+/// The redrive function: the service and the caps its configuration allows.
+pub struct Function<'a, L, D, K, C> {
+    /// The service.
+    pub redriver: &'a Redriver<L, D, K, C>,
+    /// `REDRIVE_MAX_MESSAGES`, `REDRIVE_MAX_PER_SECOND` (within the redrive share).
+    pub caps: RedriveCaps,
 }
 
-/// Handles one invocation's payload, stopping before `deadline`: the payload is read as a
-/// [`RedriveRequestWire`] (anything but an object is refused) and answered by [`answer`].
-pub async fn handle<L: Ledger, D: DeadLetters, K: Control, C: Clock>(
-    redriver: &Redriver<L, D, K, C>,
-    caps: RedriveCaps,
-    payload: Value,
-    deadline: DateTime<Utc>,
-) -> Result<Value, HandlerError> {
-    let out = match RedriveRequestWire::from_value(payload) {
-        Ok(request) => answer(redriver, caps, request, deadline).await?,
-        Err(problems) => Answer::Refused { problems, paused: false },
-    };
-    serde_json::to_value(&out)
-        .map_err(|e| HandlerError::Infrastructure { what: "encoding the answer", source: Box::new(e) })
+impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Function<'_, L, D, K, C> {
+    /// Validates `request` against the caps and runs it, stopping before `deadline`.
+    /// Refusals are answers; `Err` only when the machinery failed.
+    pub async fn answer(&self, request: RedriveRequestWire, deadline: DateTime<Utc>) -> Result<Answer, HandlerError> {
+        let req = match request.validate(self.caps) {
+            Ok(r) => r,
+            Err(problems) => {
+                tracing::warn!(?problems, "redrive request refused");
+                return Ok(Answer::Refused { problems, paused: false });
+            }
+        };
+        match self.redriver.run(&req, deadline).await {
+            Ok(s) => {
+                tracing::info!(redrive_id = %s.redrive_id, owner = %req.owner, reason = %req.reason, moved = s.moved, selected = s.selected, aborted = s.aborted.as_deref(), "redrive finished");
+                Ok(if s.aborted.is_some() { Answer::Aborted { summary: s } } else { Answer::Done { summary: s } })
+            }
+            Err(RedriveError::Paused { owner, reason }) => Ok(Answer::Refused {
+                problems: vec![format!("delivery is paused by {owner} ({reason}); resume first")],
+                paused: true,
+            }),
+            Err(e) => Err(HandlerError::Infrastructure { what: "redrive", source: Box::new(e) }),
+        }
+    }
+
+    /// Handles one invocation's payload, stopping before `deadline`: the payload is read as a
+    /// [`RedriveRequestWire`] (anything but an object is refused) and answered by
+    /// [`Function::answer`].
+    pub async fn handle(&self, payload: Value, deadline: DateTime<Utc>) -> Result<Value, HandlerError> {
+        let out = match RedriveRequestWire::from_value(payload) {
+            Ok(request) => self.answer(request, deadline).await?,
+            Err(problems) => Answer::Refused { problems, paused: false },
+        };
+        serde_json::to_value(&out)
+            .map_err(|e| HandlerError::Infrastructure { what: "encoding the answer", source: Box::new(e) })
+    }
 }
 
 #[cfg(test)]
@@ -115,13 +116,13 @@ mod tests {
         let control = MemoryControl::default();
         let r = Redriver::new(MemoryLedger::new(), Dlq::default(), control.clone(), clock.clone());
         let deadline = clock.now() + chrono::TimeDelta::minutes(5);
-        let out = handle(&r, CAPS, json!({"max_messages": 11}), deadline).await.unwrap();
+        let out = Function { redriver: &r, caps: CAPS }.handle(json!({"max_messages": 11}), deadline).await.unwrap();
         assert_eq!(out["status"], "refused");
         assert_eq!(out["problems"].as_array().unwrap().len(), 4, "{out}");
         let p = Pause { reason: "drain".into(), owner: "ops".into(), since: clock.now() };
         control.set_pause(Some(&p), "ops").await.unwrap();
         let ok = json!({"reason": "r", "owner": "o", "max_messages": 1, "max_per_second": 1});
-        let out = handle(&r, CAPS, ok, deadline).await.unwrap();
+        let out = Function { redriver: &r, caps: CAPS }.handle(ok, deadline).await.unwrap();
         assert!(out["problems"][0].as_str().unwrap().contains("paused"), "{out}");
         assert!(control.audits.lock().unwrap().is_empty(), "a refused run writes no audit record");
     }

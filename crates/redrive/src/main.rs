@@ -7,7 +7,7 @@ use punctual_lambda::error::HandlerError;
 use punctual_lambda::{init_tracing, invocation_deadline};
 use punctual_redrive::app;
 use punctual_redrive::config::RedriveConfig;
-use punctual_redrive::handler::handle;
+use punctual_redrive::handler::Function;
 use std::sync::Arc;
 
 #[tokio::main]
@@ -22,7 +22,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         let redriver = Arc::clone(&redriver);
         async move {
             let deadline = invocation_deadline(&event.context);
-            handle(&redriver, caps, event.payload, deadline).await.map_err(|e: HandlerError| e)
+            Function { redriver: &redriver, caps }.handle(event.payload, deadline).await.map_err(|e: HandlerError| e)
         }
     }))
     .await

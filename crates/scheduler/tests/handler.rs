@@ -12,7 +12,7 @@ use punctual_core::clock::{Clock, ManualClock};
 use punctual_core::ports::Pending;
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
 use punctual_core::testing::{MemoryDueStore, MemoryRelease};
-use punctual_core::{ReminderId, ReminderKind, RenewalId, TenantId};
+use punctual_core::{ReminderKind, RenewalId, TenantId};
 use punctual_scheduler::handler::{handle, metrics};
 
 fn load(name: &str) -> EventBridgeEvent {
@@ -21,19 +21,8 @@ fn load(name: &str) -> EventBridgeEvent {
 }
 
 fn pending(n: u32, after: DateTime<Utc>, window: TimeDelta) -> Pending {
-    let (tenant, renewal, kind) = (
-        TenantId::parse("acme").unwrap(),
-        RenewalId::parse(format!("ren-{n}")).unwrap(),
-        ReminderKind::parse("renewal_due").unwrap(),
-    );
-    Pending {
-        reminder_id: ReminderId::derive(&tenant, &renewal, &kind, after.date_naive()),
-        tenant_id: tenant,
-        renewal_id: renewal,
-        kind,
-        deliver_after: after,
-        deliver_by: after + window,
-    }
+    let (tenant, renewal) = (TenantId::parse("acme").unwrap(), RenewalId::parse(format!("ren-{n}")).unwrap());
+    Pending::new(tenant, renewal, ReminderKind::renewal_due(), after, after + window)
 }
 
 fn context(clock: &ManualClock) -> Context {

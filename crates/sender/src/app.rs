@@ -21,7 +21,10 @@ use crate::config::SenderConfig;
 use crate::handler::Deps;
 
 /// A sender instance as production composes it.
-pub type App = Deps<
+pub type App = Deps<LiveSender>;
+
+/// The sender service over the AWS adapters, the shared DynamoDB limiter and the HTTP provider.
+pub type LiveSender = Sender<
     DynamoLedger,
     DynamoRenewals,
     SharedLimiter<DynamoSlotStore, SystemClock>,

@@ -3,19 +3,18 @@
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
 use punctual_aws::emf::{Metrics, name};
-use punctual_core::clock::Clock;
 use punctual_core::decision::Disposition;
-use punctual_core::ports::{Ledger, Limiter, Provider, Renewals, SendQueue};
 use punctual_core::reason::ReasonCode;
-use punctual_core::sender::{Processed, Received, Sender, SenderError};
+use punctual_core::sender::{Process, Processed, Received, SenderError};
 use punctual_lambda::batch::process_records;
 use punctual_lambda::error::HandlerError;
 use punctual_lambda::invocation_deadline;
 
-/// What a sender invocation needs, built once per cold start.
-pub struct Deps<L, R, T, P, Q, C> {
+/// What a sender invocation needs, built once per cold start: the service (any [`Process`];
+/// production's is `Sender` over the AWS adapters) and how many records run at once.
+pub struct Deps<S> {
     /// The service.
-    pub sender: Sender<L, R, T, P, Q, C>,
+    pub sender: S,
     /// Records processed at once.
     pub concurrency: usize,
 }
@@ -92,18 +91,7 @@ fn log(message_id: &str, result: &Result<Processed, SenderError>) {
 /// Handles one SQS batch. Records whose processing hit an infrastructure failure are reported
 /// as batch item failures; everything else (including malformed and expired messages, which
 /// are quarantined) is acknowledged. The invocation as a whole never fails for a record.
-pub async fn handle<L, R, T, P, Q, C>(
-    deps: &Deps<L, R, T, P, Q, C>,
-    event: LambdaEvent<SqsEvent>,
-) -> Result<Handled, HandlerError>
-where
-    L: Ledger,
-    R: Renewals,
-    T: Limiter,
-    P: Provider,
-    Q: SendQueue,
-    C: Clock,
-{
+pub async fn handle<S: Process>(deps: &Deps<S>, event: LambdaEvent<SqsEvent>) -> Result<Handled, HandlerError> {
     let deadline = invocation_deadline(&event.context);
     let (response, results) = process_records(&event.payload, deps.concurrency, |record| {
         let received = Received {

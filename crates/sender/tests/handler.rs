@@ -39,12 +39,14 @@ struct Rig<L> {
     queue: MemoryQueue,
     provider: ScriptedProvider<ManualClock>,
     deps: Deps<
-        L,
-        AllActive,
-        SharedLimiter<MemorySlotStore, ManualClock>,
-        ScriptedProvider<ManualClock>,
-        MemoryQueue,
-        ManualClock,
+        Sender<
+            L,
+            AllActive,
+            SharedLimiter<MemorySlotStore, ManualClock>,
+            ScriptedProvider<ManualClock>,
+            MemoryQueue,
+            ManualClock,
+        >,
     >,
 }
 

@@ -25,7 +25,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
-use punctual_core::accounting::{DeliveryCounts, Ending, Outcome, Tally};
+use punctual_core::accounting::{DeliveryCounts, Ending, Outcome, Tally, Throughput};
 use punctual_core::backoff::{Jitter, SplitMix64};
 use punctual_core::clock::{Clock, until};
 use punctual_core::contract::ReminderMessage;
@@ -169,18 +169,9 @@ pub struct SimReport {
     /// What happened to them (DESIGN §11).
     #[serde(flatten)]
     pub counts: DeliveryCounts,
-    /// Provider requests.
-    pub provider_calls: u64,
-    /// Provider 429 answers.
-    pub provider_429: u64,
-    /// T0 → last delivery.
-    pub drain_seconds: f64,
-    /// Deliverable reminders ÷ quota.
-    pub floor_seconds: f64,
-    /// floor ÷ drain.
-    pub utilisation: f64,
-    /// Provider requests ÷ distinct deliveries.
-    pub retry_amplification: f64,
+    /// What the provider saw, and utilisation of its quota.
+    #[serde(flatten)]
+    pub throughput: Throughput,
     /// When the projected-breach alarm first fired (seconds after T0), if it did.
     pub alarm_first_fired_seconds: Option<f64>,
     /// When the first reminder became late (seconds after T0), if one did.
@@ -1003,14 +994,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     // client: the naive worker) is a double effect.
     tally.provider(p.duplicate_key_attempts, p.duplicate_deliveries);
     report.counts = tally.finish(None, 0);
-    report.provider_calls = p.calls;
-    report.provider_429 = p.throttled;
-    report.drain_seconds = last.map_or(0.0, |l| until(t0(), l).as_secs_f64());
-    report.floor_seconds = healthy as f64 / config.quota;
-    report.utilisation =
-        if report.drain_seconds > 0.0 { (report.floor_seconds / report.drain_seconds).min(1.0) } else { 0.0 };
-    report.retry_amplification =
-        if report.counts.delivered > 0 { p.calls as f64 / report.counts.delivered as f64 } else { 0.0 };
+    let drain = last.map_or(0.0, |l| until(t0(), l).as_secs_f64());
+    report.throughput =
+        Throughput::measure(p.calls, p.throttled, report.counts.delivered, drain, healthy as f64 / config.quota);
     if worker == Worker::Punctual {
         let stats = senders.iter().map(Sender::limiter).map(SharedLimiter::stats);
         let (granted, stranded) = stats.fold((0, 0), |(g, s), x| (g + x.granted, s + x.stranded));
@@ -1034,7 +1020,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     report.first_late_seconds = late_times.iter().copied().reduce(f64::min);
     report.simulated_seconds = until(t0(), clock.now()).as_secs_f64();
     late_times.sort_by(f64::total_cmp);
-    let end = report.simulated_seconds.max(report.drain_seconds).ceil();
+    let end = report.simulated_seconds.max(report.throughput.drain_seconds).ceil();
     // A step function: flat until each reminder's deadline passes, then one higher.
     let mut late_cumulative: Vec<(f64, f64)> = vec![(0.0, 0.0)];
     for (i, t) in late_times.iter().enumerate() {

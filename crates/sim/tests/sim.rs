@@ -23,13 +23,18 @@ fn normal_drains_at_the_quota_with_nothing_late_or_lost() {
         (12_000, 0, 0, 0),
         "{p:#?}"
     );
-    assert!(p.utilisation >= 0.98, "utilisation {}", p.utilisation);
-    assert!(p.drain_seconds <= 1.02 * p.floor_seconds, "drain {} floor {}", p.drain_seconds, p.floor_seconds);
+    assert!(p.throughput.utilisation >= 0.98, "utilisation {}", p.throughput.utilisation);
     assert!(
-        n.provider_429 > p.provider_429,
+        p.throughput.drain_seconds <= 1.02 * p.throughput.floor_seconds,
+        "drain {} floor {}",
+        p.throughput.drain_seconds,
+        p.throughput.floor_seconds
+    );
+    assert!(
+        n.throughput.provider_429 > p.throughput.provider_429,
         "the naive worker floods the provider: {} vs {}",
-        n.provider_429,
-        p.provider_429
+        n.throughput.provider_429,
+        p.throughput.provider_429
     );
 }
 
@@ -52,9 +57,9 @@ fn poison_is_dead_lettered_as_malformed_and_the_rest_delivered() {
 #[test]
 fn throttle_costs_few_retries_and_no_healthy_reminder_in_the_dlq() {
     let (p, n) = both(Scenario::Throttle, 30_000);
-    assert!(p.retry_amplification <= 1.02, "amplification {}: {p:#?}", p.retry_amplification);
+    assert!(p.throughput.retry_amplification <= 1.02, "amplification {}: {p:#?}", p.throughput.retry_amplification);
     assert_eq!((p.healthy_dead_lettered, p.counts.lost), (0, 0), "{p:#?}");
-    assert!(n.retry_amplification > p.retry_amplification);
+    assert!(n.throughput.retry_amplification > p.throughput.retry_amplification);
 }
 
 #[test]
@@ -90,5 +95,8 @@ fn redrive_under_a_cap_delivers_the_dlq_without_making_fresh_traffic_late() {
     assert_eq!(p.fresh_late, 0, "{p:#?}");
     // 500 at the cap of 10/s cannot move in less than 49.9 s.
     assert!(p.redrive_seconds >= 49.9, "moved too fast: {p:#?}");
-    assert!(n.fresh_late > p.fresh_late && n.provider_429 > p.provider_429, "the bulk move floods: {n:#?}");
+    assert!(
+        n.fresh_late > p.fresh_late && n.throughput.provider_429 > p.throughput.provider_429,
+        "the bulk move floods: {n:#?}"
+    );
 }

@@ -25,6 +25,21 @@ pub struct Pending {
     pub deliver_by: DateTime<Utc>,
 }
 
+impl Pending {
+    /// The pending reminder of `kind` for `tenant`/`renewal` with the window `[after, by)`, its
+    /// id derived as production derives it (from the local due date of `after`, in UTC here).
+    pub fn new(
+        tenant_id: TenantId,
+        renewal_id: RenewalId,
+        kind: ReminderKind,
+        deliver_after: DateTime<Utc>,
+        deliver_by: DateTime<Utc>,
+    ) -> Self {
+        let reminder_id = ReminderId::derive(&tenant_id, &renewal_id, &kind, deliver_after.date_naive());
+        Self { tenant_id, renewal_id, kind, reminder_id, deliver_after, deliver_by }
+    }
+}
+
 /// One page of pending renewals from one shard.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Page<K> {
