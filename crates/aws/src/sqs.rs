@@ -273,6 +273,52 @@ impl SqsQueues {
         Ok(refused)
     }
 
+    /// Reads up to `limit` distinct messages of `queue_url` without taking them: each is held
+    /// for 30 s while reading, and **every** message received — repeats and the last batch
+    /// included — is made visible again before this returns, on success or error. `stop` ends
+    /// the read early once it returns true for a message (e.g. the one being looked for).
+    /// Counting must never hide what it counts.
+    pub async fn peek(
+        &self,
+        queue_url: &str,
+        limit: usize,
+        mut stop: impl FnMut(&Received) -> bool,
+    ) -> Result<Vec<Received>, QueueError> {
+        let mut seen = std::collections::HashSet::new();
+        let mut handles = Vec::new();
+        let mut out = Vec::new();
+        let read = async {
+            'read: while out.len() < limit {
+                let batch = self.receive_holding(queue_url, 10, Duration::ZERO, Some(Duration::from_secs(30))).await?;
+                let before = out.len();
+                for m in batch {
+                    handles.push(m.receipt_handle.clone());
+                    if seen.insert(m.message_id.clone()) {
+                        let done = stop(&m);
+                        out.push(m);
+                        if done {
+                            break 'read;
+                        }
+                    }
+                }
+                if out.len() == before {
+                    break;
+                }
+            }
+            Ok::<(), QueueError>(())
+        }
+        .await;
+        let mut released = Ok(());
+        for h in &handles {
+            if let Err(e) = self.change_visibility(queue_url, h, Duration::ZERO).await {
+                released = Err(e);
+            }
+        }
+        read?;
+        released?;
+        Ok(out)
+    }
+
     /// Makes a received message visible again after `timeout` (≤ 12 h).
     pub async fn change_visibility(
         &self,

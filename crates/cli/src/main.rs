@@ -39,6 +39,10 @@ enum Command {
     /// `punctual simulate --help`).
     #[command(disable_help_flag = true)]
     Simulate(PassThrough),
+    /// The deterministic fault checker: seeded fault plans, invariants I1–I7 checked after
+    /// every seed (runs `punctual-sim`; see `punctual check --help`).
+    #[command(disable_help_flag = true)]
+    Check(PassThrough),
     /// Leave a local pipeline running (emulator, provider double, queues, tables), drain it
     /// through the sender, tear it down.
     Local(LocalArgs),
@@ -309,6 +313,7 @@ async fn main() -> ExitCode {
         Command::Run(a) => run_command(a).await,
         Command::Local(a) => local_command(a).await,
         Command::Simulate(a) => sibling("punctual-sim", "simulate", &a.args),
+        Command::Check(a) => sibling("punctual-sim", "check", &a.args),
         Command::Status(a) => status(a).await,
         Command::Explain(a) => explain(a).await,
         Command::Pause(a) => pause(a).await,

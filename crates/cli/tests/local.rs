@@ -46,6 +46,12 @@ async fn local_up_then_hand_sent_messages_then_drain_accounts_for_each_one() {
     assert_eq!(report["dead_lettered"]["business_deadline_expired"], 1, "{report}");
     assert_eq!((report["lost"].as_u64(), report["duplicates"].as_u64()), (Some(0), Some(0)), "{report}");
 
+    // Counting never hides what it counts: right after the drain, the DLQ hands out both of its
+    // messages (the malformed one and the expired reminder's copy).
+    let dlq_url = res["dlq_url"].as_str().unwrap();
+    let got = sqs.receive_message().queue_url(dlq_url).max_number_of_messages(10).send().await.unwrap();
+    assert_eq!(got.messages().len(), 2, "{got:?}");
+
     let down = punctual(&state, &["local", "down"]);
     assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
     let again = punctual(&state, &["local", "drain"]);

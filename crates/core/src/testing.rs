@@ -162,14 +162,24 @@ impl Ledger for MemoryLedger {
     }
 }
 
-/// Which ledger call a [`FaultyLedger`] breaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which ledger call a [`FaultyLedger`] breaks, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Fault {
     /// `settle(delivered)` fails without writing: a crash after the provider accepted and
     /// before the ledger recorded it.
     LoseDeliveredWrite,
     /// `claim` writes, then reports a failure: a timeout whose write actually happened.
     UncertainClaim,
+    /// `claim` fails without writing (the store refused or was unreachable).
+    ClaimRefused,
+    /// `settle` writes, then reports a failure: the answer to an applied write was lost.
+    UncertainSettle,
+}
+
+impl Fault {
+    /// Every fault.
+    pub const ALL: [Fault; 4] =
+        [Fault::LoseDeliveredWrite, Fault::UncertainClaim, Fault::ClaimRefused, Fault::UncertainSettle];
 }
 
 /// When a [`FaultyLedger`] fires.
@@ -181,26 +191,43 @@ enum Trigger {
     Chance(Arc<Mutex<SplitMix64>>, f64),
 }
 
-/// A ledger wrapper that injects one kind of fault: a set number of times (unit tests) or at
-/// random with a seeded probability (the simulator's crash model). The one fault injector of
-/// the ledger port.
+/// A ledger wrapper that injects faults: a set number of times (unit tests) or at random with
+/// seeded probabilities (the simulator's crash model, the fault checker's plans). The one
+/// fault injector of the ledger port; it counts what it injected.
 #[derive(Debug, Clone)]
 pub struct FaultyLedger<L> {
     inner: L,
-    fault: Fault,
-    trigger: Trigger,
+    plan: Vec<(Fault, Trigger)>,
+    injected: Arc<Mutex<HashMap<Fault, u64>>>,
 }
 
 impl<L> FaultyLedger<L> {
     /// Wraps `inner`, injecting `fault` the next `times` times it applies.
     pub fn new(inner: L, fault: Fault, times: u32) -> Self {
-        Self { inner, fault, trigger: Trigger::Times(Arc::new(AtomicU32::new(times))) }
+        Self::planned(inner, vec![(fault, Trigger::Times(Arc::new(AtomicU32::new(times))))])
     }
 
     /// Wraps `inner`, injecting `fault` with probability `p` each time it applies, drawn from
     /// a generator seeded with `seed`.
     pub fn with_chance(inner: L, fault: Fault, p: f64, seed: u64) -> Self {
-        Self { inner, fault, trigger: Trigger::Chance(Arc::new(Mutex::new(SplitMix64::new(seed))), p) }
+        Self::with_chances(inner, &[(fault, p)], seed)
+    }
+
+    /// Wraps `inner`, injecting each listed fault with its probability (one generator per
+    /// fault, seeded from `seed`).
+    pub fn with_chances(inner: L, faults: &[(Fault, f64)], seed: u64) -> Self {
+        let plan = faults
+            .iter()
+            .enumerate()
+            .map(|(i, (f, p))| {
+                (*f, Trigger::Chance(Arc::new(Mutex::new(SplitMix64::new(seed ^ ((i as u64) << 8)))), *p))
+            })
+            .collect();
+        Self::planned(inner, plan)
+    }
+
+    fn planned(inner: L, plan: Vec<(Fault, Trigger)>) -> Self {
+        Self { inner, plan, injected: Arc::default() }
     }
 
     /// The wrapped ledger.
@@ -208,20 +235,30 @@ impl<L> FaultyLedger<L> {
         &self.inner
     }
 
+    /// How many times each fault was injected so far.
+    pub fn injected(&self) -> HashMap<Fault, u64> {
+        lock(&self.injected).clone()
+    }
+
     fn fire(&self, fault: Fault) -> bool {
-        if fault != self.fault {
-            return false;
-        }
-        match &self.trigger {
+        let fired = self.plan.iter().filter(|(f, _)| *f == fault).any(|(_, t)| match t {
             Trigger::Times(n) => n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok(),
             Trigger::Chance(rng, p) => lock(rng).next_unit() < *p,
+        });
+        if fired {
+            *lock(&self.injected).entry(fault).or_default() += 1;
         }
+        fired
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 #[error("injected fault: {0:?}")]
 struct Injected(Fault);
+
+fn injected(f: Fault) -> LedgerError {
+    LedgerError::Unknown(Box::new(Injected(f)))
+}
 
 impl<L: Ledger> Ledger for FaultyLedger<L> {
     async fn claim(
@@ -231,9 +268,12 @@ impl<L: Ledger> Ledger for FaultyLedger<L> {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<ClaimView, LedgerError> {
+        if self.fire(Fault::ClaimRefused) {
+            return Err(injected(Fault::ClaimRefused));
+        }
         let view = self.inner.claim(msg, owner, now, lease_until).await?;
         if self.fire(Fault::UncertainClaim) {
-            return Err(LedgerError::Unknown(Box::new(Injected(Fault::UncertainClaim))));
+            return Err(injected(Fault::UncertainClaim));
         }
         Ok(view)
     }
@@ -246,9 +286,13 @@ impl<L: Ledger> Ledger for FaultyLedger<L> {
         s: &Settlement,
     ) -> Result<SettleOutcome, LedgerError> {
         if s.state == ReminderState::Delivered && self.fire(Fault::LoseDeliveredWrite) {
-            return Err(LedgerError::Unknown(Box::new(Injected(Fault::LoseDeliveredWrite))));
+            return Err(injected(Fault::LoseDeliveredWrite));
         }
-        self.inner.settle(msg, owner, now, s).await
+        let outcome = self.inner.settle(msg, owner, now, s).await?;
+        if self.fire(Fault::UncertainSettle) {
+            return Err(injected(Fault::UncertainSettle));
+        }
+        Ok(outcome)
     }
 
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {

@@ -3,7 +3,6 @@
 //! accounting (`punctual_core::accounting`), for `run` and `local drain` alike.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use punctual_aws::sqs::{SqsQueues, attr};
@@ -22,53 +21,26 @@ pub struct DlqContents {
 /// DLQ messages without a `reason` attribute were moved by the queue's `maxReceiveCount`.
 pub const BACKSTOP: &str = "receive_count_backstop";
 
-/// Reads up to `limit` DLQ messages and makes **every** message it received visible again
-/// (the last batch included): counting must never hide what it counts.
+/// Reads up to `limit` DLQ messages without hiding them (`SqsQueues::peek`).
 pub async fn peek_dlq(queues: &SqsQueues, limit: usize) -> Result<DlqContents, QueueError> {
-    let dlq = queues.dlq_url();
     let mut out = DlqContents::default();
-    let mut seen = std::collections::HashSet::new();
-    let mut handles = Vec::new();
-    let result = async {
-        while seen.len() < limit {
-            // Held for 30 s while counting, released right after.
-            let batch = queues.receive_holding(dlq, 10, Duration::ZERO, Some(Duration::from_secs(30))).await?;
-            if batch.is_empty() {
-                break;
+    for m in queues.peek(queues.dlq_url(), limit, |_| false).await? {
+        let get = |k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let reason = get(attr::REASON).unwrap_or_else(|| BACKSTOP.to_owned());
+        match get(attr::REMINDER_ID) {
+            Some(id) => {
+                out.by_reminder.insert(id, reason);
             }
-            let mut fresh = 0;
-            for m in batch {
-                handles.push(m.receipt_handle.clone());
-                if !seen.insert(m.message_id.clone()) {
-                    continue;
+            // Moved by the backstop: no attributes, but the body names the reminder.
+            None => match punctual_core::ReminderMessage::decode(&m.body) {
+                Ok(msg) => {
+                    out.by_reminder.insert(msg.reminder_id.to_string(), reason);
                 }
-                fresh += 1;
-                let get = |k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-                let reason = get(attr::REASON).unwrap_or_else(|| BACKSTOP.to_owned());
-                match get(attr::REMINDER_ID) {
-                    Some(id) => {
-                        out.by_reminder.insert(id, reason);
-                    }
-                    None => match punctual_core::ReminderMessage::decode(&m.body) {
-                        // Moved by the backstop: no attributes, but the body names the reminder.
-                        Ok(msg) => {
-                            out.by_reminder.insert(msg.reminder_id.to_string(), reason);
-                        }
-                        Err(_) => out.anonymous.push(reason),
-                    },
-                }
-            }
-            if fresh == 0 {
-                break;
-            }
+                Err(_) => out.anonymous.push(reason),
+            },
         }
-        Ok::<(), QueueError>(())
     }
-    .await;
-    for h in &handles {
-        let _ = queues.change_visibility(dlq, h, Duration::ZERO).await;
-    }
-    result.map(|()| out)
+    Ok(out)
 }
 
 /// Everything one count needs.

@@ -1,7 +1,6 @@
 //! The operator commands: `status`, `explain`, `pause`, `resume`, `redrive`.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use punctual_aws::control::DynamoControl;
@@ -275,39 +274,18 @@ pub fn explanation(rec: &LedgerRecord, now: DateTime<Utc>, target: &Target) -> E
 }
 
 async fn find_in_dlq(queues: &SqsQueues, id: &str) -> Result<Option<ReminderId>, OpsError> {
-    // Peek: receive with a short hold and release at once (bounded to 100 messages).
-    let mut handles = Vec::new();
-    let mut found = None;
-    for _ in 0..10 {
-        let got =
-            queues.receive(queues.dlq_url(), 10, Duration::from_millis(200)).await.map_err(step("reading the DLQ"))?;
-        if got.is_empty() {
-            break;
-        }
-        for m in got {
-            let orig = m
-                .attributes
-                .iter()
-                .find(|(k, _)| k == punctual_aws::sqs::attr::ORIGINAL_MESSAGE_ID)
-                .map(|(_, v)| v.as_str());
-            if m.message_id == id || orig == Some(id) {
-                let rid = m
-                    .attributes
-                    .iter()
-                    .find(|(k, _)| k == punctual_aws::sqs::attr::REMINDER_ID)
-                    .map(|(_, v)| v.clone());
-                found = rid.and_then(|r| ReminderId::parse(r).ok());
-            }
-            handles.push(m.receipt_handle);
-        }
-        if found.is_some() {
-            break;
-        }
-    }
-    for h in handles {
-        let _ = queues.change_visibility(queues.dlq_url(), &h, Duration::ZERO).await;
-    }
-    Ok(found)
+    let attr =
+        |m: &punctual_aws::sqs::Received, k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let names_it = |m: &punctual_aws::sqs::Received| {
+        m.message_id == id || attr(m, punctual_aws::sqs::attr::ORIGINAL_MESSAGE_ID).as_deref() == Some(id)
+    };
+    // Bounded to 100 messages; every message read stays in the DLQ, visible.
+    let read = queues.peek(queues.dlq_url(), 100, names_it).await.map_err(step("reading the DLQ"))?;
+    Ok(read
+        .iter()
+        .find(|m| names_it(m))
+        .and_then(|m| attr(m, punctual_aws::sqs::attr::REMINDER_ID))
+        .and_then(|r| ReminderId::parse(r).ok()))
 }
 
 // ---- redrive -------------------------------------------------------------------------------------

@@ -34,20 +34,20 @@ fn now() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-12-01T14:05:00Z").unwrap().with_timezone(&Utc)
 }
 
+type TestSender<L> = Sender<
+    L,
+    AllActive,
+    SharedLimiter<MemorySlotStore, ManualClock>,
+    ScriptedProvider<ManualClock>,
+    MemoryQueue,
+    ManualClock,
+>;
+
 struct Rig<L> {
     clock: ManualClock,
     queue: MemoryQueue,
     provider: ScriptedProvider<ManualClock>,
-    deps: Deps<
-        Sender<
-            L,
-            AllActive,
-            SharedLimiter<MemorySlotStore, ManualClock>,
-            ScriptedProvider<ManualClock>,
-            MemoryQueue,
-            ManualClock,
-        >,
-    >,
+    deps: Deps<TestSender<L>>,
 }
 
 fn rig_with<L: Ledger>(ledger: L, script: Vec<ProviderOutcome>) -> Rig<L> {

@@ -8,6 +8,7 @@
 //! CLI never links either.
 
 pub mod chart;
+pub mod check;
 pub mod simulate;
 
 pub use simulate::*;

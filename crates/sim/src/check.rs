@@ -1,0 +1,1104 @@
+//! The deterministic fault checker (DESIGN §10): `punctual check --seeds N`.
+//!
+//! Each seed draws a **fault plan** and runs a small world in virtual time — the core's
+//! scheduler, three sender instances (each with its own clock, skewed within [`SKEW`]), the
+//! shared limiter, an operator pause and resume, a redrive racing live traffic and an import
+//! racing the scheduler's ticks — over the core's in-memory adapters (whose behaviour the
+//! contract suites tie to DynamoDB Local and moto) and models of SQS and the provider that
+//! inject faults. After the world has drained, the invariants are checked:
+//!
+//! | id | invariant |
+//! |---|---|
+//! | I1 | at most one accepted provider effect per reminder id; a request repeating a key only after an indeterminate outcome (never once the ledger records the reminder delivered), and never a reminder recorded delivered without the provider holding its effect |
+//! | I2 | no provider call outside `[deliver_after, deliver_by)`, beyond the skew bound |
+//! | I3 | conservation: every released reminder ends delivered, expired, cancelled or dead-lettered with a reason, or is still on a queue; none leased or deferred with nothing on a queue |
+//! | I4 | the provider never sees more than quota × 1 s + burst requests in any 1 s window |
+//! | I5 | bounded work: provider requests per reminder ≤ attempt budget × (1 + redrives) + lost answers; ledger history ≤ its bound; SQS copies per reminder ≤ 64 |
+//! | I6 | throttling sends no healthy reminder to the DLQ (a reminder the provider only ever throttled, with a long window, never ends `attempt_limit`) |
+//! | I7 | the DLQ never holds a delivered reminder, and every DLQ message carries a known reason |
+//!
+//! Fault classes (each counted in `faults_injected`): a crash at every step boundary (after the
+//! claim — its answer lost; during the call — a timeout; after the call before the settle;
+//! after the settle, a requeue or a DLQ send before the ack; a redrive after its send before
+//! its delete), SQS duplicate delivery and reordering, DynamoDB errors before a write and
+//! applied-but-answer-lost writes, provider 429 with `Retry-After` in seconds, as an HTTP date
+//! and absurd (a day), 503, 5xx, timeouts, accept-then-drop, 3xx, clock skew between
+//! instances, an import racing a tick, a redrive racing live traffic, pause and resume at
+//! random points.
+//!
+//! A run is a pure function of its seed: `punctual check --seeds 1 --first-seed S` replays
+//! seed S exactly.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde::Serialize;
+
+use punctual_core::backoff::{Backoff, Jitter, SplitMix64};
+use punctual_core::clock::{Clock, add};
+use punctual_core::contract::ReminderMessage;
+use punctual_core::decision::{RenewalView, SenderPolicy};
+use punctual_core::ids::{ReminderKind, RenewalId, TenantId};
+use punctual_core::limiter::{LimiterSettings, SharedLimiter};
+use punctual_core::pause::PauseGate;
+use punctual_core::ports::{
+    Control, DeadLetter, DeadLetters, DeadLettersError, Ledger, Pause, Pending, Provider, ProviderError,
+    ProviderRequest, Quarantine, QueueError, ReleaseQueue, SendQueue,
+};
+use punctual_core::provider::{ProviderOutcome, RetryAfter};
+use punctual_core::reason::{ReasonCode, ReminderState};
+use punctual_core::redrive::{RedriveRequest, Redriver, Selection};
+use punctual_core::scheduler::{Scheduler, SchedulerSettings};
+use punctual_core::sender::{Received, Sender, SenderSettings};
+use punctual_core::testing::{
+    Fault, FaultyLedger, MemoryControl, MemoryDueStore, MemoryLedger, MemoryRenewals, MemorySlotStore,
+};
+
+/// The clock-skew bound between instances: each sender's clock reads the true time ± this.
+pub const SKEW: Duration = Duration::from_millis(250);
+/// The provider's quota in the checker's world, calls/s.
+pub const QUOTA: f64 = 20.0;
+/// The provider's burst (token bucket size).
+pub const BURST: f64 = 2.0;
+/// Attempts per reminder in the checker's world (small, so budgets are reached).
+pub const MAX_ATTEMPTS: u32 = 4;
+/// The most SQS copies (releases, requeues, duplicates, redrives) one reminder may have.
+pub const MAX_COPIES: u64 = 64;
+/// The most history entries a ledger record may keep (the in-memory ledger's bound is the
+/// contract suite's; the checker asserts the bound it states).
+pub const MAX_HISTORY: usize = 200;
+const SENDERS: usize = 3;
+const VISIBILITY: Duration = Duration::from_secs(30);
+const MAX_RECEIVES: u32 = 5;
+const LATENCY: Duration = Duration::from_millis(40);
+const HORIZON: Duration = Duration::from_secs(40 * 60);
+
+/// The invariants, by name.
+pub const INVARIANTS: [&str; 7] = ["I1", "I2", "I3", "I4", "I5", "I6", "I7"];
+
+/// The fault classes, by name (every one appears in `faults_injected`).
+pub const FAULT_CLASSES: [&str; 23] = [
+    "crash_after_claim",
+    "crash_during_call",
+    "crash_after_call_before_settle",
+    "crash_after_settle_before_ack",
+    "crash_after_requeue_before_ack",
+    "crash_after_dlq_send_before_ack",
+    "crash_redrive_after_send_before_delete",
+    "sqs_duplicate_delivery",
+    "sqs_reordering",
+    "dynamodb_error",
+    "dynamodb_answer_lost",
+    "provider_429_seconds",
+    "provider_429_http_date",
+    "provider_429_absurd",
+    "provider_503",
+    "provider_5xx",
+    "provider_timeout",
+    "provider_accept_then_drop",
+    "provider_3xx",
+    "clock_skew",
+    "import_racing_tick",
+    "redrive_racing_traffic",
+    "pause_resume",
+];
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn t0() -> DateTime<Utc> {
+    DateTime::<Utc>::UNIX_EPOCH + TimeDelta::days(20_788) + TimeDelta::hours(9)
+}
+
+/// What `punctual check` runs.
+#[derive(Debug, Clone)]
+pub struct CheckConfig {
+    /// Seeds to run.
+    pub seeds: u64,
+    /// The first seed (`first_seed .. first_seed + seeds`).
+    pub first_seed: u64,
+    /// Reminders per seed.
+    pub reminders: usize,
+}
+
+/// One broken invariant, with what replays it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Violation {
+    /// The seed.
+    pub seed: u64,
+    /// `I1` … `I7`.
+    pub invariant: &'static str,
+    /// The reminder it concerns (or `-`).
+    pub reminder_id: String,
+    /// What was seen.
+    pub detail: String,
+    /// The command that replays this seed.
+    pub replay: String,
+}
+
+/// `punctual check`'s report (`--json` keys are a contract).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CheckReport {
+    /// Seeds run.
+    pub seeds: u64,
+    /// The first seed.
+    pub first_seed: u64,
+    /// Reminders per seed.
+    pub reminders: usize,
+    /// Violations by invariant (every invariant listed, 0 when it held).
+    pub violations: BTreeMap<String, u64>,
+    /// Faults injected by class over all seeds (every class listed).
+    pub faults_injected: BTreeMap<String, u64>,
+    /// The first violation found, with the command that replays it.
+    pub first_violation: Option<Violation>,
+    /// How the reminders ended, over all seeds.
+    pub outcomes: BTreeMap<String, u64>,
+    /// The clock-skew bound, milliseconds.
+    pub skew_bound_ms: u64,
+    /// Wall time, seconds.
+    pub wall_seconds: f64,
+}
+
+/// What one seed found.
+#[derive(Debug, Clone, Default)]
+pub struct SeedOutcome {
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+    /// Faults injected, by class.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// How the reminders ended.
+    pub outcomes: BTreeMap<String, u64>,
+}
+
+/// Runs every seed and checks the invariants after each.
+pub fn check(config: &CheckConfig, mut progress: impl FnMut(u64, &CheckReport)) -> CheckReport {
+    let started = Instant::now();
+    let mut report = CheckReport {
+        seeds: config.seeds,
+        first_seed: config.first_seed,
+        reminders: config.reminders,
+        violations: INVARIANTS.iter().map(|i| ((*i).to_owned(), 0)).collect(),
+        faults_injected: FAULT_CLASSES.iter().map(|c| ((*c).to_owned(), 0)).collect(),
+        skew_bound_ms: SKEW.as_millis() as u64,
+        ..CheckReport::default()
+    };
+    for (done, seed) in (config.first_seed..config.first_seed.saturating_add(config.seeds)).enumerate() {
+        let o = run_seed(seed, config.reminders);
+        for v in &o.violations {
+            *report.violations.entry(v.invariant.to_owned()).or_default() += 1;
+        }
+        if report.first_violation.is_none() {
+            report.first_violation = o.violations.first().cloned();
+        }
+        for (k, n) in o.faults {
+            *report.faults_injected.entry(k.to_owned()).or_default() += n;
+        }
+        for (k, n) in o.outcomes {
+            *report.outcomes.entry(k).or_default() += n;
+        }
+        progress(done as u64 + 1, &report);
+    }
+    report.wall_seconds = started.elapsed().as_secs_f64();
+    report
+}
+
+// ---- virtual time ----------------------------------------------------------------------------
+
+/// Virtual time (tokio's paused clock), read through an offset: an instance whose clock is
+/// skewed.
+#[derive(Debug, Clone)]
+struct SkewedClock {
+    start: tokio::time::Instant,
+    offset_ms: i64,
+}
+
+impl SkewedClock {
+    fn truth(&self) -> DateTime<Utc> {
+        add(t0(), tokio::time::Instant::now().duration_since(self.start))
+    }
+}
+
+impl Clock for SkewedClock {
+    fn now(&self) -> DateTime<Utc> {
+        self.truth() + TimeDelta::milliseconds(self.offset_ms)
+    }
+
+    fn sleep(&self, d: Duration) -> impl std::future::Future<Output = ()> + Send {
+        tokio::time::sleep(d)
+    }
+}
+
+// ---- the fault plan ---------------------------------------------------------------------------
+
+/// Probabilities drawn once per seed.
+#[derive(Debug, Clone)]
+struct Plan {
+    provider_fault: f64,
+    ledger: Vec<(Fault, f64)>,
+    crash_before_ack: f64,
+    duplicate: f64,
+    redrive_crash: f64,
+    skew_ms: [i64; SENDERS],
+    pause_at: Option<(Duration, Duration)>,
+    redrive_at: Option<Duration>,
+    import_at: Option<Duration>,
+    /// Reminders the provider always refuses with a transient answer (an outage of theirs).
+    outage: f64,
+}
+
+impl Plan {
+    fn draw(rng: &mut SplitMix64) -> Self {
+        let mut p = |max: f64| rng.next_unit() * max;
+        let provider_fault = p(0.3);
+        let ledger = vec![
+            (Fault::UncertainClaim, p(0.05)),
+            (Fault::ClaimRefused, p(0.05)),
+            (Fault::LoseDeliveredWrite, p(0.05)),
+            (Fault::UncertainSettle, p(0.05)),
+        ];
+        let crash_before_ack = p(0.05);
+        let duplicate = p(0.05);
+        let redrive_crash = p(0.3);
+        let outage = p(0.15);
+        let skew = SKEW.as_millis() as f64;
+        let skew_ms = [
+            ((rng.next_unit() * 2.0 - 1.0) * skew) as i64,
+            ((rng.next_unit() * 2.0 - 1.0) * skew) as i64,
+            ((rng.next_unit() * 2.0 - 1.0) * skew) as i64,
+        ];
+        let secs = |rng: &mut SplitMix64, max: f64| Duration::from_millis((rng.next_unit() * max * 1000.0) as u64);
+        let pause_at = (rng.next_unit() < 0.5).then(|| (secs(rng, 120.0), secs(rng, 60.0)));
+        let redrive_at = (rng.next_unit() < 0.7).then(|| secs(rng, 240.0) + Duration::from_secs(20));
+        let import_at = (rng.next_unit() < 0.5).then(|| secs(rng, 30.0));
+        Self {
+            provider_fault,
+            ledger,
+            crash_before_ack,
+            duplicate,
+            redrive_crash,
+            skew_ms,
+            pause_at,
+            redrive_at,
+            import_at,
+            outage,
+        }
+    }
+}
+
+/// Fault counters of one seed.
+#[derive(Debug, Clone, Default)]
+struct Faults(Arc<Mutex<BTreeMap<&'static str, u64>>>);
+
+impl Faults {
+    fn add(&self, class: &'static str) {
+        *lock(&self.0).entry(class).or_default() += 1;
+    }
+}
+
+// ---- SQS model ---------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+struct Msg {
+    body: String,
+    receives: u32,
+    visible_at_ms: i64,
+    generation: u64,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    next_id: u64,
+    msgs: BTreeMap<u64, Msg>,
+    /// DLQ: (id, body, reason attribute).
+    dlq: Vec<(u64, String, Option<String>)>,
+    dlq_held: HashSet<u64>,
+    /// SQS copies per reminder id.
+    copies: HashMap<String, u64>,
+    /// Reminders a redrive sent back (reminder id → times).
+    redriven: HashMap<String, u32>,
+}
+
+/// An SQS standard queue and its DLQ: visibility timeouts, delays, receive counts, random
+/// order, at-least-once copies, the `maxReceiveCount` backstop.
+#[derive(Debug, Clone)]
+struct Sqs {
+    state: Arc<Mutex<QueueState>>,
+    clock: SkewedClock,
+}
+
+fn reminder_of(body: &str) -> Option<String> {
+    ReminderMessage::decode(body).ok().map(|m| m.reminder_id.to_string())
+}
+
+impl Sqs {
+    fn push(&self, body: String, delay: Duration) {
+        let now = self.clock.truth().timestamp_millis();
+        let mut s = lock(&self.state);
+        if let Some(r) = reminder_of(&body) {
+            *s.copies.entry(r).or_default() += 1;
+        }
+        let id = s.next_id;
+        s.next_id += 1;
+        let visible_at_ms = now + delay.as_millis() as i64;
+        s.msgs.insert(id, Msg { body, receives: 0, visible_at_ms, generation: 0 });
+    }
+
+    /// Up to 10 visible messages in random order, each hidden for the visibility timeout; with
+    /// probability `dup` a copy of one stays visible too.
+    fn receive(&self, rng: &mut SplitMix64, dup: f64, faults: &Faults) -> Vec<(u64, u64, String)> {
+        let now = self.clock.truth().timestamp_millis();
+        let mut s = lock(&self.state);
+        let mut ready: Vec<u64> = s.msgs.iter().filter(|(_, m)| m.visible_at_ms <= now).map(|(id, _)| *id).collect();
+        let mut out = Vec::new();
+        while out.len() < 10 && !ready.is_empty() {
+            let i = (rng.next_u64() % ready.len() as u64) as usize;
+            if i != 0 {
+                faults.add("sqs_reordering");
+            }
+            let id = ready.swap_remove(i);
+            let Some(m) = s.msgs.get_mut(&id) else { continue };
+            m.receives += 1;
+            m.generation += 1;
+            m.visible_at_ms = now + VISIBILITY.as_millis() as i64;
+            let (body, receives, generation) = (m.body.clone(), m.receives, m.generation);
+            if receives > MAX_RECEIVES {
+                // The redrive policy moves it, without the sender's attributes.
+                s.msgs.remove(&id);
+                let dlq_id = s.next_id;
+                s.next_id += 1;
+                s.dlq.push((dlq_id, body, None));
+                continue;
+            }
+            if rng.next_unit() < dup {
+                faults.add("sqs_duplicate_delivery");
+                let cid = s.next_id;
+                s.next_id += 1;
+                if let Some(r) = reminder_of(&body) {
+                    *s.copies.entry(r).or_default() += 1;
+                }
+                s.msgs.insert(cid, Msg { body: body.clone(), receives: 0, visible_at_ms: now, generation: 0 });
+            }
+            out.push((id, generation, body));
+        }
+        out
+    }
+
+    /// Deletes a message if this receipt is still its latest.
+    fn ack(&self, id: u64, generation: u64) {
+        let mut s = lock(&self.state);
+        if s.msgs.get(&id).is_some_and(|m| m.generation == generation) {
+            s.msgs.remove(&id);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        lock(&self.state).msgs.is_empty()
+    }
+}
+
+impl SendQueue for Sqs {
+    async fn requeue(&self, msg: &ReminderMessage, delay: Duration) -> Result<(), QueueError> {
+        self.push(msg.encode(), delay.min(Duration::from_secs(900)));
+        Ok(())
+    }
+
+    async fn dead_letter(&self, q: &Quarantine<'_>) -> Result<(), QueueError> {
+        let mut s = lock(&self.state);
+        let id = s.next_id;
+        s.next_id += 1;
+        s.dlq.push((id, q.body.to_owned(), Some(q.reason.as_str().to_owned())));
+        Ok(())
+    }
+}
+
+impl ReleaseQueue for Sqs {
+    async fn release(&self, batch: &[(ReminderMessage, Duration)]) -> Result<Vec<bool>, QueueError> {
+        for (m, delay) in batch {
+            self.push(m.encode(), *delay);
+        }
+        Ok(vec![true; batch.len()])
+    }
+
+    async fn depth(&self) -> Result<u64, QueueError> {
+        Ok(lock(&self.state).msgs.len() as u64)
+    }
+}
+
+/// The DLQ as the redrive sees it; a crash between its send and its delete leaves both copies.
+#[derive(Debug, Clone)]
+struct Dlq {
+    sqs: Sqs,
+    crash: f64,
+    rng: Arc<Mutex<SplitMix64>>,
+    faults: Faults,
+}
+
+impl DeadLetters for Dlq {
+    async fn receive(&self) -> Result<Vec<DeadLetter>, DeadLettersError> {
+        let mut s = lock(&self.sqs.state);
+        let QueueState { dlq, dlq_held, .. } = &mut *s;
+        let out: Vec<DeadLetter> = dlq
+            .iter()
+            .filter(|(id, _, _)| !dlq_held.contains(id))
+            .take(10)
+            .map(|(id, body, reason)| DeadLetter {
+                handle: id.to_string(),
+                message_id: id.to_string(),
+                body: body.clone(),
+                // As the SQS adapter reads it: no attribute means the backstop moved it.
+                reason: Some(reason.clone().unwrap_or_else(|| ReasonCode::ReceiveCountBackstop.as_str().to_owned())),
+                first_enqueued: ReminderMessage::decode(body).ok().map(|m| m.first_enqueued),
+            })
+            .collect();
+        for d in &out {
+            if let Ok(id) = d.handle.parse() {
+                dlq_held.insert(id);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn send_back(&self, body: &str) -> Result<(), DeadLettersError> {
+        if let Some(r) = reminder_of(body) {
+            *lock(&self.sqs.state).redriven.entry(r).or_default() += 1;
+        }
+        self.sqs.push(body.to_owned(), Duration::ZERO);
+        if lock(&self.rng).next_unit() < self.crash {
+            self.faults.add("crash_redrive_after_send_before_delete");
+            // The run dies here: the sent copy stays in the DLQ too.
+            return Err(DeadLettersError::Unknown("redrive crashed after its send".into()));
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, handle: &str) -> Result<(), DeadLettersError> {
+        let mut s = lock(&self.sqs.state);
+        s.dlq.retain(|(id, _, _)| id.to_string() != handle);
+        Ok(())
+    }
+
+    async fn release(&self, handles: &[String]) -> Result<(), DeadLettersError> {
+        let mut s = lock(&self.sqs.state);
+        for h in handles {
+            if let Ok(id) = h.parse::<u64>() {
+                s.dlq_held.remove(&id);
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---- provider model ----------------------------------------------------------------------------
+
+/// One request as the provider saw it.
+#[derive(Debug, Clone)]
+struct Call {
+    at_ms: i64,
+    reminder: String,
+    /// The answer left the provider as a determinate one (the client saw it).
+    determinate: bool,
+    /// It repeated a key whose effect the provider already held.
+    repeated: bool,
+    /// 429 answers only (throttling).
+    throttled: bool,
+}
+
+#[derive(Debug, Default)]
+struct ProviderState {
+    tokens: f64,
+    refilled_ms: i64,
+    effects: HashMap<String, u32>,
+    calls: Vec<Call>,
+    violations: Vec<(&'static str, String, String)>,
+}
+
+/// A provider that honours idempotency keys, enforces its quota with a token bucket and
+/// answers with the seed's faults.
+#[derive(Clone)]
+struct ChaosProvider {
+    state: Arc<Mutex<ProviderState>>,
+    clock: SkewedClock,
+    rng: Arc<Mutex<SplitMix64>>,
+    plan: Arc<Plan>,
+    faults: Faults,
+    ledger: MemoryLedger,
+    outage: Arc<HashSet<String>>,
+}
+
+impl ChaosProvider {
+    /// One request at the provider: checks I1/I2 at arrival, then answers.
+    fn call(&self, msg: &ReminderMessage, delivered_in_ledger: bool) -> ProviderOutcome {
+        let now = self.clock.truth();
+        let now_ms = now.timestamp_millis();
+        let rid = msg.reminder_id.to_string();
+        let mut s = lock(&self.state);
+        let skew = TimeDelta::from_std(SKEW).unwrap_or_default();
+        if now < msg.deliver_after - skew || now >= msg.deliver_by + skew {
+            let detail = format!(
+                "called at {now}, window [{}, {}) (skew bound {} ms)",
+                msg.deliver_after,
+                msg.deliver_by,
+                SKEW.as_millis()
+            );
+            s.violations.push(("I2", rid.clone(), detail));
+        }
+        if delivered_in_ledger {
+            s.violations.push((
+                "I1",
+                rid.clone(),
+                "a request for a reminder the ledger already records delivered".into(),
+            ));
+        }
+        let mut call = Call {
+            at_ms: now_ms,
+            reminder: rid.clone(),
+            determinate: true,
+            repeated: s.effects.contains_key(&rid),
+            throttled: false,
+        };
+        // The quota: a token bucket of BURST refilled at QUOTA per second.
+        let dt = (now_ms - s.refilled_ms).max(0) as f64 / 1000.0;
+        s.tokens = if s.refilled_ms == 0 { BURST } else { (s.tokens + dt * QUOTA).min(BURST) };
+        s.refilled_ms = now_ms;
+        let mut rng = lock(&self.rng);
+        let outcome = if s.tokens < 1.0 {
+            call.throttled = true;
+            ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(1)) }
+        } else if self.outage.contains(&rid) {
+            s.tokens -= 1.0;
+            self.faults.add("provider_503");
+            ProviderOutcome::Transient { status: Some(503), retry_after: None }
+        } else if rng.next_unit() < self.plan.provider_fault {
+            s.tokens -= 1.0;
+            // Honouring keys: a key's first acceptance is its one effect; a repeat replays it.
+            let apply = |s: &mut ProviderState| {
+                s.effects.entry(rid.clone()).or_insert(1);
+            };
+            match rng.next_u64() % 9 {
+                0 => {
+                    self.faults.add("provider_429_seconds");
+                    call.throttled = true;
+                    ProviderOutcome::Transient {
+                        status: Some(429),
+                        retry_after: Some(RetryAfter::Seconds(1 + rng.next_u64() % 5)),
+                    }
+                }
+                1 => {
+                    self.faults.add("provider_429_http_date");
+                    call.throttled = true;
+                    let at = now + TimeDelta::seconds(1 + (rng.next_u64() % 5) as i64);
+                    ProviderOutcome::Transient { status: Some(429), retry_after: RetryAfter::parse(&at.to_rfc2822()) }
+                }
+                2 => {
+                    self.faults.add("provider_429_absurd");
+                    call.throttled = true;
+                    ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(86_400)) }
+                }
+                3 => {
+                    self.faults.add("provider_503");
+                    ProviderOutcome::from_status(503, Some(RetryAfter::Seconds(2)), None)
+                }
+                4 => {
+                    // A 5xx after the request arrived: it may or may not have been applied.
+                    self.faults.add("provider_5xx");
+                    if rng.next_unit() < 0.5 {
+                        apply(&mut s);
+                    }
+                    call.determinate = false;
+                    ProviderOutcome::from_status(500, None, None)
+                }
+                5 => {
+                    self.faults.add("provider_timeout");
+                    self.faults.add("crash_during_call");
+                    if rng.next_unit() < 0.5 {
+                        apply(&mut s);
+                    }
+                    call.determinate = false;
+                    ProviderOutcome::Indeterminate { status: None }
+                }
+                6 => {
+                    self.faults.add("provider_accept_then_drop");
+                    apply(&mut s);
+                    call.determinate = false;
+                    ProviderOutcome::Indeterminate { status: None }
+                }
+                7 => {
+                    // A redirect: nothing applied; the client must not call it delivered.
+                    self.faults.add("provider_3xx");
+                    ProviderOutcome::from_status(302, None, None)
+                }
+                _ => {
+                    apply(&mut s);
+                    ProviderOutcome::Accepted { status: 202, receipt: Some(format!("r-{rid}")) }
+                }
+            }
+        } else {
+            s.tokens -= 1.0;
+            s.effects.entry(rid.clone()).or_insert(1);
+            ProviderOutcome::Accepted { status: 202, receipt: Some(format!("r-{rid}")) }
+        };
+        s.calls.push(call);
+        outcome
+    }
+}
+
+impl Provider for ChaosProvider {
+    async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
+        let delivered = self
+            .ledger
+            .get(&req.message.reminder_id)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|r| r.state == ReminderState::Delivered);
+        let outcome = self.call(req.message, delivered);
+        tokio::time::sleep(LATENCY.min(req.timeout)).await;
+        Ok(outcome)
+    }
+}
+
+// ---- one seed --------------------------------------------------------------------------------
+
+/// Runs one seed (on its own thread: it drives its own virtual-time runtime).
+pub fn run_seed(seed: u64, reminders: usize) -> SeedOutcome {
+    std::thread::scope(|sc| sc.spawn(|| run_here(seed, reminders)).join().unwrap_or_default())
+}
+
+type CheckSender = Sender<
+    FaultyLedger<MemoryLedger>,
+    MemoryRenewals,
+    SharedLimiter<MemorySlotStore, SkewedClock>,
+    ChaosProvider,
+    Sqs,
+    SkewedClock,
+>;
+
+fn run_here(seed: u64, n: usize) -> SeedOutcome {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
+    let Ok(runtime) = runtime else { return SeedOutcome::default() };
+    let _entered = runtime.enter();
+    let mut rng = SplitMix64::new(seed ^ 0x0c4e_c4e5);
+    let plan = Arc::new(Plan::draw(&mut rng));
+    let faults = Faults::default();
+    let truth = SkewedClock { start: tokio::time::Instant::now(), offset_ms: 0 };
+
+    // The population: renewals due within 20 s, windows of 20 s to 5 min, a few cancelled.
+    let due = MemoryDueStore::new(2);
+    let renewals = MemoryRenewals::new();
+    let mut population = Vec::new();
+    for i in 0..n {
+        let (Ok(tenant), Ok(renewal)) = (TenantId::parse(format!("t{}", i % 3)), RenewalId::parse(format!("r-{i}")))
+        else {
+            continue;
+        };
+        let after = t0() + TimeDelta::milliseconds((rng.next_unit() * 20_000.0) as i64);
+        let by = after + TimeDelta::milliseconds(20_000 + (rng.next_unit() * 280_000.0) as i64);
+        let view = if rng.next_unit() < 0.05 { RenewalView::Cancelled } else { RenewalView::Active };
+        renewals.set(&tenant, &renewal, view);
+        let p = Pending::new(tenant, renewal, ReminderKind::renewal_due(), after, by);
+        due.insert(p.clone());
+        population.push(p);
+    }
+    let outage: Arc<HashSet<String>> = Arc::new(
+        population.iter().filter(|_| rng.next_unit() < plan.outage).map(|p| p.reminder_id.to_string()).collect(),
+    );
+
+    let ledger = MemoryLedger::new();
+    let sqs = Sqs { state: Arc::default(), clock: truth.clone() };
+    let provider = ChaosProvider {
+        state: Arc::default(),
+        clock: truth.clone(),
+        rng: Arc::new(Mutex::new(SplitMix64::new(seed ^ 0x9e0))),
+        plan: Arc::clone(&plan),
+        faults: faults.clone(),
+        ledger: ledger.clone(),
+        outage: Arc::clone(&outage),
+    };
+    let control = MemoryControl::default();
+    let slots = MemorySlotStore::default();
+    let settings = SenderSettings {
+        policy: SenderPolicy {
+            backoff: Backoff { base: Duration::from_millis(200), cap: Duration::from_secs(5) },
+            max_attempts: MAX_ATTEMPTS,
+            ..SenderPolicy::default()
+        },
+        deadline_near: Duration::from_secs(60),
+        queue_delay: Duration::from_secs(1),
+        ..SenderSettings::default()
+    };
+    let faulty = FaultyLedger::with_chances(ledger.clone(), &plan.ledger, seed ^ 0x1ed9);
+    let senders: Vec<Rc<CheckSender>> = (0..SENDERS)
+        .map(|i| {
+            let clock = SkewedClock { start: truth.start, offset_ms: plan.skew_ms[i] };
+            if plan.skew_ms[i] != 0 {
+                faults.add("clock_skew");
+            }
+            let limiter =
+                SharedLimiter::new(slots.clone(), clock.clone(), LimiterSettings::new(QUOTA), seed ^ i as u64);
+            let gate = PauseGate::new(control.clone(), clock.clone(), Duration::from_secs(1));
+            Rc::new(
+                Sender::new(
+                    faulty.clone(),
+                    renewals.clone(),
+                    limiter,
+                    provider.clone(),
+                    sqs.clone(),
+                    clock,
+                    settings,
+                    seed.rotate_left(7 * i as u32 + 1),
+                )
+                .with_pause(gate),
+            )
+        })
+        .collect();
+    let scheduler = Scheduler::new(
+        due.clone(),
+        sqs.clone(),
+        truth.clone(),
+        SchedulerSettings {
+            lookahead: Duration::from_secs(600),
+            page_size: 25,
+            safety_margin: Duration::from_secs(1),
+            sustainable_rate: QUOTA,
+        },
+    )
+    .with_pause(PauseGate::new(control.clone(), truth.clone(), Duration::ZERO));
+
+    let errs: Rc<RefCell<HashMap<String, u64>>> = Rc::default();
+    let stop = Rc::new(std::cell::Cell::new(false));
+    let last_by = population.iter().map(|p| p.deliver_by).max().unwrap_or_else(t0);
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        let mut tasks = Vec::new();
+        // EventBridge: a tick every 5 s.
+        {
+            let (scheduler, stop, truth) = (Rc::new(scheduler), Rc::clone(&stop), truth.clone());
+            tasks.push(tokio::task::spawn_local(async move {
+                while !stop.get() {
+                    let _ = scheduler.tick(truth.now() + TimeDelta::seconds(60)).await;
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+            }));
+        }
+        // The event source mapping: one poller per sender instance.
+        let wrng = Rc::new(RefCell::new(SplitMix64::new(seed ^ 0x5eed)));
+        for sender in &senders {
+            let (sender, sqs, stop, wrng, plan, faults, errs) = (
+                Rc::clone(sender),
+                sqs.clone(),
+                Rc::clone(&stop),
+                Rc::clone(&wrng),
+                Arc::clone(&plan),
+                faults.clone(),
+                Rc::clone(&errs),
+            );
+            tasks.push(tokio::task::spawn_local(async move {
+                while !stop.get() {
+                    let batch = sqs.receive(&mut wrng.borrow_mut(), plan.duplicate, &faults);
+                    if batch.is_empty() {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                    let deadline = sender_deadline(&sqs);
+                    let records = batch.into_iter().map(|(id, generation, body)| {
+                        let (sender, sqs, wrng, plan, faults, errs) = (&sender, &sqs, &wrng, &plan, &faults, &errs);
+                        async move {
+                            let message_id = format!("m-{id}-{generation}");
+                            let received = Received { message_id: &message_id, body: &body };
+                            match sender.process(received, deadline).await {
+                                Ok(p) => {
+                                    if wrng.borrow_mut().next_unit() < plan.crash_before_ack {
+                                        faults.add(match &p.disposition {
+                                            punctual_core::Disposition::Defer { .. } => {
+                                                "crash_after_requeue_before_ack"
+                                            }
+                                            punctual_core::Disposition::Quarantine { .. }
+                                            | punctual_core::Disposition::Expire { .. } => {
+                                                "crash_after_dlq_send_before_ack"
+                                            }
+                                            _ => "crash_after_settle_before_ack",
+                                        });
+                                    } else {
+                                        sqs.ack(id, generation);
+                                    }
+                                }
+                                Err(_) => {
+                                    if let Some(r) = reminder_of(&body) {
+                                        *errs.borrow_mut().entry(r).or_default() += 1;
+                                    }
+                                }
+                            }
+                        }
+                    });
+                    futures_util::future::join_all(records).await;
+                }
+            }));
+        }
+        // An operator pause and resume at random points.
+        if let Some((at, lasts)) = plan.pause_at {
+            let (control, faults) = (control.clone(), faults.clone());
+            tasks.push(tokio::task::spawn_local(async move {
+                tokio::time::sleep(at).await;
+                faults.add("pause_resume");
+                let pause = Pause { reason: "checker".into(), owner: "checker".into(), since: t0() };
+                let _ = control.set_pause(Some(&pause), "checker").await;
+                tokio::time::sleep(lasts).await;
+                let _ = control.set_pause(None, "checker").await;
+            }));
+        }
+        // A redrive racing live traffic.
+        let redrive_done = Rc::new(std::cell::Cell::new(plan.redrive_at.is_none()));
+        if let Some(at) = plan.redrive_at {
+            let dlq = Dlq {
+                sqs: sqs.clone(),
+                crash: plan.redrive_crash,
+                rng: Arc::new(Mutex::new(SplitMix64::new(seed ^ 0xd1a))),
+                faults: faults.clone(),
+            };
+            let (ledger, control, truth, faults, done) =
+                (ledger.clone(), control.clone(), truth.clone(), faults.clone(), Rc::clone(&redrive_done));
+            tasks.push(tokio::task::spawn_local(async move {
+                tokio::time::sleep(at).await;
+                faults.add("redrive_racing_traffic");
+                let mut redriver = Redriver::new(ledger, dlq, control, truth.clone());
+                redriver.canary_timeout = Duration::from_secs(30);
+                let req = RedriveRequest {
+                    reason: "checker".into(),
+                    owner: "checker".into(),
+                    selection: Selection::default(),
+                    max_messages: 100,
+                    max_per_second: 5.0,
+                    canary: 0,
+                    canary_timeout: None,
+                    abort_if: punctual_core::redrive::AbortIf { failure_ratio: 1.0, ..Default::default() },
+                    dry_run: false,
+                };
+                let _ = redriver.run(&req, truth.now() + TimeDelta::minutes(5)).await;
+                done.set(true);
+            }));
+        }
+        // An import racing the ticks: re-importing rows never re-arms one already released.
+        if let Some(at) = plan.import_at {
+            let (due, population, faults) = (due.clone(), population.clone(), faults.clone());
+            tasks.push(tokio::task::spawn_local(async move {
+                tokio::time::sleep(at).await;
+                faults.add("import_racing_tick");
+                for p in population.iter().step_by(3) {
+                    if due.state(&p.tenant_id, &p.renewal_id) == Some("scheduled") {
+                        due.insert(p.clone());
+                    }
+                }
+            }));
+        }
+        // Until everything settled (or the horizon).
+        let settled = {
+            let (sqs, truth, due, population) = (sqs.clone(), truth.clone(), due.clone(), population.clone());
+            move || {
+                truth.truth() > last_by + TimeDelta::seconds(30)
+                    && sqs.is_empty()
+                    && population.iter().all(|p| due.state(&p.tenant_id, &p.renewal_id) != Some("scheduled"))
+            }
+        };
+        while !(settled() && redrive_done.get())
+            && truth.truth() < t0() + TimeDelta::from_std(HORIZON).unwrap_or_default()
+        {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        stop.set(true);
+        for t in tasks {
+            t.abort();
+        }
+    });
+    for (f, k) in faulty.injected() {
+        faults.add(match f {
+            Fault::UncertainClaim => "crash_after_claim",
+            Fault::ClaimRefused => "dynamodb_error",
+            Fault::LoseDeliveredWrite => "crash_after_call_before_settle",
+            Fault::UncertainSettle => "dynamodb_answer_lost",
+        });
+        // `crash_after_claim` is an applied write whose answer was lost, too.
+        if f == Fault::UncertainClaim {
+            for _ in 1..k {
+                faults.add("crash_after_claim");
+            }
+            faults.add("dynamodb_answer_lost");
+        } else {
+            for _ in 1..k {
+                faults.add(match f {
+                    Fault::ClaimRefused => "dynamodb_error",
+                    Fault::LoseDeliveredWrite => "crash_after_call_before_settle",
+                    _ => "dynamodb_answer_lost",
+                });
+            }
+        }
+    }
+    let mut out = verify(seed, &population, &due, &ledger, &sqs, &provider, &errs.borrow(), &outage);
+    out.faults = lock(&faults.0).clone();
+    out
+}
+
+/// The invocation deadline a sender sees for a batch: 60 s from now.
+fn sender_deadline(sqs: &Sqs) -> DateTime<Utc> {
+    sqs.clock.truth() + TimeDelta::seconds(60)
+}
+
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    use std::task::{Context, Poll, Waker};
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+// ---- the invariants ----------------------------------------------------------------------------
+
+#[allow(clippy::too_many_arguments)]
+fn verify(
+    seed: u64,
+    population: &[Pending],
+    due: &MemoryDueStore,
+    ledger: &MemoryLedger,
+    sqs: &Sqs,
+    provider: &ChaosProvider,
+    errs: &HashMap<String, u64>,
+    outage: &HashSet<String>,
+) -> SeedOutcome {
+    let replay = format!("punctual check --seeds 1 --first-seed {seed}");
+    let mut out = SeedOutcome::default();
+    let mut flag = |invariant: &'static str, reminder: &str, detail: String| {
+        out.violations.push(Violation {
+            seed,
+            invariant,
+            reminder_id: reminder.to_owned(),
+            detail,
+            replay: replay.clone(),
+        });
+    };
+    let p = lock(&provider.state);
+    for (inv, rid, detail) in &p.violations {
+        flag(inv, rid, detail.clone());
+    }
+    let q = lock(&sqs.state);
+    let live = { q.msgs.values().filter_map(|m| reminder_of(&m.body)).collect::<HashSet<_>>() };
+    let in_dlq: HashMap<String, Option<String>> =
+        q.dlq.iter().filter_map(|(_, body, reason)| reminder_of(body).map(|r| (r, reason.clone()))).collect();
+    let mut calls_of: HashMap<&str, Vec<&Call>> = HashMap::new();
+    for c in &p.calls {
+        calls_of.entry(c.reminder.as_str()).or_default().push(c);
+    }
+    let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
+    for pending in population {
+        let rid = pending.reminder_id.to_string();
+        let record = block_on(ledger.get(&pending.reminder_id)).ok().flatten();
+        let scheduled = due.state(&pending.tenant_id, &pending.renewal_id);
+        let calls = calls_of.get(rid.as_str()).map_or(&[][..], Vec::as_slice);
+        // I3: conservation.
+        let ending = match (&record, scheduled) {
+            (Some(r), _) if r.state.is_terminal() => r.state.as_str().to_owned(),
+            (_, Some("expired")) => "expired_at_release".to_owned(),
+            (_, Some("scheduled")) => "never_released".to_owned(),
+            (r, _) => {
+                if live.contains(&rid) {
+                    "waiting".to_owned()
+                } else if in_dlq.contains_key(&rid) {
+                    "dead_lettered".to_owned()
+                } else {
+                    let state = r.as_ref().map_or("no ledger record", |r| r.state.as_str());
+                    flag("I3", &rid, format!("released, {state}, and on no queue"));
+                    "lost".to_owned()
+                }
+            }
+        };
+        if ending == "never_released" {
+            flag("I3", &rid, "due but never released".into());
+        }
+        *outcomes.entry(ending).or_default() += 1;
+        // I1: a reminder recorded delivered has its effect at the provider.
+        if record.as_ref().is_some_and(|r| r.state == ReminderState::Delivered) && !p.effects.contains_key(&rid) {
+            flag("I1", &rid, "recorded delivered, but the provider holds no effect for it".into());
+        }
+        // I1: a request repeating an accepted key only after an indeterminate outcome (an
+        // answer the client never saw, or a crash before the ledger recorded it).
+        let lost_answers = errs.get(&rid).copied().unwrap_or(0);
+        for (k, c) in calls.iter().enumerate() {
+            if c.repeated && lost_answers == 0 && calls[..k].iter().all(|e| e.determinate) {
+                flag("I1", &rid, format!("request {} repeated an accepted key after determinate answers only", k + 1));
+                break;
+            }
+        }
+        // I5: bounded work.
+        let redrives = u64::from(q.redriven.get(&rid).copied().unwrap_or(0));
+        let budget = u64::from(MAX_ATTEMPTS) * (1 + redrives) + errs.get(&rid).copied().unwrap_or(0);
+        if calls.len() as u64 > budget {
+            flag(
+                "I5",
+                &rid,
+                format!("{} provider requests against a budget of {budget} ({redrives} redrives)", calls.len()),
+            );
+        }
+        if let Some(r) = &record
+            && r.history.len() > MAX_HISTORY
+        {
+            flag("I5", &rid, format!("ledger history of {} entries (bound {MAX_HISTORY})", r.history.len()));
+        }
+        let copies = q.copies.get(&rid).copied().unwrap_or(0);
+        if copies > MAX_COPIES {
+            flag("I5", &rid, format!("{copies} SQS copies (bound {MAX_COPIES})"));
+        }
+        // I6: throttling alone never dead-letters a healthy reminder with time to spare.
+        let long_window = pending.deliver_by - pending.deliver_after >= TimeDelta::seconds(200);
+        if long_window
+            && !outage.contains(&rid)
+            && record.as_ref().is_some_and(|r| {
+                r.state == ReminderState::DeadLettered && r.last_reason == Some(ReasonCode::AttemptLimit)
+            })
+            && calls.iter().all(|c| c.throttled)
+        {
+            flag("I6", &rid, format!("dead-lettered attempt_limit after {} throttled requests only", calls.len()));
+        }
+    }
+    // I4: the provider's 1 s windows.
+    let mut times: Vec<i64> = p.calls.iter().map(|c| c.at_ms).collect();
+    times.sort_unstable();
+    let limit = (QUOTA + BURST) as usize;
+    let mut j = 0;
+    for i in 0..times.len() {
+        while times[i] - times[j] >= 1000 {
+            j += 1;
+        }
+        if i + 1 - j > limit {
+            flag("I4", "-", format!("{} requests within 1 s at t={} ms (limit {limit})", i + 1 - j, times[i]));
+            break;
+        }
+    }
+    // I7: the DLQ holds no delivered reminder, and every message carries a known reason.
+    for (_, body, reason) in &q.dlq {
+        let rid = reminder_of(body);
+        if let Some(reason) = reason
+            && reason.parse::<ReasonCode>().is_err()
+        {
+            flag("I7", rid.as_deref().unwrap_or("-"), format!("DLQ reason {reason:?} is not a reason code"));
+        }
+        let Some(rid) = rid else { continue };
+        let delivered = population
+            .iter()
+            .find(|p| p.reminder_id.as_str() == rid)
+            .and_then(|p| block_on(ledger.get(&p.reminder_id)).ok().flatten())
+            .is_some_and(|r| r.state == ReminderState::Delivered);
+        // The backstop (no reason attribute) moves what SQS could not get acknowledged; the
+        // sender's own quarantine must never hold a delivered reminder.
+        if delivered && reason.is_some() {
+            flag("I7", &rid, format!("the DLQ holds it ({}) but it was delivered", reason.as_deref().unwrap_or("-")));
+        }
+    }
+    out.outcomes = outcomes;
+    out
+}
