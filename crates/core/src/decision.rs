@@ -380,11 +380,13 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
 }
 
 /// The attempt budget of a message: `max_attempts`, and for a redriven message `max_attempts`
-/// more beyond the attempts it had made when the operator redrove it (its `attempt` field):
-/// a redrive is a deliberate new budget, and the ledger keeps the full history.
+/// more beyond the attempts it had made when the operator redrove it (its stamp's
+/// `base_attempt`, fixed at the redrive — never the copy's own `attempt`, which grows with
+/// every requeue and would move the limit along with it): a redrive is a deliberate new
+/// budget, and the ledger keeps the full history.
 pub fn attempt_limit(policy: &SenderPolicy, msg: &ReminderMessage) -> u32 {
-    match msg.redrive {
-        Some(_) => msg.attempt.saturating_add(policy.max_attempts),
+    match &msg.redrive {
+        Some(r) => r.base_attempt.saturating_add(policy.max_attempts),
         None => policy.max_attempts,
     }
 }
