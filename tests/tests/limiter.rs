@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use aws_config::SdkConfig;
 use chrono::Utc;
 use punctual_aws::dynamodb::create_pk_table;
 use punctual_aws::limiter::DynamoSlotStore;
@@ -16,17 +15,19 @@ use punctual_core::limiter::{Book, Booked, Lane, LimiterSettings, SharedLimiter,
 use punctual_core::ports::{Limiter, LimiterClass, LimiterRequest};
 use punctual_core::testing::limiter_contract;
 use punctual_lambda::SystemClock;
-use punctual_tests::{dynamodb_local_config, sdk_config, unique};
+use punctual_tests::{assert_on_dynamodb_local, dynamodb_local_client, sdk_config, unique};
 
-async fn with_table(config: &SdkConfig) -> (aws_sdk_dynamodb::Client, String) {
-    let client = aws_sdk_dynamodb::Client::new(config);
+async fn with_table(client: aws_sdk_dynamodb::Client) -> (aws_sdk_dynamodb::Client, String) {
     let table = unique("punctual-limiter");
     create_pk_table(&client, &table).await.unwrap();
     (client, table)
 }
 
-async fn contract(config: &SdkConfig) {
-    let (client, table) = with_table(config).await;
+async fn contract(client: aws_sdk_dynamodb::Client, on_dynamodb_local: bool) {
+    let (client, table) = with_table(client).await;
+    if on_dynamodb_local {
+        assert_on_dynamodb_local(&table).await;
+    }
     let store = DynamoSlotStore::new(client.clone(), &table);
     limiter_contract::run(&store, "contract", Utc::now().timestamp_millis()).await;
 
@@ -60,13 +61,13 @@ async fn contract(config: &SdkConfig) {
 
 #[tokio::test]
 async fn dynamodb_slot_store_obeys_the_contract_on_the_emulator() {
-    contract(&sdk_config().await).await;
+    contract(aws_sdk_dynamodb::Client::new(&sdk_config().await), false).await;
 }
 
 #[tokio::test]
 async fn dynamodb_slot_store_obeys_the_contract_on_dynamodb_local() {
-    if let Some(config) = dynamodb_local_config().await {
-        contract(&config).await;
+    if let Some(client) = dynamodb_local_client().await {
+        contract(client, true).await;
     }
 }
 
@@ -75,7 +76,7 @@ async fn dynamodb_slot_store_obeys_the_contract_on_dynamodb_local() {
 /// and the figure that matters — the rate — is measured by `punctual bench-limiter`).
 #[tokio::test]
 async fn instances_on_dynamodb_share_one_rate() {
-    let (client, table) = with_table(&sdk_config().await).await;
+    let (client, table) = with_table(aws_sdk_dynamodb::Client::new(&sdk_config().await)).await;
     let store = DynamoSlotStore::new(client.clone(), &table);
     let tenant = TenantId::parse("t1").unwrap();
     let started = std::time::Instant::now();

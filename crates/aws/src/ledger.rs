@@ -291,8 +291,15 @@ impl Ledger for DynamoLedger {
                 .expression_attribute_values(":leased", s(ReminderState::Leased.as_str()));
             "#owner = :owner AND #state = :leased"
         } else {
-            update = update.expression_attribute_values(":delivered", delivered);
-            "attribute_not_exists(pk) OR (#state <> :delivered AND \
+            // An expiry: never over a reminder that ended (delivered, dead-lettered, expired,
+            // cancelled), never under a live lease.
+            update = update
+                .expression_attribute_values(":delivered", delivered)
+                .expression_attribute_values(":dead", s(ReminderState::DeadLettered.as_str()))
+                .expression_attribute_values(":expired", s(ReminderState::Expired.as_str()))
+                .expression_attribute_values(":cancelled", s(ReminderState::Cancelled.as_str()));
+            "attribute_not_exists(pk) OR (#state <> :delivered AND #state <> :dead AND \
+             #state <> :expired AND #state <> :cancelled AND \
              (attribute_not_exists(lease_until_ms) OR lease_until_ms <= :now))"
         };
         let update = update
@@ -300,13 +307,11 @@ impl Ledger for DynamoLedger {
             .condition_expression(condition);
         match update_if(update).await.map_err(from_dynamo)? {
             ConditionalUpdate::Written(_) => Ok(SettleOutcome::Recorded),
-            ConditionalUpdate::ConditionFailed(old) => {
-                if old.as_ref().and_then(state_of) == Some(ReminderState::Delivered) {
-                    Ok(SettleOutcome::AlreadyDelivered)
-                } else {
-                    Ok(SettleOutcome::LeaseLost)
-                }
-            }
+            ConditionalUpdate::ConditionFailed(old) => match old.as_ref().and_then(state_of) {
+                Some(ReminderState::Delivered) => Ok(SettleOutcome::AlreadyDelivered),
+                Some(ended) if owner.is_none() && ended.is_terminal() => Ok(SettleOutcome::AlreadyEnded(ended)),
+                _ => Ok(SettleOutcome::LeaseLost),
+            },
         }
     }
 

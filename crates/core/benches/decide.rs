@@ -30,6 +30,7 @@ fn bench(c: &mut Criterion) {
         invocation_deadline: now + TimeDelta::seconds(60),
         observed: Observed::default(),
         claim: None,
+        recorded: None,
         renewal: None,
         limiter: None,
         provider: None,

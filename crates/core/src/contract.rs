@@ -58,6 +58,11 @@ pub struct RedriveStamp {
     pub reason: String,
     /// Who redrove (non-empty).
     pub owner: String,
+    /// Provider attempts the reminder had made when this redrive re-released it: the base of
+    /// the redrive's fresh budget (`base_attempt + max_attempts`). Fixed once, at the redrive,
+    /// so the budget does not move with every requeued copy's `attempt`. Optional on the wire:
+    /// a stamp written before the field existed decodes with the message's `attempt`.
+    pub base_attempt: u32,
 }
 
 /// What is wrong with a message body. Each case names its class; the `Display` text is what
@@ -174,6 +179,19 @@ fn redrive_text(obj: &Map<String, Value>, name: &'static str) -> Result<String, 
     Ok(s.to_owned())
 }
 
+/// `redrive.base_attempt`: an integer in `0..=MAX_ATTEMPT_HINT`; absent (a stamp from before
+/// the field existed) means the message's own `attempt`.
+fn base_attempt(obj: &Map<String, Value>, attempt: u32) -> Result<u32, MalformedMessage> {
+    const EXPECTED: &str = "an integer between 0 and 1000";
+    const _: () = assert!(MAX_ATTEMPT_HINT == 1_000, "keep EXPECTED in step");
+    match obj.get("base_attempt") {
+        None | Some(Value::Null) => Ok(attempt),
+        Some(v) => v.as_u64().and_then(|a| u32::try_from(a).ok()).filter(|a| *a <= MAX_ATTEMPT_HINT).ok_or(
+            MalformedMessage::WrongType { field: "redrive.base_attempt", expected: EXPECTED, found: json_type(v) },
+        ),
+    }
+}
+
 /// Format every instant the same way on the wire: UTC, `Z`, millisecond precision.
 pub fn format_instant(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
@@ -238,6 +256,7 @@ impl ReminderMessage {
                 .map_err(|source| MalformedMessage::InvalidId { field: "redrive.id", source })?,
                 reason: redrive_text(r, "reason")?,
                 owner: redrive_text(r, "owner")?,
+                base_attempt: base_attempt(r, attempt)?,
             }),
             Some(other) => {
                 return Err(MalformedMessage::WrongType {

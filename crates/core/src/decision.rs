@@ -15,7 +15,7 @@ use crate::backoff::{Backoff, Jitter};
 use crate::clock::{add, until};
 use crate::contract::{MalformedMessage, ReminderMessage};
 use crate::provider::ProviderOutcome;
-use crate::reason::ReasonCode;
+use crate::reason::{ReasonCode, ReminderState};
 
 /// Tunables of the sender's decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,17 @@ pub enum ClaimView {
     },
 }
 
+/// The ledger's record of a reminder, read without claiming it: what a copy received at or
+/// after `deliver_by` consults before it may expire (a late duplicate of a delivered reminder
+/// is not a deadline miss).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView {
+    /// The recorded state; `None` when the ledger has no record.
+    pub state: Option<ReminderState>,
+    /// Provider attempts recorded (0 without a record).
+    pub attempts: u32,
+}
+
 /// The renewal as the system of record has it now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RenewalView {
@@ -109,6 +120,8 @@ pub struct Inputs<'a> {
     pub observed: Observed,
     /// The ledger's answer to the claim, once claimed.
     pub claim: Option<ClaimView>,
+    /// The ledger's record, once read (only asked for a copy past `deliver_by`).
+    pub recorded: Option<RecordView>,
     /// The renewal's state, once looked up.
     pub renewal: Option<RenewalView>,
     /// The limiter's answer, once asked.
@@ -125,6 +138,8 @@ pub enum Step {
         /// Never after the invocation deadline, never after `deliver_by`.
         lease_until: DateTime<Utc>,
     },
+    /// Read the reminder's ledger record without claiming it (a copy past `deliver_by`).
+    ReadLedger,
     /// Look up the renewal in the system of record.
     CheckRenewal,
     /// Take a token from the shared limiter, waiting at most `max_wait`.
@@ -151,8 +166,9 @@ pub enum Disposition {
         /// The provider's receipt.
         receipt: Option<String>,
     },
-    /// Acknowledge without a new attempt: already delivered (`suppressed_duplicate`) or owned
-    /// by another live worker through the deadline (`claimed_elsewhere`).
+    /// Acknowledge without a new attempt: already delivered or expired (`suppressed_duplicate`),
+    /// owned by another live worker through the deadline (`claimed_elsewhere`), or a copy past
+    /// `deliver_by` of a reminder already cancelled (`cancelled`).
     Acknowledge {
         /// Why nothing was done.
         reason: ReasonCode,
@@ -179,9 +195,12 @@ pub enum Disposition {
         /// Human-readable detail for the DLQ `detail` attribute (never message content).
         detail: String,
     },
-    /// `deliver_by` passed: record expired, send to the DLQ with `business_deadline_expired`.
+    /// `deliver_by` passed and the ledger shows the reminder neither delivered nor ended
+    /// otherwise: record expired (never over a terminal state), send to the DLQ with
+    /// `business_deadline_expired`.
     Expire {
-        /// Provider attempts made so far (the message's hint: the ledger was not read).
+        /// Provider attempts made so far (the ledger's count, or the message's hint when the
+        /// ledger has none).
         attempts_made: u32,
     },
     /// The renewal is no longer due: record cancelled, acknowledge.
@@ -214,6 +233,30 @@ pub enum Decision {
     Done(Disposition),
 }
 
+/// Step 3: what a copy received at or after `deliver_by` comes to.
+fn past_deadline(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision {
+    let duplicate = Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
+    match (inputs.claim, inputs.recorded) {
+        // This worker holds the lease (it claimed before the deadline passed): not delivered.
+        (Some(ClaimView::Claimed { prior_attempts }), _) => {
+            Decision::Done(Disposition::Expire { attempts_made: prior_attempts.max(msg.attempt) })
+        }
+        (Some(ClaimView::AlreadyDelivered), _) => duplicate,
+        (_, None) => Decision::Next(Step::ReadLedger),
+        (_, Some(rec)) => match rec.state {
+            Some(ReminderState::Delivered) => duplicate,
+            // Already expired: its DLQ entry exists (the DLQ is written before the ledger).
+            Some(ReminderState::Expired) => duplicate,
+            // Nothing is owed to a cancelled renewal; a DLQ entry would be a false one.
+            Some(ReminderState::Cancelled) => {
+                Decision::Done(Disposition::Acknowledge { reason: ReasonCode::Cancelled })
+            }
+            // Never delivered (a dead-lettered one too: its DLQ copy may have been redriven).
+            _ => Decision::Done(Disposition::Expire { attempts_made: rec.attempts.max(msg.attempt) }),
+        },
+    }
+}
+
 fn quarantine(reason: ReasonCode, attempts_made: u32, provider_status: Option<u16>, detail: String) -> Decision {
     Decision::Done(Disposition::Quarantine { reason, attempts_made, provider_status, detail })
 }
@@ -236,9 +279,11 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             provider_status: None,
         });
     }
-    // 3. Past the business deadline.
+    // 3. Past the business deadline: only an undelivered reminder expires, so the ledger is
+    //    consulted first (a late at-least-once copy of a delivered one is a duplicate, not a
+    //    deadline miss, and must not reach the DLQ).
     if now >= msg.deliver_by {
-        return Decision::Done(Disposition::Expire { attempts_made: msg.attempt });
+        return past_deadline(msg, inputs);
     }
     // 4. Claim.
     let prior_attempts = match inputs.claim {
@@ -380,11 +425,13 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
 }
 
 /// The attempt budget of a message: `max_attempts`, and for a redriven message `max_attempts`
-/// more beyond the attempts it had made when the operator redrove it (its `attempt` field):
-/// a redrive is a deliberate new budget, and the ledger keeps the full history.
+/// more beyond the attempts it had made when the operator redrove it (its stamp's
+/// `base_attempt`, fixed at the redrive — never the copy's own `attempt`, which grows with
+/// every requeue and would move the limit along with it): a redrive is a deliberate new
+/// budget, and the ledger keeps the full history.
 pub fn attempt_limit(policy: &SenderPolicy, msg: &ReminderMessage) -> u32 {
-    match msg.redrive {
-        Some(_) => msg.attempt.saturating_add(policy.max_attempts),
+    match &msg.redrive {
+        Some(r) => r.base_attempt.saturating_add(policy.max_attempts),
         None => policy.max_attempts,
     }
 }

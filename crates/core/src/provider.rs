@@ -62,7 +62,8 @@ pub enum ProviderOutcome {
         /// HTTP status; `None` for a timeout or dropped connection.
         status: Option<u16>,
     },
-    /// Permanent: a 4xx other than 429 (and 408, which is a timeout). Retrying cannot help.
+    /// Permanent: a 4xx other than 429 (and 408, which is a timeout), or a 3xx (redirects are
+    /// not followed). Retrying cannot help.
     Permanent {
         /// HTTP status.
         status: u16,
@@ -78,7 +79,11 @@ impl ProviderOutcome {
             // 408: the server timed out reading our request; it may or may not act on it.
             408 => Self::Indeterminate { status: Some(status) },
             400..=499 => Self::Permanent { status },
-            // 1xx/3xx are not answers a JSON API gives to a POST; treat like 5xx: maybe done.
+            // A redirect is never followed (following turns the POST into a GET, or re-sends
+            // it to an address nobody configured) and retrying the same URL gets the same
+            // answer: a misconfigured endpoint, permanent until an operator fixes it.
+            300..=399 => Self::Permanent { status },
+            // 1xx is not an answer a JSON API gives to a POST; treat like 5xx: maybe done.
             _ => Self::Indeterminate { status: Some(status) },
         }
     }
@@ -139,7 +144,11 @@ mod tests {
             (502, "indeterminate"),
             (503, "transient"),
             (504, "indeterminate"),
-            (302, "indeterminate"),
+            (301, "permanent"),
+            (302, "permanent"),
+            (303, "permanent"),
+            (307, "permanent"),
+            (308, "permanent"),
         ];
         for (status, want) in cases {
             let got = match P::from_status(*status, None, None) {

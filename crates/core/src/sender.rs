@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use crate::backoff::SplitMix64;
 use crate::clock::{Clock, until};
 use crate::contract::{MalformedMessage, ReminderMessage};
-use crate::decision::{ClaimView, Decision, Disposition, Inputs, Observed, SenderPolicy, Step, decide};
+use crate::decision::{ClaimView, Decision, Disposition, Inputs, Observed, RecordView, SenderPolicy, Step, decide};
 use crate::pause::{PAUSE_RECHECK, PauseGate, is_paused};
 use crate::ports::{
     Ledger, LedgerError, Limiter, LimiterClass, LimiterError, LimiterRequest, OwnerToken, Provider, ProviderError,
@@ -274,6 +274,7 @@ where
         let decoded = ReminderMessage::decode(received.body);
         let owner = self.owner_token(received.message_id);
         let mut claim = None;
+        let mut recorded = None;
         let mut renewal: Option<RenewalLookup> = None;
         let mut limiter = None;
         let mut provider: Option<ProviderOutcome> = None;
@@ -286,6 +287,7 @@ where
                 invocation_deadline,
                 observed: self.observed(),
                 claim,
+                recorded,
                 renewal: renewal.as_ref().map(|r| r.view),
                 limiter,
                 provider: provider.as_ref(),
@@ -305,6 +307,13 @@ where
                 Decision::Done(d) => break d,
                 Decision::Next(Step::Claim { lease_until }) => {
                     claim = Some(self.ledger.claim(msg, &owner, now, lease_until).await?);
+                }
+                Decision::Next(Step::ReadLedger) => {
+                    let rec = self.ledger.get(&msg.reminder_id).await?;
+                    recorded = Some(RecordView {
+                        state: rec.as_ref().map(|r| r.state),
+                        attempts: rec.as_ref().map_or(0, |r| r.attempts),
+                    });
                 }
                 Decision::Next(Step::CheckRenewal) => {
                     renewal = Some(self.renewals.lookup(&msg.tenant_id, &msg.renewal_id).await?);

@@ -136,6 +136,9 @@ impl Ledger for MemoryLedger {
                 return Ok(SettleOutcome::AlreadyDelivered);
             }
             if s.state != ReminderState::Delivered {
+                if owner.is_none() && r.state.is_terminal() {
+                    return Ok(SettleOutcome::AlreadyEnded(r.state));
+                }
                 let allowed = match owner {
                     Some(o) => r.owner.as_deref() == Some(o.as_str()) && r.state == ReminderState::Leased,
                     None => !lease_live(r, now),
@@ -593,6 +596,29 @@ pub mod ledger_contract {
         );
         let Some(rec) = must("get 4", ledger.get(&m4.reminder_id)).await else { panic!("record 4 must exist") };
         assert_eq!((rec.state, rec.last_reason), (ReminderState::Expired, Some(ReasonCode::BusinessDeadlineExpired)));
+
+        // An expiry (a late copy) never overwrites a reminder that already ended.
+        let ended = [
+            (6, ReminderState::Cancelled, Some(ReasonCode::Cancelled)),
+            (7, ReminderState::DeadLettered, Some(ReasonCode::AttemptLimit)),
+            (8, ReminderState::Delivered, None),
+        ];
+        for (n, state, reason) in ended {
+            let m = msg(n, base);
+            must("claim ended", ledger.claim(&m, &a, base, base + s(10))).await;
+            let end = Settlement { state, reason, attempts: 1, receipt: None, provider_status: None, next_at: None };
+            assert_eq!(must("end", ledger.settle(&m, Some(&a), base + s(1), &end)).await, SettleOutcome::Recorded);
+            let late = must("late expiry", ledger.settle(&m, None, base + s(7200), &expired)).await;
+            let want = match state {
+                ReminderState::Delivered => SettleOutcome::AlreadyDelivered,
+                other => SettleOutcome::AlreadyEnded(other),
+            };
+            assert_eq!(late, want, "an expiry overwrote {state}");
+            let Some(rec) = must("get ended", ledger.get(&m.reminder_id)).await else {
+                panic!("record {n} must exist")
+            };
+            assert_eq!((rec.state, rec.last_reason), (state, reason), "an expiry overwrote {state}");
+        }
 
         assert_eq!(must("get missing", ledger.get(&msg(5, base).reminder_id)).await, None);
     }

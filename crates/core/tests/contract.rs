@@ -71,6 +71,35 @@ fn a_redrive_stamp_is_decoded_and_kept() {
     assert_eq!(ReminderMessage::decode(&m.encode()).unwrap(), m);
 }
 
+/// The redrive budget's base travels in the stamp; a stamp written before the field existed
+/// still decodes (wire compatibility), taking the message's own attempt count as its base.
+#[test]
+fn a_redrive_stamp_keeps_its_budget_base_and_old_stamps_still_decode() {
+    let mut old = valid();
+    old["attempt"] = json!(8);
+    old["redrive"] = json!({"id": "rd-42", "reason": "outage", "owner": "oncall@acme"});
+    let m = ReminderMessage::decode(&old.to_string()).unwrap();
+    assert_eq!(m.redrive.as_ref().unwrap().base_attempt, 8, "an old stamp's base is the message's attempt");
+
+    let mut new = old.clone();
+    new["attempt"] = json!(11);
+    new["redrive"]["base_attempt"] = json!(8);
+    let m = ReminderMessage::decode(&new.to_string()).unwrap();
+    assert_eq!((m.attempt, m.redrive.as_ref().unwrap().base_attempt), (11, 8));
+    let encoded = m.encode();
+    assert!(encoded.contains("\"base_attempt\":8"), "{encoded}");
+    assert_eq!(ReminderMessage::decode(&encoded).unwrap(), m);
+
+    for bad in [json!("8"), json!(-1), json!(1001), json!(1.5)] {
+        let mut b = new.clone();
+        b["redrive"]["base_attempt"] = bad.clone();
+        assert!(
+            matches!(err(&b.to_string()), MalformedMessage::WrongType { field: "redrive.base_attempt", .. }),
+            "{bad}"
+        );
+    }
+}
+
 /// Each malformed class, its error value and the exact text an operator sees.
 #[test]
 fn each_malformed_class_gets_its_own_message() {

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use proptest::prelude::*;
-use punctual_core::ReasonCode;
 use punctual_core::backoff::{Backoff, Jitter, SplitMix64};
 use punctual_core::contract::{MalformedMessage, ReminderMessage};
 use punctual_core::decision::{
-    ClaimView, Decision, Disposition, Inputs, LimiterAnswer, Observed, RenewalView, SenderPolicy, Step, decide,
+    ClaimView, Decision, Disposition, Inputs, LimiterAnswer, Observed, RecordView, RenewalView, SenderPolicy, Step,
+    decide,
 };
 use punctual_core::provider::{ProviderOutcome, RetryAfter};
+use punctual_core::{ReasonCode, ReminderState};
 
 /// A jitter source that always returns the same sample, so table rows are exact.
 struct Fixed(f64);
@@ -55,6 +56,7 @@ struct World {
     invocation_deadline: DateTime<Utc>,
     observed: Observed,
     claim: Option<ClaimView>,
+    recorded: Option<RecordView>,
     renewal: Option<RenewalView>,
     limiter: Option<LimiterAnswer>,
     provider: Option<ProviderOutcome>,
@@ -70,6 +72,7 @@ impl World {
             invocation_deadline: now + secs(60),
             observed: Observed { queue_delay: Duration::from_secs(1), call_latency: Duration::from_millis(200) },
             claim: Some(ClaimView::Claimed { prior_attempts: 0 }),
+            recorded: None,
             renewal: Some(RenewalView::Active),
             limiter: Some(LimiterAnswer::Granted),
             provider: None,
@@ -85,6 +88,7 @@ impl World {
             invocation_deadline: self.invocation_deadline,
             observed: self.observed,
             claim: self.claim,
+            recorded: self.recorded,
             renewal: self.renewal,
             limiter: self.limiter,
             provider: self.provider.as_ref(),
@@ -97,6 +101,10 @@ impl World {
         self.provider = Some(outcome);
         self
     }
+}
+
+fn late(state: Option<ReminderState>, attempts: u32) -> RecordView {
+    RecordView { state, attempts }
 }
 
 fn defer(until: DateTime<Utc>, reason: ReasonCode, attempts_made: u32, provider_status: Option<u16>) -> Decision {
@@ -138,11 +146,50 @@ fn decision_table_covers_every_branch() {
             World { now: t(AFTER) - secs(30), ..World::fresh() },
             defer(t(AFTER), ReasonCode::NotDue, 0, None),
         ),
-        // 3. expired
+        // 3. expired — only once the ledger shows it undelivered
         (
-            "at deliver_by is expired",
+            "at deliver_by the ledger is read before anything expires",
             World { now: t(BY), ..World::fresh() },
+            Decision::Next(Step::ReadLedger),
+        ),
+        (
+            "at deliver_by, with no record, is expired",
+            World { now: t(BY), recorded: Some(RecordView { state: None, attempts: 0 }), ..World::fresh() },
             Decision::Done(Disposition::Expire { attempts_made: 0 }),
+        ),
+        (
+            "past deliver_by, a delivered reminder's copy is a suppressed duplicate, not expired",
+            World { now: t(BY) + secs(1), recorded: Some(late(Some(ReminderState::Delivered), 1)), ..World::fresh() },
+            Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }),
+        ),
+        (
+            "past deliver_by, an already expired reminder's copy is a suppressed duplicate",
+            World { now: t(BY) + secs(1), recorded: Some(late(Some(ReminderState::Expired), 0)), ..World::fresh() },
+            Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }),
+        ),
+        (
+            "past deliver_by, a cancelled reminder's copy is acknowledged",
+            World { now: t(BY) + secs(1), recorded: Some(late(Some(ReminderState::Cancelled), 0)), ..World::fresh() },
+            Decision::Done(Disposition::Acknowledge { reason: ReasonCode::Cancelled }),
+        ),
+        (
+            "past deliver_by, a deferred reminder expires with the ledger's attempt count",
+            World { now: t(BY) + secs(1), recorded: Some(late(Some(ReminderState::Deferred), 3)), ..World::fresh() },
+            Decision::Done(Disposition::Expire { attempts_made: 3 }),
+        ),
+        (
+            "past deliver_by, a dead-lettered reminder's copy still expires (to the DLQ)",
+            World {
+                now: t(BY) + secs(1),
+                recorded: Some(late(Some(ReminderState::DeadLettered), 2)),
+                ..World::fresh()
+            },
+            Decision::Done(Disposition::Expire { attempts_made: 2 }),
+        ),
+        (
+            "past deliver_by after a claim that reported delivered is a suppressed duplicate",
+            World { now: t(BY), claim: Some(ClaimView::AlreadyDelivered), ..World::fresh() },
+            Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }),
         ),
         (
             "after deliver_by is expired",
@@ -454,6 +501,7 @@ fn drive(run: &Run) -> (World, Disposition, Option<(DateTime<Utc>, Duration)>) {
             call_latency: Duration::from_millis(run.call_latency_ms),
         },
         claim: None,
+        recorded: None,
         renewal: None,
         limiter: None,
         provider: None,
@@ -464,6 +512,10 @@ fn drive(run: &Run) -> (World, Disposition, Option<(DateTime<Utc>, Duration)>) {
         match decide(&policy(), &world.inputs(), &mut rng) {
             Decision::Done(d) => return (world, d, call),
             Decision::Next(Step::Claim { .. }) => world.claim = Some(run.claim),
+            Decision::Next(Step::ReadLedger) => {
+                let delivered = run.claim == ClaimView::AlreadyDelivered;
+                world.recorded = Some(RecordView { state: delivered.then_some(ReminderState::Delivered), attempts: 0 });
+            }
             Decision::Next(Step::CheckRenewal) => world.renewal = Some(run.renewal),
             Decision::Next(Step::TakeToken { .. }) => world.limiter = Some(run.limiter),
             Decision::Next(Step::CallProvider { timeout, .. }) => {

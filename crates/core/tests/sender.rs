@@ -195,3 +195,67 @@ async fn a_timeout_is_retried_with_the_same_key_and_never_dead_lettered_as_perma
     let keys: Vec<_> = r.provider.calls().into_iter().map(|c| c.0).collect();
     assert_eq!(keys, [keys[0].clone(), keys[0].clone()]);
 }
+
+/// An at-least-once copy of a reminder that was already delivered, received after
+/// `deliver_by`, is a duplicate: acknowledged, never dead-lettered as expired, and the ledger
+/// keeps `delivered` (I7: the DLQ never holds a delivered reminder).
+#[tokio::test]
+async fn a_late_copy_of_a_delivered_reminder_is_acknowledged_not_expired() {
+    let r = rig(vec![]);
+    let m = message();
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Delivered { .. }), "{p:?}");
+    r.clock.set(m.deliver_by + TimeDelta::seconds(1));
+    let p = r.process(&m.encode()).await.unwrap();
+    assert_eq!(
+        p.disposition,
+        Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate },
+        "a late duplicate of a delivered reminder"
+    );
+    assert!(r.queue.dead().is_empty(), "false DLQ entry: {:?}", r.queue.dead());
+    let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!(rec.state, ReminderState::Delivered);
+    assert_eq!(r.provider.calls().len(), 1);
+}
+
+/// A late copy of a reminder that ended otherwise: a cancelled one is acknowledged (nothing
+/// is owed), a dead-lettered one still goes to the DLQ (its earlier DLQ copy may have been
+/// moved by a redrive) — but neither terminal state is overwritten by an expiry.
+#[tokio::test]
+async fn a_late_copy_never_overwrites_a_cancelled_or_dead_lettered_reminder() {
+    use punctual_core::ports::{OwnerToken, Settlement};
+    let r = rig(vec![]);
+    let ended = |name: &str| punctual_core::testing::message(name, t0(), t0() + TimeDelta::hours(2));
+    let (cancelled, dead) = (ended("c"), ended("d"));
+    for (m, state, reason) in [
+        (&cancelled, ReminderState::Cancelled, ReasonCode::Cancelled),
+        (&dead, ReminderState::DeadLettered, ReasonCode::ClassifiedPermanent),
+    ] {
+        let owner = OwnerToken::new("earlier");
+        let ledger = r.sender.ledger();
+        ledger.claim(m, &owner, t0(), t0() + TimeDelta::seconds(30)).await.unwrap();
+        let s = Settlement {
+            state,
+            reason: Some(reason),
+            attempts: 1,
+            receipt: None,
+            provider_status: None,
+            next_at: None,
+        };
+        ledger.settle(m, Some(&owner), t0() + TimeDelta::seconds(1), &s).await.unwrap();
+    }
+    r.clock.set(t0() + TimeDelta::hours(3));
+
+    let p = r.process(&cancelled.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Acknowledge { .. }), "{p:?}");
+    let rec = r.sender.ledger().get(&cancelled.reminder_id).await.unwrap().unwrap();
+    assert_eq!(rec.state, ReminderState::Cancelled, "an expiry overwrote cancelled");
+
+    let p = r.process(&dead.encode()).await.unwrap();
+    assert_eq!(p.disposition.reason(), Some(ReasonCode::BusinessDeadlineExpired), "{p:?}");
+    let rec = r.sender.ledger().get(&dead.reminder_id).await.unwrap().unwrap();
+    assert_eq!(rec.state, ReminderState::DeadLettered, "an expiry overwrote dead_lettered");
+    let dlq: Vec<_> = r.queue.dead().into_iter().map(|d| d.reason).collect();
+    assert_eq!(dlq, [ReasonCode::BusinessDeadlineExpired], "only the dead-lettered copy goes to the DLQ");
+    assert!(r.provider.calls().is_empty());
+}

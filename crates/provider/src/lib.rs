@@ -5,7 +5,8 @@
 //! the sender derived from the invocation's remaining time, and is classified (DESIGN §4 step
 //! 8): a refused or failed *connection* is determinate (the request never left), anything that
 //! fails after the request may have been sent — a timeout, a dropped connection, an unreadable
-//! answer — is indeterminate and retried with the same key.
+//! answer — is indeterminate and retried with the same key. Redirects are never followed: a
+//! 3xx is a permanent answer (`classified_permanent` with its status), never a delivery.
 
 use std::time::Duration;
 
@@ -48,6 +49,9 @@ impl HttpProvider {
         let client = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
+            // Never follow a redirect: reqwest turns a 301/302/303 POST into a GET, and a 200
+            // on that GET would be recorded as a delivery. A 3xx is classified permanent.
+            .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(Duration::from_secs(60))
             .user_agent(concat!("punctual/", env!("CARGO_PKG_VERSION")))
             .build()

@@ -156,3 +156,61 @@ fn a_bad_url_or_token_is_refused_by_name() {
     let e = HttpProvider::new("http://127.0.0.1:1/", &Secret::new("bad\ntoken"), Duration::from_secs(1)).unwrap_err();
     assert!(!e.to_string().contains("bad"), "the token must not leak into the error: {e}");
 }
+
+/// A loopback server that answers `POST /v1/messages` with `status` and `Location: /landing`,
+/// and anything sent to `/landing` with 200 and a receipt. Returns its URL and the request
+/// lines it saw.
+fn redirecting_server(status: u16) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1/messages", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            if reader.read_line(&mut line).is_err() {
+                continue;
+            }
+            let mut len = 0usize;
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = reader.read_exact(&mut body);
+            log.lock().unwrap().push(line.trim_end().to_owned());
+            let response = if line.contains(" /landing ") {
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\nconnection: close\r\n\r\n{\"id\":\"landed\"}".to_owned()
+            } else {
+                format!(
+                    "HTTP/1.1 {status} Redirect\r\nlocation: /landing\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                )
+            };
+            let _ = stream.write_all(response.as_bytes());
+        }
+    });
+    (url, seen)
+}
+
+/// A redirect is never followed: following a 301/302/303 turns the POST into a GET, and a 200
+/// on that GET is not a delivery (307/308 would re-send to an address nobody configured). Any
+/// 3xx is permanent, with its status.
+#[tokio::test]
+async fn a_redirect_is_not_followed_and_never_counts_as_delivered() {
+    for status in [301u16, 302, 303, 307, 308] {
+        let (url, seen) = redirecting_server(status);
+        let client = HttpProvider::new(&url, &Secret::new(TOKEN), Duration::from_secs(1)).unwrap();
+        let outcome = send(&client, &message(9), Duration::from_secs(2)).await;
+        assert_eq!(outcome, ProviderOutcome::Permanent { status }, "a {status} must be permanent, never delivered");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen, ["POST /v1/messages HTTP/1.1"], "{status}: the redirect target must never be requested");
+    }
+}

@@ -102,6 +102,9 @@ pub enum SettleOutcome {
     AlreadyDelivered,
     /// Another worker holds the lease now (ours expired); nothing was overwritten.
     LeaseLost,
+    /// An ownerless settle (an expiry) found the reminder already ended — cancelled,
+    /// dead-lettered or expired; nothing was overwritten.
+    AlreadyEnded(ReminderState),
 }
 
 /// The idempotency ledger failed as machinery.
@@ -141,9 +144,10 @@ impl LedgerError {
 ///   token; it answers `AlreadyDelivered` or `HeldElsewhere` (with the holder's lease end) from
 ///   the same write when it loses;
 /// - `settle` with an owner token only writes while that owner still holds the lease; without
-///   one (expiry before any claim) only while no live lease exists; neither ever overwrites
-///   `delivered`, except that `delivered` itself is recorded whoever holds the lease — the
-///   provider accepted it;
+///   one (expiry before any claim) only while no live lease exists and the reminder has not
+///   ended (`cancelled`, `dead_lettered`, `expired`: answered `AlreadyEnded`); neither ever
+///   overwrites `delivered`, except that `delivered` itself is recorded whoever holds the
+///   lease — the provider accepted it;
 /// - every claim and settle appends one history entry in the same write.
 pub trait Ledger: Send + Sync {
     /// Claims `msg` for `owner` with a lease ending at `lease_until`.

@@ -138,7 +138,8 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
         let mut audit =
             AuditRecord { id: id.clone(), request: req.clone(), started_at: started, finished_at: None, summary: None };
         self.control.put_audit(&audit).await.map_err(port("writing the audit record"))?;
-        let stamp = RedriveStamp { id: id.clone(), reason: req.reason.clone(), owner: req.owner.clone() };
+        let stamp =
+            RedriveStamp { id: id.clone(), reason: req.reason.clone(), owner: req.owner.clone(), base_attempt: 0 };
         let mut sum = RedriveSummary { redrive_id: id.to_string(), dry_run: req.dry_run, ..RedriveSummary::default() };
         let mut held: Vec<String> = Vec::new();
         let stop_at = deadline - TimeDelta::from_std(self.margin).unwrap_or_default();
@@ -199,8 +200,10 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                         self.clock.sleep(until(now, next_send)).await;
                     }
                     next_send = add(self.clock.now().max(next_send), interval);
-                    msg.redrive = Some(stamp.clone());
                     msg.attempt = record.as_ref().map_or(msg.attempt, |r| r.attempts.max(msg.attempt));
+                    // The fresh budget starts from the attempts made so far, once: requeued
+                    // copies carry this base unchanged (see `decision::attempt_limit`).
+                    msg.redrive = Some(RedriveStamp { base_attempt: msg.attempt, ..stamp.clone() });
                     self.dlq.send_back(&msg.encode()).await.map_err(port("sending back to the send queue"))?;
                     held.pop();
                     self.dlq.delete(&dl.handle).await.map_err(port("deleting from the DLQ"))?;

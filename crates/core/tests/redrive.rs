@@ -1,0 +1,160 @@
+//! The redrive service over in-memory ports, and what a redriven reminder does afterwards in
+//! the sender.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use punctual_core::clock::{Clock, ManualClock};
+use punctual_core::decision::Disposition;
+use punctual_core::limiter::{LimiterSettings, SharedLimiter};
+use punctual_core::ports::{DeadLetter, DeadLetters, DeadLettersError, Ledger, OwnerToken, SettleOutcome, Settlement};
+use punctual_core::provider::ProviderOutcome;
+use punctual_core::redrive::{AbortIf, RedriveRequest, Redriver, Selection};
+use punctual_core::sender::{Received, Sender, SenderSettings};
+use punctual_core::testing::{AllActive, MemoryControl, MemoryLedger, MemoryQueue, MemorySlotStore, ScriptedProvider};
+use punctual_core::{ReasonCode, ReminderMessage, ReminderState};
+
+fn t0() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-12-01T14:00:00Z").unwrap().with_timezone(&Utc)
+}
+
+/// A DLQ holding some dead letters; records what was sent back and deleted.
+#[derive(Clone, Default)]
+struct Dlq {
+    waiting: Arc<Mutex<Vec<DeadLetter>>>,
+    sent_back: Arc<Mutex<Vec<String>>>,
+}
+
+impl Dlq {
+    fn holding(letters: Vec<DeadLetter>) -> Self {
+        Self { waiting: Arc::new(Mutex::new(letters)), ..Self::default() }
+    }
+    fn sent_back(&self) -> Vec<String> {
+        self.sent_back.lock().unwrap().clone()
+    }
+}
+
+impl DeadLetters for Dlq {
+    async fn receive(&self) -> Result<Vec<DeadLetter>, DeadLettersError> {
+        // Each message is handed out once (the redrive deletes or releases it).
+        Ok(std::mem::take(&mut *self.waiting.lock().unwrap()))
+    }
+    async fn send_back(&self, body: &str) -> Result<(), DeadLettersError> {
+        self.sent_back.lock().unwrap().push(body.to_owned());
+        Ok(())
+    }
+    async fn delete(&self, _: &str) -> Result<(), DeadLettersError> {
+        Ok(())
+    }
+    async fn release(&self, _: &[String]) -> Result<(), DeadLettersError> {
+        Ok(())
+    }
+}
+
+fn request() -> RedriveRequest {
+    RedriveRequest {
+        reason: "provider outage over".into(),
+        owner: "oncall".into(),
+        selection: Selection::default(),
+        max_messages: 10,
+        max_per_second: 5.0,
+        canary: 0,
+        canary_timeout: None,
+        abort_if: AbortIf::default(),
+        dry_run: false,
+    }
+}
+
+fn letter(body: String, reason: ReasonCode) -> DeadLetter {
+    DeadLetter {
+        handle: "h-1".into(),
+        message_id: "dlq-1".into(),
+        body,
+        reason: Some(reason.as_str().into()),
+        first_enqueued: None,
+    }
+}
+
+/// Records in `ledger` a reminder that spent `attempts` provider attempts and was dead-lettered.
+async fn dead_lettered(ledger: &MemoryLedger, m: &ReminderMessage, attempts: u32, at: DateTime<Utc>) {
+    let owner = OwnerToken::new("first-life");
+    ledger.claim(m, &owner, at, at + TimeDelta::seconds(30)).await.unwrap();
+    let s = Settlement {
+        state: ReminderState::DeadLettered,
+        reason: Some(ReasonCode::AttemptLimit),
+        attempts,
+        receipt: None,
+        provider_status: Some(500),
+        next_at: None,
+    };
+    assert_eq!(ledger.settle(m, Some(&owner), at, &s).await.unwrap(), SettleOutcome::Recorded);
+}
+
+/// A redrive is a deliberate new budget of `max_attempts` — not a budget that moves with every
+/// attempt. A redriven reminder the provider always answers with 5xx must reach
+/// `attempt_limit` after exactly `max_attempts` attempts of its own, and not defer forever.
+#[tokio::test]
+async fn redriven_reminder_hits_the_attempt_limit_after_max_attempts_of_its_own() {
+    let settings = SenderSettings::default();
+    let max = settings.policy.max_attempts;
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let ledger = MemoryLedger::new();
+    // A day-long window: the budget, not the deadline, must end the chain.
+    let m = ReminderMessage {
+        attempt: max,
+        ..punctual_core::testing::message("budget", t0(), t0() + TimeDelta::hours(24))
+    };
+    dead_lettered(&ledger, &m, max, clock.now()).await;
+
+    let dlq = Dlq::holding(vec![letter(m.encode(), ReasonCode::AttemptLimit)]);
+    let redriver = Redriver::new(ledger.clone(), dlq.clone(), MemoryControl::default(), clock.clone());
+    let sum = redriver.run(&request(), clock.now() + TimeDelta::minutes(5)).await.unwrap();
+    assert_eq!(sum.moved, 1, "{sum:?}");
+    let mut body = dlq.sent_back().pop().unwrap();
+
+    // The provider answers 500 to every call from now on.
+    let queue = MemoryQueue::new();
+    let provider = ScriptedProvider::new(
+        clock.clone(),
+        Duration::from_millis(100),
+        std::iter::repeat_n(ProviderOutcome::Indeterminate { status: Some(500) }, 1000),
+    );
+    let sender = Sender::new(
+        ledger.clone(),
+        AllActive,
+        SharedLimiter::new(MemorySlotStore::default(), clock.clone(), LimiterSettings::new(100.0), 1),
+        provider.clone(),
+        queue.clone(),
+        clock.clone(),
+        settings,
+        7,
+    );
+    let mut seen = Vec::new();
+    for _ in 0..3 * max {
+        let deadline = clock.now() + TimeDelta::seconds(30);
+        let p = sender.process(Received { message_id: "m-r", body: &body }, deadline).await.unwrap();
+        seen.push(p.disposition.reason());
+        match p.disposition {
+            Disposition::Defer { until, .. } => {
+                clock.set(until);
+                body = queue.requeued().last().unwrap().0.encode();
+            }
+            Disposition::Quarantine { reason, attempts_made, .. } => {
+                assert_eq!(reason, ReasonCode::AttemptLimit, "{seen:?}");
+                assert_eq!(attempts_made, 2 * max, "the ledger counts both lives");
+                break;
+            }
+            other => panic!("unexpected {other:?} after {seen:?}"),
+        }
+    }
+    let calls = provider.calls().len() as u32;
+    assert_eq!(
+        calls, max,
+        "expected attempt_limit after {max} attempts since the redrive; {calls} calls made, dispositions: {seen:?}"
+    );
+    let rec = ledger.get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.last_reason), (ReminderState::DeadLettered, Some(ReasonCode::AttemptLimit)));
+}
