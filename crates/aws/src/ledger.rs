@@ -185,10 +185,13 @@ impl Ledger for DynamoLedger {
                  attempts = if_not_exists(attempts, :zero), \
                  #history = list_append(if_not_exists(#history, :empty), :entry)",
             )
-            // Free, or not delivered and (no lease, an ended lease, or our own lease: a retry
-            // after a write whose answer was lost).
+            // Free, or not ended (delivered, expired, cancelled; dead-lettered unless this copy
+            // was re-released by a redrive) and (no lease, an ended lease, or our own lease: a
+            // retry after a write whose answer was lost). A stale copy never revives an ended
+            // reminder.
             .condition_expression(
-                "attribute_not_exists(pk) OR (#state <> :delivered AND \
+                "attribute_not_exists(pk) OR (#state <> :delivered AND #state <> :expired AND \
+                 #state <> :cancelled AND (#state <> :dead OR :redriven = :yes) AND \
                  (attribute_not_exists(lease_until_ms) OR lease_until_ms <= :now OR #owner = :owner))",
             )
             .expression_attribute_names("#state", "state")
@@ -196,6 +199,11 @@ impl Ledger for DynamoLedger {
             .expression_attribute_names("#history", "history")
             .expression_attribute_values(":leased", s(ReminderState::Leased.as_str()))
             .expression_attribute_values(":delivered", s(ReminderState::Delivered.as_str()))
+            .expression_attribute_values(":expired", s(ReminderState::Expired.as_str()))
+            .expression_attribute_values(":cancelled", s(ReminderState::Cancelled.as_str()))
+            .expression_attribute_values(":dead", s(ReminderState::DeadLettered.as_str()))
+            .expression_attribute_values(":redriven", AttributeValue::Bool(msg.redrive.is_some()))
+            .expression_attribute_values(":yes", AttributeValue::Bool(true))
             .expression_attribute_values(":owner", s(owner.as_str()))
             .expression_attribute_values(":lease", ms(lease_until))
             .expression_attribute_values(":now", ms(now))
@@ -218,8 +226,12 @@ impl Ledger for DynamoLedger {
                     reminder_id: msg.reminder_id.to_string(),
                     what: "claim refused but no ALL_OLD item returned".into(),
                 })?;
-                if state_of(&old) == Some(ReminderState::Delivered) {
-                    return Ok(ClaimView::AlreadyDelivered);
+                match state_of(&old) {
+                    Some(ReminderState::Delivered) => return Ok(ClaimView::AlreadyDelivered),
+                    Some(state @ (ReminderState::Expired | ReminderState::Cancelled | ReminderState::DeadLettered)) => {
+                        return Ok(ClaimView::Ended { state });
+                    }
+                    _ => {}
                 }
                 let lease_until = instant(get_i64(&old, "lease_until_ms")).unwrap_or(now);
                 Ok(ClaimView::HeldElsewhere { lease_until })

@@ -64,6 +64,12 @@ pub enum ClaimView {
     },
     /// The reminder is already delivered.
     AlreadyDelivered,
+    /// The reminder already ended (`expired`, `cancelled`, or `dead_lettered` for a copy that
+    /// no redrive re-released): a stale copy must not revive it. Nothing was written.
+    Ended {
+        /// The terminal state recorded.
+        state: ReminderState,
+    },
     /// Another live worker holds the lease until `lease_until`.
     HeldElsewhere {
         /// When that lease ends.
@@ -241,7 +247,7 @@ fn past_deadline(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision {
         (Some(ClaimView::Claimed { prior_attempts }), _) => {
             Decision::Done(Disposition::Expire { attempts_made: prior_attempts.max(msg.attempt) })
         }
-        (Some(ClaimView::AlreadyDelivered), _) => duplicate,
+        (Some(ClaimView::AlreadyDelivered | ClaimView::Ended { .. }), _) => duplicate,
         (_, None) => Decision::Next(Step::ReadLedger),
         (_, Some(rec)) => match rec.state {
             Some(ReminderState::Delivered) => duplicate,
@@ -291,21 +297,24 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             let lease_until = inputs.invocation_deadline.min(msg.deliver_by);
             return Decision::Next(Step::Claim { lease_until });
         }
-        Some(ClaimView::AlreadyDelivered) => {
+        Some(ClaimView::AlreadyDelivered | ClaimView::Ended { .. }) => {
             return Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
         }
         Some(ClaimView::HeldElsewhere { lease_until }) => {
-            // The holder's own message comes back if it dies, so when its lease covers the
-            // rest of the window this copy has nothing left to do.
-            if lease_until >= msg.deliver_by {
-                return Decision::Done(Disposition::Acknowledge { reason: ReasonCode::ClaimedElsewhere });
-            }
+            // Never acknowledge a copy while another worker holds the lease: when SQS handed
+            // the *same* message to this worker (the holder's visibility ran out), deleting it
+            // here deletes the holder's only copy, and a holder that then dies leaves the
+            // reminder leased forever with nothing on a queue (F11). The copy comes back when
+            // the lease ends and finds the reminder delivered, expired, or free to claim.
             // Recheck no later than the longest one provider call can hold a live lease: a
             // holder that finished released it already, and the copy is then acknowledged as
             // a duplicate instead of waiting out the whole invocation-long lease.
             let recheck = add(now, policy.max_call_timeout + policy.invocation_margin);
+            // Before deliver_by, like every deferral; a copy that wakes to a lease still held
+            // right at the deadline comes back once more and then expires through the ledger.
+            let last = msg.deliver_by - chrono::TimeDelta::milliseconds(1);
             return Decision::Done(Disposition::Defer {
-                until: lease_until.min(recheck).max(now),
+                until: lease_until.min(recheck).min(last).max(now),
                 reason: ReasonCode::ClaimedElsewhere,
                 attempts_made: msg.attempt,
                 provider_status: None,

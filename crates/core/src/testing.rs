@@ -94,6 +94,16 @@ fn fresh_record(msg: &ReminderMessage) -> LedgerRecord {
     }
 }
 
+/// A record in `state` may be claimed by `msg`: not ended, or dead-lettered and re-released by
+/// a redrive (the ledger contract; the DynamoDB adapter's condition says the same).
+fn claimable(state: ReminderState, msg: &ReminderMessage) -> bool {
+    match state {
+        ReminderState::Delivered | ReminderState::Expired | ReminderState::Cancelled => false,
+        ReminderState::DeadLettered => msg.redrive.is_some(),
+        _ => true,
+    }
+}
+
 fn lease_live(r: &LedgerRecord, now: DateTime<Utc>) -> bool {
     r.lease_until.is_some_and(|l| l > now)
 }
@@ -110,6 +120,9 @@ impl Ledger for MemoryLedger {
         let r = records.entry(msg.reminder_id.clone()).or_insert_with(|| fresh_record(msg));
         if r.state == ReminderState::Delivered {
             return Ok(ClaimView::AlreadyDelivered);
+        }
+        if !claimable(r.state, msg) {
+            return Ok(ClaimView::Ended { state: r.state });
         }
         let ours = r.owner.as_deref() == Some(owner.as_str());
         if lease_live(r, now) && !ours {
@@ -532,6 +545,51 @@ pub mod ledger_contract {
             must("claim after release", ledger.claim(&m, &a, lease + s(3), lease + s(33))).await,
             ClaimView::Claimed { prior_attempts: 1 }
         );
+
+        // A stale copy never revives an ended reminder (F9/F11): dead-lettered, expired and
+        // cancelled records refuse a claim, with nothing written; a copy a redrive re-released
+        // may claim a dead-lettered one.
+        for (n, ended) in
+            [(20, ReminderState::DeadLettered), (21, ReminderState::Expired), (22, ReminderState::Cancelled)]
+        {
+            let e = msg(n, base);
+            assert_eq!(
+                must("claim to end", ledger.claim(&e, &a, base, base + s(30))).await,
+                ClaimView::Claimed { prior_attempts: 0 }
+            );
+            let end = Settlement {
+                state: ended,
+                reason: Some(ReasonCode::ClassifiedPermanent),
+                attempts: 1,
+                receipt: None,
+                provider_status: Some(400),
+                next_at: None,
+            };
+            assert_eq!(must("end", ledger.settle(&e, Some(&a), base + s(1), &end)).await, SettleOutcome::Recorded);
+            assert_eq!(
+                must("stale copy claims an ended reminder", ledger.claim(&e, &b, base + s(40), base + s(70))).await,
+                ClaimView::Ended { state: ended },
+                "a stale copy must not revive a {ended:?} reminder"
+            );
+            let history = must("read ended", ledger.get(&e.reminder_id)).await.map(|r| (r.state, r.history.len()));
+            assert_eq!(history, Some((ended, 2)), "a refused claim writes nothing");
+            if ended == ReminderState::DeadLettered {
+                let mut redriven = e.clone();
+                redriven.redrive = Some(crate::contract::RedriveStamp {
+                    id: crate::ids::RedriveId::parse("rd-contract").unwrap_or_else(|e| panic!("{e}")),
+                    reason: "contract".into(),
+                    owner: "contract".into(),
+                    base_attempt: 1,
+                });
+                assert!(
+                    matches!(
+                        must("redriven claim", ledger.claim(&redriven, &b, base + s(41), base + s(71))).await,
+                        ClaimView::Claimed { .. }
+                    ),
+                    "a redriven copy may claim a dead-lettered reminder"
+                );
+            }
+        }
 
         // complete with receipt; then every claim and settle sees delivered.
         assert_eq!(

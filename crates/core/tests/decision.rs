@@ -228,9 +228,13 @@ fn decision_table_covers_every_branch() {
             defer(now, ReasonCode::ClaimedElsewhere, 0, None),
         ),
         (
-            "held elsewhere through the deadline is left to its holder",
-            World { claim: Some(ClaimView::HeldElsewhere { lease_until: t(BY) }), ..World::fresh() },
-            Decision::Done(Disposition::Acknowledge { reason: ReasonCode::ClaimedElsewhere }),
+            "a copy held elsewhere through the deadline is still kept until the lease ends (F11)",
+            World {
+                now: t(BY) - secs(5),
+                claim: Some(ClaimView::HeldElsewhere { lease_until: t(BY) }),
+                ..World::fresh()
+            },
+            defer(t(BY) - chrono::TimeDelta::milliseconds(1), ReasonCode::ClaimedElsewhere, 0, None),
         ),
         // 5. renewal
         (

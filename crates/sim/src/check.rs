@@ -642,6 +642,7 @@ impl ChaosProvider {
             s.effects.entry(rid.clone()).or_insert(1);
             ProviderOutcome::Accepted { status: 202, receipt: Some(format!("r-{rid}")) }
         };
+        trace(&msg.encode(), || format!("{now} provider answered {outcome:?}"));
         s.calls.push(call);
         outcome
     }
@@ -810,7 +811,15 @@ fn run_here(seed: u64, n: usize) -> SeedOutcome {
                         async move {
                             let message_id = format!("m-{id}-{generation}");
                             let received = Received { message_id: &message_id, body: &body };
-                            match sender.process(received, deadline).await {
+                            let result = sender.process(received, deadline).await;
+                            trace(&body, || {
+                                format!(
+                                    "{} processed: {:?}",
+                                    sqs.clock.truth(),
+                                    result.as_ref().map(|p| &p.disposition)
+                                )
+                            });
+                            match result {
                                 Ok(p) => {
                                     if wrng.borrow_mut().next_unit() < plan.crash_before_ack {
                                         faults.add(match &p.disposition {
@@ -860,8 +869,8 @@ fn run_here(seed: u64, n: usize) -> SeedOutcome {
                 rng: Arc::new(Mutex::new(SplitMix64::new(seed ^ 0xd1a))),
                 faults: faults.clone(),
             };
-            let (ledger, control, truth, faults, done) =
-                (ledger.clone(), control.clone(), truth.clone(), faults.clone(), Rc::clone(&redrive_done));
+            let (ledger, control, truth, faults, done, sqs) =
+                (ledger.clone(), control.clone(), truth.clone(), faults.clone(), Rc::clone(&redrive_done), sqs.clone());
             tasks.push(tokio::task::spawn_local(async move {
                 tokio::time::sleep(at).await;
                 faults.add("redrive_racing_traffic");
@@ -878,7 +887,25 @@ fn run_here(seed: u64, n: usize) -> SeedOutcome {
                     abort_if: punctual_core::redrive::AbortIf { failure_ratio: 1.0, ..Default::default() },
                     dry_run: false,
                 };
-                let _ = redriver.run(&req, truth.now() + TimeDelta::minutes(5)).await;
+                // A run that dies (between a send and its delete) is run again by the operator
+                // once the traffic it released has settled, as the runbook says (its audit
+                // record never finished); the rerun removes the letters of what was delivered.
+                for _ in 0..6 {
+                    let r = redriver.run(&req, truth.now() + TimeDelta::minutes(5)).await;
+                    if std::env::var("PUNCTUAL_CHECK_TRACE").is_ok() {
+                        eprintln!(
+                            "trace {} redrive run: {:?}",
+                            truth.truth(),
+                            r.as_ref().map(|s| (s.moved, s.removed_delivered, &s.skipped))
+                        );
+                    }
+                    if r.is_ok() {
+                        break;
+                    }
+                    while !sqs.is_empty() {
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                    }
+                }
                 done.set(true);
             }));
         }
@@ -940,6 +967,15 @@ fn run_here(seed: u64, n: usize) -> SeedOutcome {
     let mut out = verify(seed, &population, &due, &ledger, &sqs, &provider, &errs.borrow(), &outage);
     out.faults = lock(&faults.0).clone();
     out
+}
+
+/// With `PUNCTUAL_CHECK_TRACE=rem_…`, prints what happens to that reminder (replaying a seed).
+fn trace(body: &str, line: impl FnOnce() -> String) {
+    if let Ok(want) = std::env::var("PUNCTUAL_CHECK_TRACE")
+        && reminder_of(body).is_some_and(|r| r == want)
+    {
+        eprintln!("trace {}", line());
+    }
 }
 
 /// The invocation deadline a sender sees for a batch: 60 s from now.
@@ -1057,12 +1093,19 @@ fn verify(
         let long_window = pending.deliver_by - pending.deliver_after >= TimeDelta::seconds(200);
         if long_window
             && !outage.contains(&rid)
-            && record.as_ref().is_some_and(|r| {
-                r.state == ReminderState::DeadLettered && r.last_reason == Some(ReasonCode::AttemptLimit)
+            && let Some(reason) = record.as_ref().and_then(|r| {
+                (r.state == ReminderState::DeadLettered
+                    && matches!(r.last_reason, Some(ReasonCode::AttemptLimit | ReasonCode::NoSafeRetryWindow)))
+                .then_some(r.last_reason)
+                .flatten()
             })
             && calls.iter().all(|c| c.throttled)
         {
-            flag("I6", &rid, format!("dead-lettered attempt_limit after {} throttled requests only", calls.len()));
+            flag(
+                "I6",
+                &rid,
+                format!("dead-lettered {} after {} requests, every one throttled", reason.as_str(), calls.len()),
+            );
         }
     }
     // I4: the provider's 1 s windows.

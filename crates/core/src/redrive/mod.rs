@@ -55,8 +55,11 @@ pub struct RedriveSummary {
     pub selected: u64,
     /// Sent back and deleted from the DLQ (dry run: would be).
     pub moved: u64,
-    /// Selected but not moved, by why (left in the DLQ).
+    /// Selected but not moved, by why (left in the DLQ, except `already_delivered` in a real
+    /// run: see `removed_delivered`).
     pub skipped: BTreeMap<String, u64>,
+    /// Letters of reminders already delivered, deleted from the DLQ (they are owed nothing).
+    pub removed_delivered: u64,
     /// Not selected, or not reached (caps, abort, deadline): left in the DLQ.
     pub left: u64,
     /// Canary reminders moved, and how many of them failed again.
@@ -180,14 +183,21 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                         continue;
                     }
                     sum.selected += 1;
-                    let now = self.clock.now();
-                    if msg.deliver_by <= now {
-                        *sum.skipped.entry("past_deliver_by".into()).or_default() += 1;
-                        continue;
-                    }
                     let record = self.ledger.get(&msg.reminder_id).await.map_err(port("reading the ledger"))?;
                     if record.as_ref().is_some_and(|r| r.state == ReminderState::Delivered) {
                         *sum.skipped.entry("already_delivered".into()).or_default() += 1;
+                        // Nothing is owed to a delivered reminder: its letter (a copy a crashed
+                        // run left behind after sending, or one that raced a delivery) would be
+                        // a false alarm in the DLQ forever (I7). A real run removes it.
+                        if !req.dry_run {
+                            held.pop();
+                            self.dlq.delete(&dl.handle).await.map_err(port("deleting from the DLQ"))?;
+                            sum.removed_delivered += 1;
+                        }
+                        continue;
+                    }
+                    if msg.deliver_by <= self.clock.now() {
+                        *sum.skipped.entry("past_deliver_by".into()).or_default() += 1;
                         continue;
                     }
                     if req.dry_run {
