@@ -13,13 +13,14 @@ DDB_LOCAL := .tools/dynamodb-local/DynamoDBLocal.jar
 HAVE_JAVA := $(shell command -v java >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && echo yes)
 CARGO ?= cargo
 
-.PHONY: help test run build deploy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean
+.PHONY: check-seeds soak help test run build deploy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean
 
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
 	@echo "make run    the whole pipeline on this machine against the emulator, with a final report"
 	@echo "make build  three Lambda packages (cargo-lambda);  make deploy  sam deploy --guided"
 	@echo "make bench-limiter   the shared limiter's frontier;  make localstack-test  suite on LocalStack"
+	@echo "make soak   the fault checker over 10,000 seeds (make test runs 300)"
 
 ## tools: a pinned Python venv with moto server and cfn-lint (+ DynamoDB Local where Java is).
 tools: $(VENV_STAMP) $(if $(HAVE_JAVA),$(DDB_LOCAL))
@@ -74,7 +75,17 @@ lint-template: tools
 	$(VENV)/bin/cfn-lint infra/template.yaml
 	$(VENV)/bin/python tools/check_template.py infra/template.yaml
 
-test: fmt-check clippy core-deps test-all lint-template invoke-smoke
+## The fault checker (DESIGN §10): seeded fault plans through the real services in virtual
+## time, invariants I1–I7 after every seed; exits 3 on a violation with the seed to replay.
+## `make test` runs CHECK_SEEDS seeds (≈10 s); `make soak` runs 10,000 in release.
+CHECK_SEEDS ?= 300
+check-seeds:
+	$(CARGO) run --locked -q -p punctual-sim -- check --seeds $(CHECK_SEEDS)
+
+soak:
+	$(CARGO) run --locked --release -q -p punctual-sim -- check --seeds 10000 $(SOAK_ARGS)
+
+test: fmt-check clippy core-deps test-all check-seeds lint-template invoke-smoke
 	@echo "==> make test: all checks passed"
 
 ## The whole pipeline on this machine (debug build, shared with `make test`; add

@@ -415,7 +415,8 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         );
     }
     let backoff = policy.backoff.delay(attempt, jitter);
-    let asked = retry_after.map_or(Duration::ZERO, |r| r.delay_from(now));
+    // At most MAX_RETRY_AFTER: an absurd value must not dead-letter a healthy reminder (I6).
+    let asked = retry_after.map_or(Duration::ZERO, |r| r.delay_from(now).min(crate::provider::MAX_RETRY_AFTER));
     let next = add(now, backoff.max(asked));
     let earliest_done = add(add(next, inputs.observed.queue_delay), inputs.observed.call_latency);
     if earliest_done >= msg.deliver_by {

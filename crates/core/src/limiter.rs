@@ -396,7 +396,9 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
         };
         let cut = (rate * s.decrease).max(s.quota / 100.0);
         self.store.cut(&key, now, cut, s.cut_gap.as_millis() as i64).await?;
-        let until = retry_after.map(|ra| now + ra.as_millis() as i64);
+        // A shared pause is capped (F3): one absurd Retry-After (a day) must not stall every
+        // class and tenant; past the cap the 429s themselves keep the rate down.
+        let until = retry_after.map(|ra| now + ra.min(crate::provider::MAX_RETRY_AFTER).as_millis() as i64);
         if let Some(until) = until {
             self.store.pause(&key, until).await?;
         }
@@ -437,6 +439,24 @@ mod tests {
 
     fn req(class: LimiterClass, tenant: &TenantId) -> LimiterRequest<'_> {
         LimiterRequest { class, tenant }
+    }
+
+    #[tokio::test]
+    async fn an_absurd_retry_after_pauses_the_shared_schedule_at_most_the_cap() {
+        let c = clock();
+        let store = MemorySlotStore::default();
+        let l = SharedLimiter::new(store.clone(), c.clone(), LimiterSettings::new(10.0), 1);
+        let t = tenant();
+        l.throttled(Some(Duration::from_secs(86_400))).await.unwrap();
+        let view = store.view(&l.main_key()).await.unwrap().unwrap();
+        let cap = crate::provider::MAX_RETRY_AFTER.as_millis() as i64;
+        assert_eq!(view.paused_until_ms, c.now().timestamp_millis() + cap, "a day's Retry-After pauses the cap");
+        // Deadline-near work gets a slot once the capped pause is over, not a day later.
+        let answer = l.acquire(req(LimiterClass::DeadlineNear, &t), Duration::from_secs(120)).await.unwrap();
+        assert_eq!(answer, LimiterAnswer::Granted);
+        assert!(
+            crate::clock::until(clock().now(), c.now()) <= crate::provider::MAX_RETRY_AFTER + Duration::from_secs(1)
+        );
     }
 
     #[tokio::test]

@@ -5,6 +5,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+/// The longest wait a provider's `Retry-After` is honoured for, per message and for the shared
+/// limiter's pause alike. A longer value (a day, a date next week: a provider bug or a
+/// misconfigured gateway) is not credible enough to send healthy reminders to the DLQ or to
+/// stall every tenant: punctual waits this long and asks again (the limiter also slows down on
+/// every 429). For a real, long provider outage an operator uses `punctual pause`.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
 /// A provider's `Retry-After`, in either of its HTTP forms, resolved against a reference time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryAfter {
@@ -26,9 +33,8 @@ impl RetryAfter {
         DateTime::parse_from_rfc2822(v).ok().map(|t| Self::At(t.with_timezone(&Utc)))
     }
 
-    /// The wait from `now` this header asks for (zero for a date in the past). Never clamped:
-    /// a wait longer than the reminder's window ends in `no_safe_retry_window`, not in an early
-    /// retry the provider told us not to make.
+    /// The wait from `now` this header asks for (zero for a date in the past), as asked; the
+    /// decision and the limiter honour at most [`MAX_RETRY_AFTER`] of it.
     pub fn delay_from(self, now: DateTime<Utc>) -> Duration {
         match self {
             Self::Seconds(s) => Duration::from_secs(s),

@@ -561,13 +561,18 @@ proptest! {
         }
     }
 
-    /// A later Retry-After is never shortened: a deferral after one waits at least as long.
+    /// A Retry-After is honoured up to MAX_RETRY_AFTER and never shortened below it: a
+    /// deferral after one waits at least min(Retry-After, the cap); an absurd value (a day)
+    /// never keeps a reminder out for longer than the cap and the backoff (F3, I6).
     #[test]
-    fn a_later_retry_after_is_never_shortened(run in arb_run(), ra in 0u64..20_000) {
+    fn a_retry_after_is_honoured_up_to_its_cap(run in arb_run(), ra in 0u64..200_000) {
         let run = Run { outcome: ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(ra)) }, ..run };
         let (world, disposition, _) = drive(&run);
+        let cap = punctual_core::provider::MAX_RETRY_AFTER.as_secs();
         if let Disposition::Defer { until, reason: ReasonCode::ProviderRetryAfter, .. } = disposition {
-            prop_assert!(until >= world.now + secs(ra as i64));
+            prop_assert!(until >= world.now + secs(ra.min(cap) as i64));
+            let backoff_cap = punctual_core::decision::SenderPolicy::default().backoff.cap;
+            prop_assert!(until <= world.now + secs(cap.max(backoff_cap.as_secs()) as i64));
         }
     }
 

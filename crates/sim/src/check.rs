@@ -124,6 +124,17 @@ pub struct CheckConfig {
     pub first_seed: u64,
     /// Reminders per seed.
     pub reminders: usize,
+    /// The provider honours idempotency keys (true: a repeated key replays the first answer;
+    /// false: every acceptance is another effect — a provider without keys, where I1 can only
+    /// hold if nothing is ever retried after an indeterminate answer).
+    pub honours_keys: bool,
+}
+
+impl CheckConfig {
+    /// `seeds` seeds from `first_seed`, 40 reminders each, a provider that honours keys.
+    pub fn new(seeds: u64, first_seed: u64) -> Self {
+        Self { seeds, first_seed, reminders: 40, honours_keys: true }
+    }
 }
 
 /// One broken invariant, with what replays it.
@@ -188,7 +199,7 @@ pub fn check(config: &CheckConfig, mut progress: impl FnMut(u64, &CheckReport)) 
         ..CheckReport::default()
     };
     for (done, seed) in (config.first_seed..config.first_seed.saturating_add(config.seeds)).enumerate() {
-        let o = run_seed(seed, config.reminders);
+        let o = run_seed(seed, config.reminders, config.honours_keys);
         for v in &o.violations {
             *report.violations.entry(v.invariant.to_owned()).or_default() += 1;
         }
@@ -528,6 +539,7 @@ struct ChaosProvider {
     faults: Faults,
     ledger: MemoryLedger,
     outage: Arc<HashSet<String>>,
+    honours_keys: bool,
 }
 
 impl ChaosProvider {
@@ -576,9 +588,8 @@ impl ChaosProvider {
         } else if rng.next_unit() < self.plan.provider_fault {
             s.tokens -= 1.0;
             // Honouring keys: a key's first acceptance is its one effect; a repeat replays it.
-            let apply = |s: &mut ProviderState| {
-                s.effects.entry(rid.clone()).or_insert(1);
-            };
+            let keys = self.honours_keys;
+            let apply = |s: &mut ProviderState| effect(s, &rid, keys);
             match rng.next_u64() % 9 {
                 0 => {
                     self.faults.add("provider_429_seconds");
@@ -639,12 +650,20 @@ impl ChaosProvider {
             }
         } else {
             s.tokens -= 1.0;
-            s.effects.entry(rid.clone()).or_insert(1);
+            effect(&mut s, &rid, self.honours_keys);
             ProviderOutcome::Accepted { status: 202, receipt: Some(format!("r-{rid}")) }
         };
         trace(&msg.encode(), || format!("{now} provider answered {outcome:?}"));
         s.calls.push(call);
         outcome
+    }
+}
+
+/// One acceptance: the key's one effect when the provider honours keys, another otherwise.
+fn effect(s: &mut ProviderState, rid: &str, honours_keys: bool) {
+    let n = s.effects.entry(rid.to_owned()).or_insert(0);
+    if *n == 0 || !honours_keys {
+        *n += 1;
     }
 }
 
@@ -666,8 +685,8 @@ impl Provider for ChaosProvider {
 // ---- one seed --------------------------------------------------------------------------------
 
 /// Runs one seed (on its own thread: it drives its own virtual-time runtime).
-pub fn run_seed(seed: u64, reminders: usize) -> SeedOutcome {
-    std::thread::scope(|sc| sc.spawn(|| run_here(seed, reminders)).join().unwrap_or_default())
+pub fn run_seed(seed: u64, reminders: usize, honours_keys: bool) -> SeedOutcome {
+    std::thread::scope(|sc| sc.spawn(|| run_here(seed, reminders, honours_keys)).join().unwrap_or_default())
 }
 
 type CheckSender = Sender<
@@ -679,7 +698,7 @@ type CheckSender = Sender<
     SkewedClock,
 >;
 
-fn run_here(seed: u64, n: usize) -> SeedOutcome {
+fn run_here(seed: u64, n: usize, honours_keys: bool) -> SeedOutcome {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
     let Ok(runtime) = runtime else { return SeedOutcome::default() };
     let _entered = runtime.enter();
@@ -719,6 +738,7 @@ fn run_here(seed: u64, n: usize) -> SeedOutcome {
         faults: faults.clone(),
         ledger: ledger.clone(),
         outage: Arc::clone(&outage),
+        honours_keys,
     };
     let control = MemoryControl::default();
     let slots = MemorySlotStore::default();
@@ -964,7 +984,9 @@ fn run_here(seed: u64, n: usize) -> SeedOutcome {
             }
         }
     }
-    let mut out = verify(seed, &population, &due, &ledger, &sqs, &provider, &errs.borrow(), &outage);
+    let spread = plan.skew_ms.iter().max().copied().unwrap_or(0) - plan.skew_ms.iter().min().copied().unwrap_or(0);
+    let spread = Duration::from_millis(u64::try_from(spread).unwrap_or(0));
+    let mut out = verify(seed, &population, &due, &ledger, &sqs, &provider, &errs.borrow(), &outage, spread);
     out.faults = lock(&faults.0).clone();
     out
 }
@@ -1006,6 +1028,7 @@ fn verify(
     provider: &ChaosProvider,
     errs: &HashMap<String, u64>,
     outage: &HashSet<String>,
+    skew_spread: Duration,
 ) -> SeedOutcome {
     let replay = format!("punctual check --seeds 1 --first-seed {seed}");
     let mut out = SeedOutcome::default();
@@ -1057,6 +1080,12 @@ fn verify(
             flag("I3", &rid, "due but never released".into());
         }
         *outcomes.entry(ending).or_default() += 1;
+        // I1: at most one accepted effect.
+        if let Some(n) = p.effects.get(&rid).copied()
+            && n > 1
+        {
+            flag("I1", &rid, format!("{n} accepted effects at the provider"));
+        }
         // I1: a reminder recorded delivered has its effect at the provider.
         if record.as_ref().is_some_and(|r| r.state == ReminderState::Delivered) && !p.effects.contains_key(&rid) {
             flag("I1", &rid, "recorded delivered, but the provider holds no effect for it".into());
@@ -1089,29 +1118,40 @@ fn verify(
         if copies > MAX_COPIES {
             flag("I5", &rid, format!("{copies} SQS copies (bound {MAX_COPIES})"));
         }
-        // I6: throttling alone never dead-letters a healthy reminder with time to spare.
-        let long_window = pending.deliver_by - pending.deliver_after >= TimeDelta::seconds(200);
-        if long_window
-            && !outage.contains(&rid)
-            && let Some(reason) = record.as_ref().and_then(|r| {
-                (r.state == ReminderState::DeadLettered
-                    && matches!(r.last_reason, Some(ReasonCode::AttemptLimit | ReasonCode::NoSafeRetryWindow)))
-                .then_some(r.last_reason)
-                .flatten()
-            })
-            && calls.iter().all(|c| c.throttled)
-        {
-            flag(
-                "I6",
-                &rid,
-                format!("dead-lettered {} after {} requests, every one throttled", reason.as_str(), calls.len()),
-            );
+        // I6: throttling alone never dead-letters a healthy reminder: not by spending its attempt
+        // budget on 429s, and not for want of a retry window while a capped wait still fitted.
+        let dead_for = record.as_ref().filter(|r| r.state == ReminderState::DeadLettered).and_then(|r| r.last_reason);
+        let only_throttled = calls.iter().all(|c| c.throttled);
+        if only_throttled && !outage.contains(&rid) {
+            // The slack left when the sender gave up (its dead-letter entry in the ledger).
+            let dead_at = record
+                .as_ref()
+                .and_then(|r| r.history.iter().rev().find(|h| h.state == ReminderState::DeadLettered))
+                .map_or(0, |h| h.at.timestamp_millis());
+            let slack_ms = pending.deliver_by.timestamp_millis() - dead_at;
+            let fitted =
+                slack_ms > (punctual_core::provider::MAX_RETRY_AFTER + Duration::from_secs(10)).as_millis() as i64;
+            match dead_for {
+                Some(ReasonCode::AttemptLimit) => flag(
+                    "I6",
+                    &rid,
+                    format!("dead-lettered attempt_limit after {} throttled requests only", calls.len()),
+                ),
+                Some(ReasonCode::NoSafeRetryWindow) if fitted => flag(
+                    "I6",
+                    &rid,
+                    format!("dead-lettered no_safe_retry_window with {slack_ms} ms left, after 429s only"),
+                ),
+                _ => {}
+            }
         }
     }
-    // I4: the provider's 1 s windows.
+    // I4: the provider's 1 s windows. Instances book slots on their own clocks: with a spread
+    // of `spread` between the fastest and the slowest clock, one window can hold the slots of
+    // 1 s + spread (stated beside the skew bound).
     let mut times: Vec<i64> = p.calls.iter().map(|c| c.at_ms).collect();
     times.sort_unstable();
-    let limit = (QUOTA + BURST) as usize;
+    let limit = (QUOTA * (1.0 + skew_spread.as_secs_f64()) + BURST).floor() as usize;
     let mut j = 0;
     for i in 0..times.len() {
         while times[i] - times[j] >= 1000 {

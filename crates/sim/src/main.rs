@@ -85,7 +85,7 @@ fn check_command(a: CheckArgs) -> ExitCode {
         eprintln!("punctual check: --seeds and --reminders must be positive");
         return ExitCode::from(2);
     }
-    let config = CheckConfig { seeds: a.seeds, first_seed: a.first_seed, reminders: a.reminders };
+    let config = CheckConfig { reminders: a.reminders, ..CheckConfig::new(a.seeds, a.first_seed) };
     let every = (a.seeds / 100).max(1);
     let report = check(&config, |done, r| {
         if done % every == 0 || done == a.seeds {
