@@ -324,3 +324,62 @@ async fn pause_sends_nothing_and_spends_no_attempt_then_resume_drains() {
     assert_eq!(r.double.stats().accepted, 5);
     r.stack.destroy().await;
 }
+
+/// A message SQS itself moved to the DLQ (maxReceiveCount: a sender crashed on it again and
+/// again) carries no `reason` attribute. It must still be selectable by an operator: as
+/// `receive_count_backstop`, and by its age (the body's `first_enqueued`).
+#[tokio::test]
+async fn a_message_moved_by_max_receive_count_is_selectable_as_receive_count_backstop() {
+    use punctual_core::ports::DeadLetters;
+    use punctual_core::redrive::{AbortIf, Selection};
+    let config = sdk_config().await;
+    let stack = Stack::create(&config, "redrive-backstop").await.unwrap();
+    let now = Utc::now();
+    let m = ReminderMessage {
+        first_enqueued: now - TimeDelta::minutes(10),
+        ..message("backstop", now - TimeDelta::minutes(1), now + TimeDelta::hours(2))
+    };
+    stack.sqs.send_message().queue_url(stack.queues.send_url()).message_body(m.encode()).send().await.unwrap();
+    // Received and never deleted, MAX_RECEIVE_COUNT times: SQS moves it to the DLQ.
+    for _ in 0..=punctual_tests::stack::MAX_RECEIVE_COUNT + 1 {
+        stack
+            .sqs
+            .receive_message()
+            .queue_url(stack.queues.send_url())
+            .visibility_timeout(0)
+            .max_number_of_messages(1)
+            .send()
+            .await
+            .unwrap();
+    }
+    let dlq = SqsDeadLetters::new(stack.queues.clone());
+    let got = dlq.receive().await.unwrap();
+    assert_eq!(got.len(), 1, "SQS moved the message to the DLQ");
+    assert_eq!(got[0].reason.as_deref(), Some("receive_count_backstop"), "{:?}", got[0]);
+    assert_eq!(got[0].first_enqueued.map(|t| t.timestamp_millis()), Some(m.first_enqueued.timestamp_millis()));
+    dlq.release(&[got[0].handle.clone()]).await.unwrap();
+
+    // A dry run selecting exactly that reason and age finds it.
+    let ledger = DynamoLedger::new(stack.ddb.clone(), &stack.ledger_table);
+    let control = DynamoControl::new(stack.ddb.clone(), &stack.ledger_table);
+    let redriver = Redriver::new(ledger, dlq, control, SystemClock);
+    let req = RedriveRequest {
+        reason: "crash loop fixed".into(),
+        owner: "oncall".into(),
+        selection: Selection {
+            failure_reasons: vec![ReasonCode::ReceiveCountBackstop],
+            enqueued_after: Some(now - TimeDelta::minutes(20)),
+            enqueued_before: Some(now - TimeDelta::minutes(5)),
+            ..Selection::default()
+        },
+        max_messages: 10,
+        max_per_second: 5.0,
+        canary: 0,
+        canary_timeout: None,
+        abort_if: AbortIf::default(),
+        dry_run: true,
+    };
+    let sum = redriver.run(&req, Utc::now() + TimeDelta::minutes(2)).await.unwrap();
+    assert_eq!((sum.selected, sum.moved), (1, 1), "{sum:?}");
+    stack.destroy().await;
+}

@@ -210,3 +210,34 @@ async fn reimporting_the_same_rows_changes_nothing_and_a_released_row_only_takes
     assert_eq!(report.released, 0, "nothing is re-released by a re-import");
     r.stack.destroy().await;
 }
+
+/// An import reads a row, a tick releases it, then the import writes: the write must not
+/// re-arm the released renewal (back to `scheduled`, back in the due index, released twice).
+#[tokio::test]
+async fn an_import_racing_a_tick_never_rearms_a_released_renewal() {
+    let r = rig("sched-import-race").await;
+    let now = r.clock.now();
+    let rows: Vec<Renewal> =
+        (0..3).map(|n| row_at(n, ZONES[n % 5], minute(now) + TimeDelta::minutes(3), 120)).collect();
+    r.renewals.import(&rows, now).await.unwrap();
+    // The operator re-imports with a changed window (allowed while scheduled) and, for a
+    // brand-new renewal, a first import: both read first…
+    let mut changed = rows[0].clone();
+    changed.window_minutes = 60;
+    let fresh = row_at(7, ZONES[2], minute(now) + TimeDelta::minutes(3), 120);
+    let batch = [changed.clone(), fresh.clone()];
+    let read = r.renewals.read_for_import(&batch).await.unwrap();
+    // …then a tick releases everything due (a concurrent import inserted `fresh` meanwhile).
+    r.renewals.import(std::slice::from_ref(&fresh), now).await.unwrap();
+    let report = r.scheduler().tick(r.deadline()).await.unwrap();
+    assert_eq!(report.released, 4);
+    // …then the first import writes what it decided before the release.
+    let out = r.renewals.write_import(&batch, read, now).await.unwrap();
+    assert_eq!(r.sched_state(&changed).await.0.as_deref(), Some("enqueued"), "re-armed after release: {out:?}");
+    assert_eq!(r.sched_state(&fresh).await.0.as_deref(), Some("enqueued"), "re-armed after release: {out:?}");
+    assert!(matches!(&out[0], RowOutcome::Conflict(why) if why.contains("already enqueued")), "{out:?}");
+    assert_eq!(out[1], RowOutcome::Unchanged, "the same content was inserted meanwhile: {out:?}");
+    let again = r.scheduler().tick(r.deadline()).await.unwrap();
+    assert_eq!(again.released, 0, "a released renewal was released twice");
+    r.stack.destroy().await;
+}

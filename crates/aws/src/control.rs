@@ -10,6 +10,7 @@ use aws_sdk_dynamodb::error::SdkError;
 use chrono::{DateTime, Utc};
 use punctual_core::ports::{BoxError, Control, ControlError, DeadLetter, DeadLetters, DeadLettersError, Pause};
 use punctual_core::redrive::AuditRecord;
+use punctual_core::{ReasonCode, ReminderMessage};
 
 use crate::dynamodb::{self, DynamoError, get_s, s};
 use crate::sqs::{SqsQueues, attr};
@@ -163,11 +164,16 @@ impl DeadLetters for SqsDeadLetters {
         let mut out = Vec::with_capacity(got.len());
         for m in got {
             let get = |k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            // A message SQS moved itself (maxReceiveCount: the crash backstop) carries none of
+            // the sender's quarantine attributes: it is `receive_count_backstop`, and its age
+            // is the body's `first_enqueued`, so reason and age selections still find it.
+            let first_enqueued = get(attr::FIRST_ENQUEUED)
+                .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+                .map(|t| t.with_timezone(&Utc))
+                .or_else(|| ReminderMessage::decode(&m.body).ok().map(|b| b.first_enqueued));
             out.push(DeadLetter {
-                first_enqueued: get(attr::FIRST_ENQUEUED)
-                    .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
-                    .map(|t| t.with_timezone(&Utc)),
-                reason: get(attr::REASON),
+                first_enqueued,
+                reason: get(attr::REASON).or_else(|| Some(ReasonCode::ReceiveCountBackstop.as_str().to_owned())),
                 handle: m.receipt_handle,
                 message_id: m.message_id,
                 body: m.body,

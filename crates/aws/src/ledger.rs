@@ -10,14 +10,35 @@
 //! | `receipt` | S | provider receipt, once delivered |
 //! | `last_reason`, `next_at_ms` | S, N | last reason code; next eligible time while deferred |
 //! | `deliver_after_ms`, `deliver_by_ms`, `tenant_id`, `renewal_id`, `updated_ms` | N, N, S, S, N | for `explain`, the run accounting and cleanup |
-//! | `history` | L of M | every transition, appended by the same write that makes it |
+//! | `history` | L of M | the first transition and the most recent ones, appended by the same write that makes it |
+//! | `history_dropped` | N | transitions dropped from the middle of `history` (absent: none) |
 //! | `ttl_epoch_s` | N | DynamoDB TTL, **seconds** as TTL requires: `deliver_by` + 30 days. Cleanup only. |
 //!
 //! Every instant the logic compares is epoch **milliseconds** (`*_ms`); the lease is expired
 //! when `lease_until_ms <= now_ms` — a timestamp comparison in the condition, never TTL.
 //! Keeping the history inside the item makes each transition one atomic write and the whole
-//! history one strongly consistent `GetItem`; an item grows ~120 bytes per transition, so a
-//! reminder with the default 8 attempts stays far below DynamoDB's 400 KB item limit.
+//! history one strongly consistent `GetItem`.
+//!
+//! # Bounded item
+//! An entry weighs ~100–190 bytes, and a reminder deferred again and again (a rate-limited
+//! backlog, a flapping provider, redrives) once grew without bound: after ~2,100 claim+settle
+//! cycles DynamoDB refused the item (400 KB) and every later claim failed. The history now
+//! holds at most [`HISTORY_MAX`] = 97 entries — the first, and the most recent ones — so an
+//! item stays below ~25 KB (1 WCU per KB per write, so the bound also caps the cost of a
+//! write). Every write carries `size(history) < 97` in its condition, so nothing can grow past
+//! the bound. A write refused only because the history is full compacts it: it rewrites the
+//! history to the first entry plus the last [`HISTORY_RECENT`](punctual_core::ports::HISTORY_RECENT) = 64 (its own included) and
+//! adds the 33 dropped to `history_dropped`, guarded by the size and `history_dropped` it read
+//! from the refusal's `ALL_OLD`, with the transition's own condition unchanged.
+//!
+//! Why not one blind write always: `list_append` cannot trim; `REMOVE history[i]` needs the
+//! stored length, overlaps with any `SET` of `history` itself (DynamoDB refuses overlapping
+//! paths), and cannot apply to an item that does not exist yet; a ring of slots keyed by
+//! sequence needs the sequence before the write, which a claim — blind by design — does not
+//! have. So each transition stays ONE conditional write up to the bound and for 31 of every
+//! 32 writes past it; the 32nd is refused at no effect and redone as the compacting write
+//! (still one effective conditional write, still atomic). Reminders with the default 8
+//! attempts (~20 transitions) never compact.
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -25,8 +46,13 @@ use chrono::{DateTime, Utc};
 use punctual_core::contract::ReminderMessage;
 use punctual_core::decision::ClaimView;
 use punctual_core::ids::ReminderId;
-use punctual_core::ports::{HistoryEntry, Ledger, LedgerError, LedgerRecord, OwnerToken, SettleOutcome, Settlement};
+use punctual_core::ports::{
+    HISTORY_MAX, HistoryEntry, Ledger, LedgerError, LedgerRecord, OwnerToken, SettleOutcome, Settlement,
+    compact_history,
+};
 use punctual_core::reason::{ReasonCode, ReminderState};
+
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 
 use crate::dynamodb::{ConditionalUpdate, DynamoError, Item, get, get_i64, get_s, n, s, update_if};
 
@@ -46,11 +72,105 @@ impl DynamoLedger {
         Self { client, table: table.into() }
     }
 
-    fn update(
-        &self,
-        msg: &ReminderMessage,
-    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    fn update(&self, msg: &ReminderMessage) -> UpdateItemFluentBuilder {
         self.client.update_item().table_name(&self.table).key("pk", s(key(&msg.reminder_id)))
+    }
+
+    /// Sends the transition `build` makes for a history write mode, appending `entry`; when the
+    /// write is refused with a full history, redoes it as the compacting write (module docs).
+    async fn write(
+        &self,
+        entry: &AttributeValue,
+        build: impl Fn(&HistoryWrite) -> UpdateItemFluentBuilder,
+    ) -> Result<ConditionalUpdate, LedgerError> {
+        let mut mode = HistoryWrite::Append;
+        // A compaction refused because another one won the race is retried once more.
+        for _ in 0..3 {
+            let result = update_if(mode.bind(build(&mode), entry)).await.map_err(from_dynamo)?;
+            let ConditionalUpdate::ConditionFailed(Some(old)) = &result else { return Ok(result) };
+            match HistoryWrite::compaction(old, entry) {
+                // Refused with the history we just tried to compact: the transition's own
+                // condition failed; the caller classifies it from `old`.
+                Some(next) if next.same_base(&mode) => return Ok(result),
+                Some(next) => mode = next,
+                None => return Ok(result),
+            }
+        }
+        update_if(mode.bind(build(&mode), entry)).await.map_err(from_dynamo)
+    }
+}
+
+/// How a write adds its history entry.
+#[derive(Debug, Clone, PartialEq)]
+enum HistoryWrite {
+    /// `list_append`, on condition that the history has room.
+    Append,
+    /// Replace the full history (`seen` entries, `seen_dropped` dropped before) by its
+    /// compaction plus the new entry, on condition that it is still that history.
+    Compact { seen: usize, seen_dropped: i64, history: Vec<AttributeValue>, dropped: i64 },
+}
+
+impl HistoryWrite {
+    /// The compacting write for an item refused with a full history; `None` when the history
+    /// had room (the refusal was the transition's own condition).
+    fn compaction(old: &Item, entry: &AttributeValue) -> Option<Self> {
+        let Some(AttributeValue::L(seen)) = old.get("history") else { return None };
+        if seen.len() < HISTORY_MAX {
+            return None;
+        }
+        let seen_dropped = get_i64(old, "history_dropped").unwrap_or(0);
+        let mut history = seen.clone();
+        let dropped = compact_history(&mut history);
+        if let AttributeValue::L(new) = entry {
+            history.extend(new.iter().cloned());
+        }
+        let dropped = seen_dropped.saturating_add(i64::try_from(dropped).unwrap_or(i64::MAX));
+        Some(Self::Compact { seen: seen.len(), seen_dropped, history, dropped })
+    }
+
+    /// True when both compact the same stored history.
+    fn same_base(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Compact { seen: a, seen_dropped: b, .. }, Self::Compact { seen: c, seen_dropped: d, .. }) => {
+                (a, b) == (c, d)
+            }
+            _ => false,
+        }
+    }
+
+    /// The `SET` clause that writes the history.
+    fn set(&self) -> &'static str {
+        match self {
+            Self::Append => "#history = list_append(if_not_exists(#history, :empty), :entry)",
+            Self::Compact { .. } => "#history = :history, history_dropped = :dropped",
+        }
+    }
+
+    /// The condition the history adds to the transition's own (which goes in parentheses).
+    fn condition(&self, own: &str) -> String {
+        match self {
+            Self::Append => format!("({own}) AND (attribute_not_exists(#history) OR size(#history) < :history_max)"),
+            Self::Compact { .. } => format!(
+                "({own}) AND size(#history) = :history_seen AND \
+                 (attribute_not_exists(history_dropped) OR history_dropped = :dropped_seen)"
+            ),
+        }
+    }
+
+    /// Binds this mode's values (DynamoDB refuses unused ones).
+    fn bind(&self, update: UpdateItemFluentBuilder, entry: &AttributeValue) -> UpdateItemFluentBuilder {
+        let update = update.expression_attribute_names("#history", "history");
+        match self {
+            Self::Append => update
+                .expression_attribute_values(":empty", AttributeValue::L(vec![]))
+                .expression_attribute_values(":entry", entry.clone())
+                .expression_attribute_values(":history_max", n(HISTORY_MAX)),
+            Self::Compact { seen, seen_dropped, history, dropped } => update
+                .expression_attribute_values(":history", AttributeValue::L(history.clone()))
+                .expression_attribute_values(":dropped", n(*dropped))
+                .expression_attribute_values(":history_seen", n(*seen))
+                .expression_attribute_values(":dropped_seen", n(*seen_dropped)),
+        }
     }
 }
 
@@ -138,6 +258,7 @@ fn parse_record(id: &ReminderId, item: &Item) -> Result<LedgerRecord, LedgerErro
         deliver_after: instant(get_i64(item, "deliver_after_ms")),
         deliver_by,
         history,
+        history_dropped: get_i64(item, "history_dropped").and_then(|d| u64::try_from(d).ok()).unwrap_or(0),
     })
 }
 
@@ -177,26 +298,26 @@ impl Ledger for DynamoLedger {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<ClaimView, LedgerError> {
-        let update = self
-            .update(msg)
-            .update_expression(
+        let entry = history_entry(msg, now, ReminderState::Leased, None);
+        let build = |h: &HistoryWrite| {
+            self.update(msg)
+            .update_expression(format!(
                 "SET #state = :leased, #owner = :owner, lease_until_ms = :lease, updated_ms = :now, \
                  deliver_after_ms = :after, deliver_by_ms = :by, tenant_id = :tenant, renewal_id = :renewal, ttl_epoch_s = :ttl, \
-                 attempts = if_not_exists(attempts, :zero), \
-                 #history = list_append(if_not_exists(#history, :empty), :entry)",
-            )
+                 attempts = if_not_exists(attempts, :zero), {}",
+                h.set()
+            ))
             // Free, or not ended (delivered, expired, cancelled; dead-lettered unless this copy
             // was re-released by a redrive) and (no lease, an ended lease, or our own lease: a
             // retry after a write whose answer was lost). A stale copy never revives an ended
             // reminder.
-            .condition_expression(
+            .condition_expression(h.condition(
                 "attribute_not_exists(pk) OR (#state <> :delivered AND #state <> :expired AND \
                  #state <> :cancelled AND (#state <> :dead OR :redriven = :yes) AND \
                  (attribute_not_exists(lease_until_ms) OR lease_until_ms <= :now OR #owner = :owner))",
-            )
+            ))
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#owner", "owner")
-            .expression_attribute_names("#history", "history")
             .expression_attribute_values(":leased", s(ReminderState::Leased.as_str()))
             .expression_attribute_values(":delivered", s(ReminderState::Delivered.as_str()))
             .expression_attribute_values(":expired", s(ReminderState::Expired.as_str()))
@@ -213,9 +334,8 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":renewal", s(msg.renewal_id.as_str()))
             .expression_attribute_values(":ttl", n(msg.deliver_by.timestamp() + RETENTION_SECS))
             .expression_attribute_values(":zero", n(0))
-            .expression_attribute_values(":empty", AttributeValue::L(vec![]))
-            .expression_attribute_values(":entry", history_entry(msg, now, ReminderState::Leased, None));
-        match update_if(update).await.map_err(from_dynamo)? {
+        };
+        match self.write(&entry, build).await? {
             ConditionalUpdate::Written(new) => {
                 let prior_attempts =
                     new.as_ref().and_then(|i| get_i64(i, "attempts")).and_then(|a| u32::try_from(a).ok()).unwrap_or(0);
@@ -255,14 +375,12 @@ impl Ledger for DynamoLedger {
             "tenant_id = :tenant",
             "renewal_id = :renewal",
             "ttl_epoch_s = :ttl",
-            "#history = list_append(if_not_exists(#history, :empty), :entry)",
         ];
         let mut remove = vec!["#owner", "lease_until_ms"];
         let mut update = self
             .update(msg)
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#owner", "owner")
-            .expression_attribute_names("#history", "history")
             .expression_attribute_values(":state", s(x.state.as_str()))
             .expression_attribute_values(":attempts", n(x.attempts))
             .expression_attribute_values(":now", ms(now))
@@ -270,9 +388,7 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":by", ms(msg.deliver_by))
             .expression_attribute_values(":tenant", s(msg.tenant_id.as_str()))
             .expression_attribute_values(":renewal", s(msg.renewal_id.as_str()))
-            .expression_attribute_values(":ttl", n(msg.deliver_by.timestamp() + RETENTION_SECS))
-            .expression_attribute_values(":empty", AttributeValue::L(vec![]))
-            .expression_attribute_values(":entry", history_entry(msg, now, x.state, Some(x)));
+            .expression_attribute_values(":ttl", n(msg.deliver_by.timestamp() + RETENTION_SECS));
         match x.reason {
             Some(r) => {
                 set.push("last_reason = :reason");
@@ -314,10 +430,14 @@ impl Ledger for DynamoLedger {
              #state <> :expired AND #state <> :cancelled AND \
              (attribute_not_exists(lease_until_ms) OR lease_until_ms <= :now))"
         };
-        let update = update
-            .update_expression(format!("SET {} REMOVE {}", set.join(", "), remove.join(", ")))
-            .condition_expression(condition);
-        match update_if(update).await.map_err(from_dynamo)? {
+        let entry = history_entry(msg, now, x.state, Some(x));
+        let build = |h: &HistoryWrite| {
+            update
+                .clone()
+                .update_expression(format!("SET {}, {} REMOVE {}", set.join(", "), h.set(), remove.join(", ")))
+                .condition_expression(h.condition(condition))
+        };
+        match self.write(&entry, build).await? {
             ConditionalUpdate::Written(_) => Ok(SettleOutcome::Recorded),
             ConditionalUpdate::ConditionFailed(old) => match old.as_ref().and_then(state_of) {
                 Some(ReminderState::Delivered) => Ok(SettleOutcome::AlreadyDelivered),

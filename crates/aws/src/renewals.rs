@@ -26,14 +26,16 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
-    KeysAndAttributes, Projection, ProjectionType, PutRequest, ScalarAttributeType, WriteRequest,
+    KeysAndAttributes, Projection, ProjectionType, ScalarAttributeType,
 };
 use chrono::{DateTime, Utc};
 use punctual_core::ids::{ReminderId, ReminderKind};
 use punctual_core::ports::{DueStore, DueStoreError, Marked, Page, Pending};
 use punctual_core::renewal::{Renewal, RenewalStatus};
 
-use crate::dynamodb::{ConditionalUpdate, DynamoError, Item, get, get_i64, get_s, n, s, update_if};
+use crate::dynamodb::{
+    ConditionalPut, ConditionalUpdate, DynamoError, Item, get, get_i64, get_s, n, put_if, s, update_if,
+};
 
 /// Shards of the `due` index.
 pub const DUE_SHARDS: u32 = 16;
@@ -189,6 +191,51 @@ const CONTENT: &[&str] = &[
     "status",
 ];
 
+/// What an import read before deciding (see [`DynamoRenewals::read_for_import`]).
+#[derive(Debug, Clone, Default)]
+pub struct ImportRead {
+    existing: HashMap<String, Item>,
+}
+
+/// The conditional write a row needs.
+#[derive(Debug, Clone)]
+enum RowWrite {
+    /// A new renewal: only if still absent.
+    Insert(Item),
+    /// A pending renewal with new content: only if still `scheduled` and not updated since.
+    Replace { item: Item, seen_updated: Option<AttributeValue> },
+    /// A released renewal's status change: only if still in the released state read.
+    Status { status: String, seen_state: String },
+}
+
+/// Decides one row against the item `old` (as read, or as it is now after a refused write).
+fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Option<RowWrite>) {
+    let item = row_item(r, now);
+    let Some(old) = old else { return (RowOutcome::Inserted, Some(RowWrite::Insert(item))) };
+    if CONTENT.iter().all(|c| old.get(*c) == item.get(*c)) {
+        return (RowOutcome::Unchanged, None);
+    }
+    let state = get_s(old, "sched_state");
+    if state == Some("scheduled") {
+        let seen_updated = old.get("updated_ms").cloned();
+        return (RowOutcome::Updated, Some(RowWrite::Replace { item, seen_updated }));
+    }
+    let only_status = CONTENT.iter().filter(|c| **c != "status").all(|c| old.get(*c) == item.get(*c));
+    match state {
+        Some(seen) if only_status => (
+            RowOutcome::Updated,
+            Some(RowWrite::Status { status: r.status.as_str().to_owned(), seen_state: seen.to_owned() }),
+        ),
+        _ => (
+            RowOutcome::Conflict(format!(
+                "renewal already {}; only its status may change now (import it under a new renewal_id to reschedule)",
+                state.unwrap_or("released")
+            )),
+            None,
+        ),
+    }
+}
+
 /// What importing one row came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RowOutcome {
@@ -243,9 +290,15 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), DynamoErro
 
 impl DynamoRenewals {
     /// Imports validated rows: reads the existing items (BatchGetItem, 100 keys), decides per
-    /// row, writes new and changed ones (BatchWriteItem, 25 items), retrying unprocessed items
-    /// with backoff. Returns one outcome per row, in order.
+    /// row, writes new and changed ones with one conditional write each (16 in flight; see
+    /// [`DynamoRenewals::write_import`]). Returns one outcome per row, in order.
     pub async fn import(&self, rows: &[Renewal], now: DateTime<Utc>) -> Result<Vec<RowOutcome>, RenewalsError> {
+        let read = self.read_for_import(rows).await?;
+        self.write_import(rows, read, now).await
+    }
+
+    /// Phase one of [`DynamoRenewals::import`]: reads the items `rows` would replace.
+    pub async fn read_for_import(&self, rows: &[Renewal]) -> Result<ImportRead, RenewalsError> {
         let err = |e: Box<dyn std::error::Error + Send + Sync>| RenewalsError::Unknown(e);
         let mut existing: HashMap<String, Item> = HashMap::new();
         for chunk in rows.chunks(100) {
@@ -278,85 +331,118 @@ impl DynamoRenewals {
                 }
             }
         }
-        let mut outcomes = Vec::with_capacity(rows.len());
-        let mut writes: Vec<(String, Item)> = Vec::new();
-        for r in rows {
-            let item = row_item(r, now);
+        Ok(ImportRead { existing })
+    }
+
+    /// Phase two of [`DynamoRenewals::import`]: decides each row against what `read` found
+    /// and writes new and changed ones, each with ONE conditional write that holds only while
+    /// the item is as read (absent; still `scheduled` and not updated since; or released in the
+    /// same state). A tick that released the row meanwhile fails the condition: the row is
+    /// decided again against the item as it is now (`ALL_OLD`), so an import never re-arms a
+    /// released renewal (the unconditional `BatchWriteItem` it replaces did: the row went
+    /// back to `scheduled` and into the due index, and was released twice). For several rows
+    /// with the same key, the last one is written.
+    pub async fn write_import(
+        &self,
+        rows: &[Renewal],
+        read: ImportRead,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<RowOutcome>, RenewalsError> {
+        /// Conditional writes in flight at once.
+        const PARALLEL: usize = 16;
+        let mut last: HashMap<String, usize> = HashMap::new();
+        for (i, r) in rows.iter().enumerate() {
+            last.insert(renewal_key(&r.tenant_id, &r.renewal_id), i);
+        }
+        let mut outcomes: Vec<Option<RowOutcome>> = vec![None; rows.len()];
+        let mut jobs = Vec::new();
+        for (i, r) in rows.iter().enumerate() {
             let key = renewal_key(&r.tenant_id, &r.renewal_id);
-            let outcome = match existing.get(&key) {
-                None => RowOutcome::Inserted,
-                Some(old) if CONTENT.iter().all(|c| old.get(*c) == item.get(*c)) => RowOutcome::Unchanged,
-                Some(old) if get_s(old, "sched_state") == Some("scheduled") => RowOutcome::Updated,
-                Some(old) => {
-                    let only_status = CONTENT.iter().filter(|c| **c != "status").all(|c| old.get(*c) == item.get(*c));
-                    if only_status {
-                        let mut merged = old.clone();
-                        merged.insert("status".into(), s(r.status.as_str()));
-                        merged.insert("updated_ms".into(), ms(now));
-                        writes.push((key.clone(), merged));
-                        outcomes.push(RowOutcome::Updated);
-                        existing.insert(key, item);
-                        continue;
+            if last.get(&key) == Some(&i) {
+                jobs.push((i, r.clone(), read.existing.get(&key).cloned()));
+            } else {
+                outcomes[i] = Some(plan(r, read.existing.get(&key), now).0);
+            }
+        }
+        let mut jobs = jobs.into_iter();
+        let mut running = tokio::task::JoinSet::new();
+        loop {
+            while running.len() < PARALLEL {
+                let Some((i, r, old)) = jobs.next() else { break };
+                let this = self.clone();
+                running.spawn(async move { (i, this.write_row(&r, old, now).await) });
+            }
+            let Some(done) = running.join_next().await else { break };
+            let (i, outcome) = done.map_err(|e| RenewalsError::Unknown(Box::new(e)))?;
+            outcomes[i] = Some(outcome?);
+        }
+        Ok(outcomes.into_iter().map(|o| o.unwrap_or(RowOutcome::Unchanged)).collect())
+    }
+
+    /// Writes one row: decides against `old`, writes on condition that the item is still
+    /// `old`, and decides again against the current item when it is not.
+    async fn write_row(
+        &self,
+        r: &Renewal,
+        mut old: Option<Item>,
+        now: DateTime<Utc>,
+    ) -> Result<RowOutcome, RenewalsError> {
+        let unknown = |e: DynamoError| match e {
+            DynamoError::TableNotFound(src) | DynamoError::Throttled(src) | DynamoError::Unknown(src) => {
+                RenewalsError::Unknown(src)
+            }
+        };
+        for _ in 0..4 {
+            let (outcome, write) = plan(r, old.as_ref(), now);
+            let Some(write) = write else { return Ok(outcome) };
+            let current = match write {
+                RowWrite::Insert(item) => {
+                    match put_if(&self.client, &self.table, item, "attribute_not_exists(pk)", None, None)
+                        .await
+                        .map_err(unknown)?
+                    {
+                        ConditionalPut::Written => return Ok(outcome),
+                        ConditionalPut::ConditionFailed { existing } => existing,
                     }
-                    RowOutcome::Conflict(format!(
-                        "renewal already {}; only its status may change now (import it under a new renewal_id to reschedule)",
-                        get_s(old, "sched_state").unwrap_or("released")
-                    ))
+                }
+                RowWrite::Replace { item, seen_updated } => {
+                    let mut values: Item = [(":scheduled".to_owned(), s("scheduled"))].into();
+                    let condition = match seen_updated {
+                        Some(seen) => {
+                            values.insert(":seen".into(), seen);
+                            "sched_state = :scheduled AND updated_ms = :seen"
+                        }
+                        None => "sched_state = :scheduled AND attribute_not_exists(updated_ms)",
+                    };
+                    match put_if(&self.client, &self.table, item, condition, None, Some(values))
+                        .await
+                        .map_err(unknown)?
+                    {
+                        ConditionalPut::Written => return Ok(outcome),
+                        ConditionalPut::ConditionFailed { existing } => existing,
+                    }
+                }
+                RowWrite::Status { status, seen_state } => {
+                    let update = self
+                        .client
+                        .update_item()
+                        .table_name(&self.table)
+                        .key("pk", s(renewal_key(&r.tenant_id, &r.renewal_id)))
+                        .update_expression("SET #status = :status, updated_ms = :now")
+                        .condition_expression("sched_state = :seen")
+                        .expression_attribute_names("#status", "status")
+                        .expression_attribute_values(":status", s(status))
+                        .expression_attribute_values(":now", ms(now))
+                        .expression_attribute_values(":seen", s(seen_state));
+                    match update_if(update).await.map_err(unknown)? {
+                        ConditionalUpdate::Written(_) => return Ok(outcome),
+                        ConditionalUpdate::ConditionFailed(existing) => existing,
+                    }
                 }
             };
-            if matches!(outcome, RowOutcome::Inserted | RowOutcome::Updated) {
-                writes.push((key.clone(), item.clone()));
-                existing.insert(key, item);
-            }
-            outcomes.push(outcome);
+            old = current;
         }
-        // A later row for the same key wins; BatchWriteItem refuses duplicate keys in one call.
-        let mut last: HashMap<String, usize> = HashMap::new();
-        for (i, (k, _)) in writes.iter().enumerate() {
-            last.insert(k.clone(), i);
-        }
-        let writes: Vec<Item> = writes
-            .into_iter()
-            .enumerate()
-            .filter(|(i, (k, _))| last.get(k) == Some(i))
-            .map(|(_, (_, item))| item)
-            .collect();
-        for chunk in writes.chunks(25) {
-            let mut pending: Vec<WriteRequest> = chunk
-                .iter()
-                .map(|item| {
-                    PutRequest::builder()
-                        .set_item(Some(item.clone()))
-                        .build()
-                        .map(|p| WriteRequest::builder().put_request(p).build())
-                        .map_err(|e| err(Box::new(e)))
-                })
-                .collect::<Result<_, _>>()?;
-            for attempt in 0..10u32 {
-                if pending.is_empty() {
-                    break;
-                }
-                let out = self
-                    .client
-                    .batch_write_item()
-                    .request_items(&self.table, std::mem::take(&mut pending))
-                    .send()
-                    .await
-                    .map_err(|e| err(Box::new(e)))?;
-                pending = out.unprocessed_items.and_then(|mut u| u.remove(&self.table)).unwrap_or_default();
-                if !pending.is_empty() {
-                    tokio_sleep(Duration::from_millis(50 << attempt.min(6))).await;
-                }
-            }
-            if !pending.is_empty() {
-                return Err(RenewalsError::Corrupt {
-                    tenant_id: String::new(),
-                    renewal_id: String::new(),
-                    what: format!("{} items still unprocessed after 10 BatchWriteItem retries", pending.len()),
-                });
-            }
-        }
-        Ok(outcomes)
+        Ok(RowOutcome::Conflict("the renewal kept changing during the import; import it again".into()))
     }
 
     async fn mark(

@@ -335,7 +335,14 @@ where
                     let outcome = self.provider.send(&req).await?;
                     provider_calls += 1;
                     self.measure(until(started, self.clock.now()));
-                    if let ProviderOutcome::Transient { status: Some(429), retry_after } = &outcome {
+                    // The provider says "slow down": a 429, or a 503 that says for how long.
+                    // The shared limiter hears it (rate cut, capped pause), not just this reminder.
+                    let slow_down = match &outcome {
+                        ProviderOutcome::Transient { status: Some(429), retry_after } => Some(*retry_after),
+                        ProviderOutcome::Transient { status: Some(503), retry_after: Some(ra) } => Some(Some(*ra)),
+                        _ => None,
+                    };
+                    if let Some(retry_after) = slow_down {
                         let ra = retry_after.map(|r| r.delay_from(self.clock.now()));
                         self.limiter.throttled(ra).await?;
                     }

@@ -65,7 +65,87 @@ pub fn message(name: &str, after: DateTime<Utc>, by: DateTime<Utc>) -> ReminderM
     }
 }
 
-/// The in-memory ledger.
+/// DynamoDB's item size limit (400 KB), which the in-memory ledger enforces too.
+pub const DYNAMODB_MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// The size DynamoDB bills and limits for a ledger record stored as the DynamoDB adapter
+/// stores it (`punctual_aws::ledger`): every attribute's name plus its value — a string its
+/// UTF-8 bytes, a number about one byte per two digits plus one, a list or map 3 bytes plus
+/// 1 per element plus its elements (and a map its keys).
+pub fn ledger_item_bytes(rec: &LedgerRecord, msg: &ReminderMessage) -> usize {
+    fn num(v: i64) -> usize {
+        v.unsigned_abs().to_string().len().div_ceil(2) + 1
+    }
+    fn attr(name: &str, value: usize) -> usize {
+        name.len() + value
+    }
+    let ms = |t: DateTime<Utc>| num(t.timestamp_millis());
+    let mut n = attr("pk", "reminder:".len() + rec.reminder_id.as_str().len())
+        + attr("state", rec.state.as_str().len())
+        + attr("attempts", num(i64::from(rec.attempts)))
+        + attr("deliver_by_ms", ms(rec.deliver_by))
+        + attr("tenant_id", msg.tenant_id.as_str().len())
+        + attr("renewal_id", msg.renewal_id.as_str().len())
+        // `updated_ms` is not kept in memory: any instant of this era has as many digits.
+        + attr("updated_ms", ms(rec.deliver_by))
+        + attr("ttl_epoch_s", num(rec.deliver_by.timestamp()));
+    n += rec.deliver_after.map_or(0, |t| attr("deliver_after_ms", ms(t)));
+    n += rec.owner.as_ref().map_or(0, |o| attr("owner", o.len()));
+    n += rec.lease_until.map_or(0, |t| attr("lease_until_ms", ms(t)));
+    n += rec.receipt.as_ref().map_or(0, |r| attr("receipt", r.len()));
+    n += rec.last_reason.map_or(0, |r| attr("last_reason", r.as_str().len()));
+    n += rec.next_at.map_or(0, |t| attr("next_at_ms", ms(t)));
+    if rec.history_dropped > 0 {
+        n += attr("history_dropped", num(i64::try_from(rec.history_dropped).unwrap_or(i64::MAX)));
+    }
+    let entry = |h: &HistoryEntry| {
+        let mut m = 3
+            + 1
+            + attr("at_ms", ms(h.at))
+            + 1
+            + attr("state", h.state.as_str().len())
+            + 1
+            + attr("attempts", num(i64::from(h.attempts)))
+            + 1
+            + attr("correlation_id", h.correlation_id.len());
+        m += h.redrive_id.as_ref().map_or(0, |r| 1 + attr("redrive_id", r.len()));
+        m += h.reason.map_or(0, |r| 1 + attr("reason", r.as_str().len()));
+        m += h.provider_status.map_or(0, |p| 1 + attr("provider_status", num(i64::from(p))));
+        m += h.next_at.map_or(0, |t| 1 + attr("next_at_ms", ms(t)));
+        m
+    };
+    n + attr("history", 3 + rec.history.iter().map(|h| 1 + entry(h)).sum::<usize>())
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("item size {bytes} bytes has exceeded the maximum allowed size ({DYNAMODB_MAX_ITEM_BYTES})")]
+struct ItemTooLarge {
+    bytes: usize,
+}
+
+/// Appends `e` to `r`'s history the way every ledger must: compacting first when it is full.
+fn append(r: &mut LedgerRecord, e: HistoryEntry) {
+    r.history_dropped += crate::ports::compact_history(&mut r.history);
+    r.history.push(e);
+}
+
+/// Stores `next` as `msg`'s record unless it exceeds DynamoDB's item limit (which refuses the
+/// whole write, as DynamoDB does).
+fn store(
+    records: &mut HashMap<ReminderId, LedgerRecord>,
+    msg: &ReminderMessage,
+    next: LedgerRecord,
+) -> Result<(), LedgerError> {
+    let bytes = ledger_item_bytes(&next, msg);
+    if bytes > DYNAMODB_MAX_ITEM_BYTES {
+        return Err(LedgerError::Unknown(Box::new(ItemTooLarge { bytes })));
+    }
+    records.insert(msg.reminder_id.clone(), next);
+    Ok(())
+}
+
+/// The in-memory ledger. It enforces what DynamoDB would: the bounded history and the 400 KB
+/// item limit ([`ledger_item_bytes`]).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryLedger {
     records: Arc<Mutex<HashMap<ReminderId, LedgerRecord>>>,
@@ -91,6 +171,7 @@ fn fresh_record(msg: &ReminderMessage) -> LedgerRecord {
         deliver_after: Some(msg.deliver_after),
         deliver_by: msg.deliver_by,
         history: Vec::new(),
+        history_dropped: 0,
     }
 }
 
@@ -117,7 +198,7 @@ impl Ledger for MemoryLedger {
         lease_until: DateTime<Utc>,
     ) -> Result<ClaimView, LedgerError> {
         let mut records = lock(&self.records);
-        let r = records.entry(msg.reminder_id.clone()).or_insert_with(|| fresh_record(msg));
+        let mut r = records.get(&msg.reminder_id).cloned().unwrap_or_else(|| fresh_record(msg));
         if r.state == ReminderState::Delivered {
             return Ok(ClaimView::AlreadyDelivered);
         }
@@ -125,14 +206,16 @@ impl Ledger for MemoryLedger {
             return Ok(ClaimView::Ended { state: r.state });
         }
         let ours = r.owner.as_deref() == Some(owner.as_str());
-        if lease_live(r, now) && !ours {
+        if lease_live(&r, now) && !ours {
             return Ok(ClaimView::HeldElsewhere { lease_until: r.lease_until.unwrap_or(now) });
         }
         r.state = ReminderState::Leased;
         r.owner = Some(owner.as_str().to_owned());
         r.lease_until = Some(lease_until);
-        r.history.push(entry(msg, now, ReminderState::Leased, None));
-        Ok(ClaimView::Claimed { prior_attempts: r.attempts })
+        append(&mut r, entry(msg, now, ReminderState::Leased, None));
+        let prior_attempts = r.attempts;
+        store(&mut records, msg, r)?;
+        Ok(ClaimView::Claimed { prior_attempts })
     }
 
     async fn settle(
@@ -161,7 +244,7 @@ impl Ledger for MemoryLedger {
                 }
             }
         }
-        let r = records.entry(msg.reminder_id.clone()).or_insert_with(|| fresh_record(msg));
+        let mut r = records.get(&msg.reminder_id).cloned().unwrap_or_else(|| fresh_record(msg));
         r.state = s.state;
         r.attempts = s.attempts;
         r.owner = None;
@@ -169,7 +252,8 @@ impl Ledger for MemoryLedger {
         r.receipt = s.receipt.clone().or(r.receipt.take());
         r.last_reason = s.reason;
         r.next_at = s.next_at;
-        r.history.push(entry(msg, now, s.state, Some(s)));
+        append(&mut r, entry(msg, now, s.state, Some(s)));
+        store(&mut records, msg, r)?;
         Ok(SettleOutcome::Recorded)
     }
 
@@ -465,6 +549,7 @@ impl<C: Clock> Provider for ScriptedProvider<C> {
 #[allow(clippy::panic)]
 pub mod ledger_contract {
     use super::*;
+    use crate::ports::{HISTORY_MAX, HISTORY_RECENT};
     use chrono::TimeDelta;
 
     fn msg(n: u32, base: DateTime<Utc>) -> ReminderMessage {
@@ -506,6 +591,12 @@ pub mod ledger_contract {
 
     /// Runs every case against `ledger`. `base` should be "now-ish" with millisecond precision.
     pub async fn run<L: Ledger>(ledger: &L, base: DateTime<Utc>) {
+        run_with(ledger, base, CYCLES).await;
+    }
+
+    /// [`run`], with `cycles` claim+settle cycles in the bounded-history case (at least twice
+    /// the history bound, so the item is compacted again and again).
+    pub async fn run_with<L: Ledger>(ledger: &L, base: DateTime<Utc>, cycles: u32) {
         let base = DateTime::<Utc>::from_timestamp_millis(base.timestamp_millis()).unwrap_or(base);
         let s = TimeDelta::seconds;
         let (a, b) = (OwnerToken::new("owner-a"), OwnerToken::new("owner-b"));
@@ -679,6 +770,47 @@ pub mod ledger_contract {
         }
 
         assert_eq!(must("get missing", ledger.get(&msg(5, base).reminder_id)).await, None);
+
+        bounded_history(ledger, base, cycles.max(HISTORY_MAX as u32)).await;
+    }
+
+    /// Claim+settle cycles of one reminder in [`bounded_history`]: far past the ~2,100 cycles
+    /// at which an unbounded history reaches DynamoDB's 400 KB item limit.
+    pub const CYCLES: u32 = 3_000;
+
+    /// What a record of the test reminder may weigh at most, history full: far below
+    /// DynamoDB's 400 KB.
+    pub const MAX_RECORD_BYTES: usize = 32 * 1024;
+
+    /// A reminder deferred again and again (a rate-limited backlog, a flapping provider, a
+    /// redrive loop) keeps working: every claim and settle is written, and the item stays
+    /// bounded — the first entry and the most recent ones are kept, the rest counted.
+    pub async fn bounded_history<L: Ledger>(ledger: &L, base: DateTime<Utc>, cycles: u32) {
+        let m = msg(9, base);
+        let ms = TimeDelta::milliseconds;
+        let owner = OwnerToken::new("owner-cycle");
+        let mut t = base;
+        for i in 0..cycles {
+            let view = must("cycle claim", ledger.claim(&m, &owner, t, t + TimeDelta::seconds(30))).await;
+            assert_eq!(view, ClaimView::Claimed { prior_attempts: 0 }, "cycle {i}");
+            let out = must("cycle settle", ledger.settle(&m, Some(&owner), t + ms(1), &deferred(0, t + ms(2)))).await;
+            assert_eq!(out, SettleOutcome::Recorded, "cycle {i}");
+            t += ms(2);
+        }
+        let Some(rec) = must("get cycled", ledger.get(&m.reminder_id)).await else { panic!("record 9 must exist") };
+        let written = 2 * cycles as usize;
+        let kept = rec.history.len();
+        assert!(kept <= HISTORY_MAX, "history holds {kept} of {written} entries: unbounded");
+        assert!(kept > HISTORY_RECENT, "history keeps the first and the last {HISTORY_RECENT}, holds {kept}");
+        assert_eq!(kept as u64 + rec.history_dropped, written as u64, "every entry is kept or counted as dropped");
+        let bytes = ledger_item_bytes(&rec, &m);
+        assert!(bytes <= MAX_RECORD_BYTES, "record of {bytes} bytes after {cycles} cycles");
+        assert_eq!(rec.history[0].at, base, "the first entry is kept");
+        assert_eq!(rec.history[0].state, ReminderState::Leased);
+        let last = &rec.history[kept - 1];
+        assert_eq!((last.state, last.at), (ReminderState::Deferred, t - ms(1)), "the last entry is kept");
+        assert!(rec.history.windows(2).all(|w| w[0].at < w[1].at), "kept entries stay in order");
+        assert_eq!(rec.state, ReminderState::Deferred);
     }
 }
 

@@ -158,3 +158,44 @@ async fn redriven_reminder_hits_the_attempt_limit_after_max_attempts_of_its_own(
     let rec = ledger.get(&m.reminder_id).await.unwrap().unwrap();
     assert_eq!((rec.state, rec.last_reason), (ReminderState::DeadLettered, Some(ReasonCode::AttemptLimit)));
 }
+
+/// Only this run's outcomes count for its abort threshold: ledger history left by an earlier
+/// redrive of the same reminders (dead-lettered again, answered 429) must not abort it.
+#[tokio::test]
+async fn a_redrive_watches_its_own_outcomes_not_an_earlier_redrives() {
+    use punctual_core::RedriveStamp;
+    use punctual_core::ids::RedriveId;
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let ledger = MemoryLedger::new();
+    let earlier = RedriveStamp {
+        id: RedriveId::parse("rd-20261130-01").unwrap(),
+        reason: "earlier attempt".into(),
+        owner: "oncall".into(),
+        base_attempt: 0,
+    };
+    let mut letters = Vec::new();
+    for name in ["a", "b"] {
+        let m = punctual_core::testing::message(name, t0(), t0() + TimeDelta::hours(24));
+        // Its earlier redrive ended in 429s and the DLQ again.
+        let redriven = ReminderMessage { redrive: Some(earlier.clone()), ..m.clone() };
+        let owner = OwnerToken::new(format!("earlier-{name}"));
+        let at = clock.now() - TimeDelta::minutes(30);
+        ledger.claim(&redriven, &owner, at, at + TimeDelta::seconds(30)).await.unwrap();
+        let s = Settlement {
+            state: ReminderState::DeadLettered,
+            reason: Some(ReasonCode::NoSafeRetryWindow),
+            attempts: 1,
+            receipt: None,
+            provider_status: Some(429),
+            next_at: None,
+        };
+        ledger.settle(&redriven, Some(&owner), at, &s).await.unwrap();
+        letters.push(DeadLetter { handle: format!("h-{name}"), ..letter(m.encode(), ReasonCode::NoSafeRetryWindow) });
+    }
+    let dlq = Dlq::holding(letters);
+    let redriver = Redriver::new(ledger.clone(), dlq.clone(), MemoryControl::default(), clock.clone());
+    let req = RedriveRequest { abort_if: AbortIf { failure_ratio: 0.0, ratio_429: Some(0.5), window: 1 }, ..request() };
+    let sum = redriver.run(&req, clock.now() + TimeDelta::minutes(5)).await.unwrap();
+    assert_eq!(sum.aborted, None, "aborted on an earlier redrive's outcomes: {sum:?}");
+    assert_eq!(sum.moved, 2, "{sum:?}");
+}

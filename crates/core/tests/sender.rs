@@ -259,3 +259,20 @@ async fn a_late_copy_never_overwrites_a_cancelled_or_dead_lettered_reminder() {
     assert_eq!(dlq, [ReasonCode::BusinessDeadlineExpired], "only the dead-lettered copy goes to the DLQ");
     assert!(r.provider.calls().is_empty());
 }
+
+/// A 503 with `Retry-After` is the provider saying "slow down" as plainly as a 429: the shared
+/// limiter must hear it (its rate is cut and the schedule paused), not only this reminder.
+#[tokio::test]
+async fn a_503_with_retry_after_slows_the_shared_limiter_too() {
+    use punctual_core::limiter::SlotStore;
+    let r = rig(vec![ProviderOutcome::Transient { status: Some(503), retry_after: RetryAfter::parse("7") }]);
+    let t = r.clock.now();
+    let p = r.process(&message().encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Defer { reason: ReasonCode::ProviderRetryAfter, .. }), "{p:?}");
+    let view = r.sender.limiter().store().view("provider#main").await.unwrap().unwrap_or_default();
+    assert!(view.cut_rate.is_some(), "the limiter was not told about the 503: {view:?}");
+    assert!(
+        view.paused_until_ms >= (t + TimeDelta::seconds(7)).timestamp_millis(),
+        "the shared schedule is not paused by the 503's Retry-After: {view:?}"
+    );
+}

@@ -404,6 +404,7 @@ mod tests {
             next_at: None,
         };
         LedgerRecord {
+            history_dropped: 0,
             reminder_id: ReminderId::parse("rem_0123456789abcdef0123456789abcdef").unwrap(),
             state,
             attempts: 2,

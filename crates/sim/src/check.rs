@@ -71,9 +71,8 @@ pub const MAX_ATTEMPTS: u32 = 4;
 /// (the longest call a live holder can make), a worker that died holding a lease keeps it up to
 /// 60 s, and every SQS duplicate of the message rechecks on its own.
 pub const MAX_COPIES: u64 = 128;
-/// The most history entries a ledger record may keep (the in-memory ledger's bound is the
-/// contract suite's; the checker asserts the bound it states).
-pub const MAX_HISTORY: usize = 200;
+/// The most history entries a ledger record may keep: the ledger's stated bound.
+pub const MAX_HISTORY: usize = punctual_core::ports::HISTORY_MAX;
 const SENDERS: usize = 3;
 const VISIBILITY: Duration = Duration::from_secs(30);
 const MAX_RECEIVES: u32 = 5;
@@ -1155,11 +1154,9 @@ fn verify(
                 // 429s spend the attempt budget by design (DESIGN §4 step 8), so a provider that
                 // throttles on its own (the plan's injected 429s) may exhaust it; the limiter
                 // must never: a budget spent on over-quota 429s alone is the limiter's failure.
-                Some(ReasonCode::AttemptLimit) if calls.iter().all(|c| c.over_quota) => flag(
-                    "I6",
-                    &rid,
-                    format!("dead-lettered attempt_limit after {} over-quota 429s only", calls.len()),
-                ),
+                Some(ReasonCode::AttemptLimit) if calls.iter().all(|c| c.over_quota) => {
+                    flag("I6", &rid, format!("dead-lettered attempt_limit after {} over-quota 429s only", calls.len()))
+                }
                 Some(ReasonCode::NoSafeRetryWindow) if fitted => flag(
                     "I6",
                     &rid,

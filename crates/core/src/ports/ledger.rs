@@ -1,5 +1,31 @@
 //! The idempotency ledger port: one record per reminder, claimed and settled by conditional
 //! writes (DESIGN §4 step 4).
+//!
+//! # Bounded history (DESIGN §10, I5)
+//! A record keeps its **first** history entry and the **most recent** ones: at most
+//! [`HISTORY_MAX`] entries (97); when a write finds it full, the history is compacted to the
+//! first entry plus the last [`HISTORY_RECENT`] (64, the new one included) and the entries
+//! dropped are counted in [`LedgerRecord::history_dropped`]. So a record never grows past a
+//! few tens of KB however often a reminder is deferred (an unbounded history reached
+//! DynamoDB's 400 KB item limit after ~2,100 claim+settle cycles, and every later claim
+//! failed).
+
+/// History entries kept by a compaction besides the first: the most recent ones.
+pub const HISTORY_RECENT: usize = 64;
+
+/// Most history entries a record holds: the first, and up to 96 recent ones. A write that
+/// finds this many compacts first, so a compaction happens at most once per 32 writes.
+pub const HISTORY_MAX: usize = 1 + HISTORY_RECENT + 32;
+
+/// Compacts `history` if it holds [`HISTORY_MAX`] entries or more, so one more entry fits:
+/// keeps the first and the last `HISTORY_RECENT - 1`, returns how many were dropped.
+pub fn compact_history<T>(history: &mut Vec<T>) -> u64 {
+    if history.len() < HISTORY_MAX {
+        return 0;
+    }
+    let drop_to = history.len() - (HISTORY_RECENT - 1);
+    history.drain(1..drop_to).count() as u64
+}
 
 use std::future::Future;
 
@@ -72,8 +98,10 @@ pub struct LedgerRecord {
     pub deliver_after: Option<DateTime<Utc>>,
     /// The business deadline.
     pub deliver_by: DateTime<Utc>,
-    /// Every transition, oldest first.
+    /// The first transition and the most recent ones, oldest first (see [`HISTORY_MAX`]).
     pub history: Vec<HistoryEntry>,
+    /// Transitions dropped from the middle of `history` to keep the record bounded.
+    pub history_dropped: u64,
 }
 
 /// A transition to record when settling a reminder.
@@ -148,7 +176,9 @@ impl LedgerError {
 ///   ended (`cancelled`, `dead_lettered`, `expired`: answered `AlreadyEnded`); neither ever
 ///   overwrites `delivered`, except that `delivered` itself is recorded whoever holds the
 ///   lease — the provider accepted it;
-/// - every claim and settle appends one history entry in the same write.
+/// - every claim and settle appends one history entry in the same write, compacting the
+///   history to the first and the last [`HISTORY_RECENT`] entries when it holds
+///   [`HISTORY_MAX`], so a record stays bounded.
 pub trait Ledger: Send + Sync {
     /// Claims `msg` for `owner` with a lease ending at `lease_until`.
     fn claim(

@@ -33,7 +33,10 @@ mod renewals;
 pub use clock::Clock;
 pub use control::{Control, ControlError, Pause};
 pub use due::{DueStore, DueStoreError, Marked, Page, Pending};
-pub use ledger::{HistoryEntry, Ledger, LedgerError, LedgerRecord, OwnerToken, SettleOutcome, Settlement};
+pub use ledger::{
+    HISTORY_MAX, HISTORY_RECENT, HistoryEntry, Ledger, LedgerError, LedgerRecord, OwnerToken, SettleOutcome,
+    Settlement, compact_history,
+};
 pub use limiter::{Book, Booked, Lane, Limiter, LimiterClass, LimiterError, LimiterRequest, SlotStore, SlotView};
 pub use provider::{Provider, ProviderError, ProviderRequest};
 pub use queue::{DeadLetter, DeadLetters, DeadLettersError, Quarantine, QueueError, ReleaseQueue, SendQueue};

@@ -226,14 +226,14 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                         canary_checked = true;
                         sum.canary_moved = sum.moved;
                         let wait = req.canary_timeout.unwrap_or(self.canary_timeout);
-                        let failed = self.watch(&sum.moved_ids, Some(wait)).await?.failed;
+                        let failed = self.watch(&id, &sum.moved_ids, Some(wait)).await?.failed;
                         sum.canary_failed = failed;
                         if failed as f64 > req.abort_if.failure_ratio * sum.canary_moved as f64 {
                             sum.aborted = Some(format!("canary: {failed} of {} failed again", sum.canary_moved));
                         }
                     } else if canary_checked && sum.moved - checked_at >= u64::from(req.abort_if.window) {
                         checked_at = sum.moved;
-                        let o = self.watch(&sum.moved_ids, None).await?;
+                        let o = self.watch(&id, &sum.moved_ids, None).await?;
                         if o.settled > 0 && o.failed as f64 > req.abort_if.failure_ratio * o.settled as f64 {
                             sum.aborted =
                                 Some(format!("{} of {} settled redriven reminders failed again", o.failed, o.settled));
@@ -264,9 +264,9 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
         Ok(sum)
     }
 
-    /// Outcomes of moved reminders in the ledger; with `wait`, polls until all settled or the
-    /// wait ends (an unsettled canary counts as failed).
-    async fn watch(&self, ids: &[String], wait: Option<Duration>) -> Result<Outcomes, RedriveError> {
+    /// Outcomes of moved reminders in the ledger — of this run (`run`) only; with `wait`, polls
+    /// until all settled or the wait ends (an unsettled canary counts as failed).
+    async fn watch(&self, run: &RedriveId, ids: &[String], wait: Option<Duration>) -> Result<Outcomes, RedriveError> {
         let give_up = add(self.clock.now(), wait.unwrap_or_default());
         loop {
             let mut o = Outcomes::default();
@@ -277,8 +277,10 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     source: Box::new(e),
                 })?;
                 let Some(rec) = rec else { continue };
-                // Only what happened after this redrive counts.
-                let ours: Vec<_> = rec.history.iter().filter(|h| h.redrive_id.is_some()).collect();
+                // Only what happened to this run's copies counts: an earlier redrive of the same
+                // reminder left entries (and maybe a dead_lettered state) of its own.
+                let ours: Vec<_> =
+                    rec.history.iter().filter(|h| h.redrive_id.as_deref() == Some(run.as_str())).collect();
                 o.answers += ours.iter().filter(|h| h.provider_status.is_some()).count() as u64;
                 o.throttled += ours.iter().filter(|h| h.provider_status == Some(429)).count() as u64;
                 match rec.state {
