@@ -76,7 +76,14 @@ async fn dynamodb_slot_store_obeys_the_contract_on_dynamodb_local() {
 /// and the figure that matters — the rate — is measured by `punctual bench-limiter`).
 #[tokio::test]
 async fn instances_on_dynamodb_share_one_rate() {
-    let (client, table) = with_table(aws_sdk_dynamodb::Client::new(&sdk_config().await)).await;
+    // On AWS's own engine when it runs: moto applies concurrent conditional updates without
+    // isolation and once in a while hands the same slots to two bookers (seen in about one run
+    // in four), which is the emulator's flaw, not the limiter's.
+    let client = match dynamodb_local_client().await {
+        Some(c) => c,
+        None => aws_sdk_dynamodb::Client::new(&sdk_config().await),
+    };
+    let (client, table) = with_table(client).await;
     let store = DynamoSlotStore::new(client.clone(), &table);
     let tenant = TenantId::parse("t1").unwrap();
     let started = std::time::Instant::now();

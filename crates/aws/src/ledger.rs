@@ -12,6 +12,7 @@
 //! | `deliver_after_ms`, `deliver_by_ms`, `tenant_id`, `renewal_id`, `updated_ms` | N, N, S, S, N | for `explain`, the run accounting and cleanup |
 //! | `history` | L of M | the first transition and the most recent ones, appended by the same write that makes it |
 //! | `history_dropped` | N | transitions dropped from the middle of `history` (absent: none) |
+//! | `release_id` | S | the latest redrive whose copy claimed it; older copies are superseded |
 //! | `ttl_epoch_s` | N | DynamoDB TTL, **seconds** as TTL requires: `deliver_by` + 30 days. Cleanup only. |
 //!
 //! Every instant the logic compares is epoch **milliseconds** (`*_ms`); the lease is expired
@@ -259,6 +260,7 @@ fn parse_record(id: &ReminderId, item: &Item) -> Result<LedgerRecord, LedgerErro
         deliver_by,
         history,
         history_dropped: get_i64(item, "history_dropped").and_then(|d| u64::try_from(d).ok()).unwrap_or(0),
+        release_id: get_s(item, "release_id").map(str::to_owned),
     })
 }
 
@@ -304,16 +306,21 @@ impl Ledger for DynamoLedger {
             .update_expression(format!(
                 "SET #state = :leased, #owner = :owner, lease_until_ms = :lease, updated_ms = :now, \
                  deliver_after_ms = :after, deliver_by_ms = :by, tenant_id = :tenant, renewal_id = :renewal, ttl_epoch_s = :ttl, \
-                 attempts = if_not_exists(attempts, :zero), {}",
+                 attempts = if_not_exists(attempts, :zero){}, {}",
+                if msg.redrive.is_some() { ", release_id = :release" } else { "" },
                 h.set()
             ))
             // Free, or not ended (delivered, expired, cancelled; dead-lettered unless this copy
-            // was re-released by a redrive) and (no lease, an ended lease, or our own lease: a
-            // retry after a write whose answer was lost). A stale copy never revives an ended
-            // reminder.
+            // belongs to a redrive that has not claimed it yet), not superseded (a copy from
+            // before the latest redrive that claimed: release ids sort by time, "" first), and
+            // (no lease, an ended lease, or our own lease: a retry after a write whose answer
+            // was lost). A stale copy never revives an ended reminder.
             .condition_expression(h.condition(
                 "attribute_not_exists(pk) OR (#state <> :delivered AND #state <> :expired AND \
-                 #state <> :cancelled AND (#state <> :dead OR :redriven = :yes) AND \
+                 #state <> :cancelled AND \
+                 (#state <> :dead OR (:redriven = :yes AND \
+                  (attribute_not_exists(release_id) OR release_id < :release))) AND \
+                 (attribute_not_exists(release_id) OR release_id <= :release) AND \
                  (attribute_not_exists(lease_until_ms) OR lease_until_ms <= :now OR #owner = :owner))",
             ))
             .expression_attribute_names("#state", "state")
@@ -325,6 +332,8 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":dead", s(ReminderState::DeadLettered.as_str()))
             .expression_attribute_values(":redriven", AttributeValue::Bool(msg.redrive.is_some()))
             .expression_attribute_values(":yes", AttributeValue::Bool(true))
+            // The release this copy belongs to ("" for the scheduler's; redrive ids sort by time).
+            .expression_attribute_values(":release", s(msg.redrive.as_ref().map_or("", |r| r.id.as_str())))
             .expression_attribute_values(":owner", s(owner.as_str()))
             .expression_attribute_values(":lease", ms(lease_until))
             .expression_attribute_values(":now", ms(now))
@@ -352,6 +361,10 @@ impl Ledger for DynamoLedger {
                         return Ok(ClaimView::Ended { state });
                     }
                     _ => {}
+                }
+                let release = msg.redrive.as_ref().map_or("", |r| r.id.as_str());
+                if get_s(&old, "release_id").is_some_and(|latest| release < latest) {
+                    return Ok(ClaimView::Superseded);
                 }
                 let lease_until = instant(get_i64(&old, "lease_until_ms")).unwrap_or(now);
                 Ok(ClaimView::HeldElsewhere { lease_until })

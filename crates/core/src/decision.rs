@@ -70,6 +70,9 @@ pub enum ClaimView {
         /// The terminal state recorded.
         state: ReminderState,
     },
+    /// A later redrive re-released the reminder: this copy (from before it) is superseded, and
+    /// the redrive's own copies carry the work and its budget (F14). Nothing was written.
+    Superseded,
     /// Another live worker holds the lease until `lease_until`.
     HeldElsewhere {
         /// When that lease ends.
@@ -247,7 +250,7 @@ fn past_deadline(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision {
         (Some(ClaimView::Claimed { prior_attempts }), _) => {
             Decision::Done(Disposition::Expire { attempts_made: prior_attempts.max(msg.attempt) })
         }
-        (Some(ClaimView::AlreadyDelivered | ClaimView::Ended { .. }), _) => duplicate,
+        (Some(ClaimView::AlreadyDelivered | ClaimView::Ended { .. } | ClaimView::Superseded), _) => duplicate,
         (_, None) => Decision::Next(Step::ReadLedger),
         (_, Some(rec)) => match rec.state {
             Some(ReminderState::Delivered) => duplicate,
@@ -297,7 +300,7 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             let lease_until = inputs.invocation_deadline.min(msg.deliver_by);
             return Decision::Next(Step::Claim { lease_until });
         }
-        Some(ClaimView::AlreadyDelivered | ClaimView::Ended { .. }) => {
+        Some(ClaimView::AlreadyDelivered | ClaimView::Ended { .. } | ClaimView::Superseded) => {
             return Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
         }
         Some(ClaimView::HeldElsewhere { lease_until }) => {

@@ -172,7 +172,14 @@ fn fresh_record(msg: &ReminderMessage) -> LedgerRecord {
         deliver_by: msg.deliver_by,
         history: Vec::new(),
         history_dropped: 0,
+        release_id: None,
     }
+}
+
+/// The release a copy belongs to: its redrive id, or "" for the scheduler's release. Redrive ids
+/// sort by time (`rd-{UTC timestamp}-…`), so a later redrive compares greater.
+fn release_of(msg: &ReminderMessage) -> &str {
+    msg.redrive.as_ref().map_or("", |r| r.id.as_str())
 }
 
 /// A record in `state` may be claimed by `msg`: not ended, or dead-lettered and re-released by
@@ -202,14 +209,25 @@ impl Ledger for MemoryLedger {
         if r.state == ReminderState::Delivered {
             return Ok(ClaimView::AlreadyDelivered);
         }
-        if !claimable(r.state, msg) {
+        let release = release_of(msg);
+        if !claimable(r.state, msg)
+            || (r.state == ReminderState::DeadLettered && r.release_id.as_deref() >= Some(release))
+        {
+            // A dead-lettered reminder is revived only by a redrive that has not run on it yet:
+            // a copy of a redrive whose own chain already ended it is a duplicate of that chain.
             return Ok(ClaimView::Ended { state: r.state });
+        }
+        if r.release_id.as_deref().is_some_and(|latest| release < latest) {
+            return Ok(ClaimView::Superseded);
         }
         let ours = r.owner.as_deref() == Some(owner.as_str());
         if lease_live(&r, now) && !ours {
             return Ok(ClaimView::HeldElsewhere { lease_until: r.lease_until.unwrap_or(now) });
         }
         r.state = ReminderState::Leased;
+        if msg.redrive.is_some() {
+            r.release_id = Some(release.to_owned());
+        }
         r.owner = Some(owner.as_str().to_owned());
         r.lease_until = Some(lease_until);
         append(&mut r, entry(msg, now, ReminderState::Leased, None));
@@ -678,6 +696,47 @@ pub mod ledger_contract {
                         ClaimView::Claimed { .. }
                     ),
                     "a redriven copy may claim a dead-lettered reminder"
+                );
+                // Once a redrive's copy claimed, older copies are superseded (F14): a stale
+                // pre-redrive copy must not spend the old budget and dead-letter what the
+                // redrive's chain is working on; a later redrive's copy still claims.
+                let free = base + s(72);
+                assert_eq!(
+                    must("stale pre-redrive copy", ledger.claim(&e, &a, free, free + s(30))).await,
+                    ClaimView::Superseded
+                );
+                let mut later = redriven.clone();
+                if let Some(stamp) = later.redrive.as_mut() {
+                    stamp.id = crate::ids::RedriveId::parse("rd-contract-2").unwrap_or_else(|e| panic!("{e}"));
+                }
+                assert!(
+                    matches!(
+                        must("later redrive's copy", ledger.claim(&later, &a, free, free + s(30))).await,
+                        ClaimView::Claimed { .. }
+                    ),
+                    "a later redrive's copy claims"
+                );
+                assert_eq!(
+                    must("earlier redrive's copy", ledger.claim(&redriven, &b, free + s(31), free + s(60))).await,
+                    ClaimView::Superseded
+                );
+                // The later redrive's own chain dead-letters it again: another copy of that same
+                // redrive (an SQS duplicate) must not revive it.
+                let again = Settlement {
+                    state: ReminderState::DeadLettered,
+                    reason: Some(ReasonCode::ClassifiedPermanent),
+                    attempts: 2,
+                    receipt: None,
+                    provider_status: Some(400),
+                    next_at: None,
+                };
+                assert_eq!(
+                    must("ended again", ledger.settle(&later, Some(&a), free + s(1), &again)).await,
+                    SettleOutcome::Recorded
+                );
+                assert_eq!(
+                    must("a copy of the same redrive", ledger.claim(&later, &b, free + s(40), free + s(70))).await,
+                    ClaimView::Ended { state: ReminderState::DeadLettered }
                 );
             }
         }

@@ -335,7 +335,8 @@ struct QueueState {
     msgs: BTreeMap<u64, Msg>,
     /// DLQ: (id, body, reason attribute).
     dlq: Vec<(u64, String, Option<String>)>,
-    dlq_held: HashSet<u64>,
+    /// Letters a redrive holds, until (ms): SQS makes them visible again after the hold.
+    dlq_held: HashMap<u64, i64>,
     /// SQS copies per reminder id.
     copies: HashMap<String, u64>,
     /// Reminders a redrive sent back (reminder id → times).
@@ -461,11 +462,12 @@ struct Dlq {
 
 impl DeadLetters for Dlq {
     async fn receive(&self) -> Result<Vec<DeadLetter>, DeadLettersError> {
+        let now = self.sqs.clock.truth().timestamp_millis();
         let mut s = lock(&self.sqs.state);
         let QueueState { dlq, dlq_held, .. } = &mut *s;
         let out: Vec<DeadLetter> = dlq
             .iter()
-            .filter(|(id, _, _)| !dlq_held.contains(id))
+            .filter(|(id, _, _)| dlq_held.get(id).is_none_or(|until| *until <= now))
             .take(10)
             .map(|(id, body, reason)| DeadLetter {
                 handle: id.to_string(),
@@ -478,8 +480,12 @@ impl DeadLetters for Dlq {
             .collect();
         for d in &out {
             if let Ok(id) = d.handle.parse() {
-                dlq_held.insert(id);
+                // The SQS adapter's hold: 15 minutes.
+                dlq_held.insert(id, now + 900_000);
             }
+            trace(&d.body, || {
+                format!("{} redrive received letter {} ({:?})", self.sqs.clock.truth(), d.handle, d.reason)
+            });
         }
         Ok(out)
     }
@@ -498,6 +504,9 @@ impl DeadLetters for Dlq {
     }
 
     async fn delete(&self, handle: &str) -> Result<(), DeadLettersError> {
+        if std::env::var("PUNCTUAL_CHECK_TRACE").is_ok() {
+            eprintln!("trace {} redrive deleted letter {handle}", self.sqs.clock.truth());
+        }
         let mut s = lock(&self.sqs.state);
         s.dlq.retain(|(id, _, _)| id.to_string() != handle);
         Ok(())

@@ -102,6 +102,9 @@ pub struct LedgerRecord {
     pub history: Vec<HistoryEntry>,
     /// Transitions dropped from the middle of `history` to keep the record bounded.
     pub history_dropped: u64,
+    /// The latest redrive whose copy claimed the reminder: copies released before it (a stale
+    /// pre-redrive copy, or one of an earlier redrive) are superseded and claim nothing.
+    pub release_id: Option<String>,
 }
 
 /// A transition to record when settling a reminder.

@@ -161,17 +161,19 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                 if batch.is_empty() {
                     break;
                 }
+                // Every letter received is held until it is deleted, so whatever ends this run
+                // (a cap, an abort, the deadline, a failed call) releases the rest of the batch
+                // too: nothing stays invisible for the hold's 15 minutes behind a dead run.
+                held.extend(batch.iter().map(|d| d.handle.clone()));
                 for (i, dl) in batch.iter().enumerate() {
                     let done = sum.moved >= u64::from(req.max_messages) || sum.aborted.is_some();
                     if done || self.clock.now() >= stop_at {
-                        held.extend(batch[i..].iter().map(|d| d.handle.clone()));
                         sum.left += (batch.len() - i) as u64;
                         if self.clock.now() >= stop_at {
                             sum.aborted.get_or_insert_with(|| "stopped before the invocation deadline".into());
                         }
                         break 'outer;
                     }
-                    held.push(dl.handle.clone());
                     let Ok(mut msg) = ReminderMessage::decode(&dl.body) else {
                         // Redriving a malformed body cannot help; it stays for a human.
                         *sum.skipped.entry("malformed".into()).or_default() += 1;
@@ -190,7 +192,7 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                         // run left behind after sending, or one that raced a delivery) would be
                         // a false alarm in the DLQ forever (I7). A real run removes it.
                         if !req.dry_run {
-                            held.pop();
+                            held.retain(|h| *h != dl.handle);
                             self.dlq.delete(&dl.handle).await.map_err(port("deleting from the DLQ"))?;
                             sum.removed_delivered += 1;
                         }
@@ -215,7 +217,7 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     // copies carry this base unchanged (see `decision::attempt_limit`).
                     msg.redrive = Some(RedriveStamp { base_attempt: msg.attempt, ..stamp.clone() });
                     self.dlq.send_back(&msg.encode()).await.map_err(port("sending back to the send queue"))?;
-                    held.pop();
+                    held.retain(|h| *h != dl.handle);
                     self.dlq.delete(&dl.handle).await.map_err(port("deleting from the DLQ"))?;
                     let t = self.clock.now();
                     first_send.get_or_insert(t);
