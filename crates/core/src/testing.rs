@@ -149,12 +149,28 @@ fn store(
 #[derive(Debug, Clone, Default)]
 pub struct MemoryLedger {
     records: Arc<Mutex<HashMap<ReminderId, LedgerRecord>>>,
+    /// Write requests (claims, settles) and read requests received, as DynamoDB would bill them.
+    requests: Arc<[std::sync::atomic::AtomicU64; 2]>,
 }
 
 impl MemoryLedger {
     /// An empty ledger.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Write requests received so far (every claim and settle that reached the store).
+    pub fn writes(&self) -> u64 {
+        self.requests[0].load(Ordering::Relaxed)
+    }
+
+    /// Read requests received so far.
+    pub fn reads(&self) -> u64 {
+        self.requests[1].load(Ordering::Relaxed)
+    }
+
+    fn count(&self, i: usize) {
+        self.requests[i].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -204,6 +220,7 @@ impl Ledger for MemoryLedger {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<ClaimView, LedgerError> {
+        self.count(0);
         let mut records = lock(&self.records);
         let mut r = records.get(&msg.reminder_id).cloned().unwrap_or_else(|| fresh_record(msg));
         if r.state == ReminderState::Delivered {
@@ -243,6 +260,7 @@ impl Ledger for MemoryLedger {
         now: DateTime<Utc>,
         s: &Settlement,
     ) -> Result<SettleOutcome, LedgerError> {
+        self.count(0);
         let mut records = lock(&self.records);
         let existing = records.get(&msg.reminder_id);
         if let Some(r) = existing {
@@ -276,6 +294,7 @@ impl Ledger for MemoryLedger {
     }
 
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
+        self.count(1);
         Ok(lock(&self.records).get(id).cloned())
     }
 }
@@ -655,91 +674,9 @@ pub mod ledger_contract {
             ClaimView::Claimed { prior_attempts: 1 }
         );
 
-        // A stale copy never revives an ended reminder (F9/F11): dead-lettered, expired and
-        // cancelled records refuse a claim, with nothing written; a copy a redrive re-released
-        // may claim a dead-lettered one.
-        for (n, ended) in
-            [(20, ReminderState::DeadLettered), (21, ReminderState::Expired), (22, ReminderState::Cancelled)]
-        {
-            let e = msg(n, base);
-            assert_eq!(
-                must("claim to end", ledger.claim(&e, &a, base, base + s(30))).await,
-                ClaimView::Claimed { prior_attempts: 0 }
-            );
-            let end = Settlement {
-                state: ended,
-                reason: Some(ReasonCode::ClassifiedPermanent),
-                attempts: 1,
-                receipt: None,
-                provider_status: Some(400),
-                next_at: None,
-            };
-            assert_eq!(must("end", ledger.settle(&e, Some(&a), base + s(1), &end)).await, SettleOutcome::Recorded);
-            assert_eq!(
-                must("stale copy claims an ended reminder", ledger.claim(&e, &b, base + s(40), base + s(70))).await,
-                ClaimView::Ended { state: ended },
-                "a stale copy must not revive a {ended:?} reminder"
-            );
-            let history = must("read ended", ledger.get(&e.reminder_id)).await.map(|r| (r.state, r.history.len()));
-            assert_eq!(history, Some((ended, 2)), "a refused claim writes nothing");
-            if ended == ReminderState::DeadLettered {
-                let mut redriven = e.clone();
-                redriven.redrive = Some(crate::contract::RedriveStamp {
-                    id: crate::ids::RedriveId::parse("rd-contract").unwrap_or_else(|e| panic!("{e}")),
-                    reason: "contract".into(),
-                    owner: "contract".into(),
-                    base_attempt: 1,
-                });
-                assert!(
-                    matches!(
-                        must("redriven claim", ledger.claim(&redriven, &b, base + s(41), base + s(71))).await,
-                        ClaimView::Claimed { .. }
-                    ),
-                    "a redriven copy may claim a dead-lettered reminder"
-                );
-                // Once a redrive's copy claimed, older copies are superseded (F14): a stale
-                // pre-redrive copy must not spend the old budget and dead-letter what the
-                // redrive's chain is working on; a later redrive's copy still claims.
-                let free = base + s(72);
-                assert_eq!(
-                    must("stale pre-redrive copy", ledger.claim(&e, &a, free, free + s(30))).await,
-                    ClaimView::Superseded
-                );
-                let mut later = redriven.clone();
-                if let Some(stamp) = later.redrive.as_mut() {
-                    stamp.id = crate::ids::RedriveId::parse("rd-contract-2").unwrap_or_else(|e| panic!("{e}"));
-                }
-                assert!(
-                    matches!(
-                        must("later redrive's copy", ledger.claim(&later, &a, free, free + s(30))).await,
-                        ClaimView::Claimed { .. }
-                    ),
-                    "a later redrive's copy claims"
-                );
-                assert_eq!(
-                    must("earlier redrive's copy", ledger.claim(&redriven, &b, free + s(31), free + s(60))).await,
-                    ClaimView::Superseded
-                );
-                // The later redrive's own chain dead-letters it again: another copy of that same
-                // redrive (an SQS duplicate) must not revive it.
-                let again = Settlement {
-                    state: ReminderState::DeadLettered,
-                    reason: Some(ReasonCode::ClassifiedPermanent),
-                    attempts: 2,
-                    receipt: None,
-                    provider_status: Some(400),
-                    next_at: None,
-                };
-                assert_eq!(
-                    must("ended again", ledger.settle(&later, Some(&a), free + s(1), &again)).await,
-                    SettleOutcome::Recorded
-                );
-                assert_eq!(
-                    must("a copy of the same redrive", ledger.claim(&later, &b, free + s(40), free + s(70))).await,
-                    ClaimView::Ended { state: ReminderState::DeadLettered }
-                );
-            }
-        }
+        // Each group of cases is its own boxed future: inlined, the suite's state machine
+        // outgrows a test thread's stack in a debug build.
+        Box::pin(ended_reminders(ledger, base)).await;
 
         // complete with receipt; then every claim and settle sees delivered.
         assert_eq!(
@@ -830,7 +767,99 @@ pub mod ledger_contract {
 
         assert_eq!(must("get missing", ledger.get(&msg(5, base).reminder_id)).await, None);
 
-        bounded_history(ledger, base, cycles.max(HISTORY_MAX as u32)).await;
+        Box::pin(bounded_history(ledger, base, cycles.max(HISTORY_MAX as u32))).await;
+    }
+
+    /// A stale copy never revives an ended reminder, and copies from before the latest
+    /// redrive are superseded.
+    async fn ended_reminders<L: Ledger>(ledger: &L, base: DateTime<Utc>) {
+        let s = TimeDelta::seconds;
+        let (a, b) = (OwnerToken::new("owner-a"), OwnerToken::new("owner-b"));
+        // A stale copy never revives an ended reminder (F9/F11): dead-lettered, expired and
+        // cancelled records refuse a claim, with nothing written; a copy a redrive re-released
+        // may claim a dead-lettered one.
+        for (n, ended) in
+            [(20, ReminderState::DeadLettered), (21, ReminderState::Expired), (22, ReminderState::Cancelled)]
+        {
+            let e = msg(n, base);
+            assert_eq!(
+                must("claim to end", ledger.claim(&e, &a, base, base + s(30))).await,
+                ClaimView::Claimed { prior_attempts: 0 }
+            );
+            let end = Settlement {
+                state: ended,
+                reason: Some(ReasonCode::ClassifiedPermanent),
+                attempts: 1,
+                receipt: None,
+                provider_status: Some(400),
+                next_at: None,
+            };
+            assert_eq!(must("end", ledger.settle(&e, Some(&a), base + s(1), &end)).await, SettleOutcome::Recorded);
+            assert_eq!(
+                must("stale copy claims an ended reminder", ledger.claim(&e, &b, base + s(40), base + s(70))).await,
+                ClaimView::Ended { state: ended },
+                "a stale copy must not revive a {ended:?} reminder"
+            );
+            let history = must("read ended", ledger.get(&e.reminder_id)).await.map(|r| (r.state, r.history.len()));
+            assert_eq!(history, Some((ended, 2)), "a refused claim writes nothing");
+            if ended == ReminderState::DeadLettered {
+                let mut redriven = e.clone();
+                redriven.redrive = Some(crate::contract::RedriveStamp {
+                    id: crate::ids::RedriveId::parse("rd-contract").unwrap_or_else(|e| panic!("{e}")),
+                    reason: "contract".into(),
+                    owner: "contract".into(),
+                    base_attempt: 1,
+                });
+                assert!(
+                    matches!(
+                        must("redriven claim", ledger.claim(&redriven, &b, base + s(41), base + s(71))).await,
+                        ClaimView::Claimed { .. }
+                    ),
+                    "a redriven copy may claim a dead-lettered reminder"
+                );
+                // Once a redrive's copy claimed, older copies are superseded (F14): a stale
+                // pre-redrive copy must not spend the old budget and dead-letter what the
+                // redrive's chain is working on; a later redrive's copy still claims.
+                let free = base + s(72);
+                assert_eq!(
+                    must("stale pre-redrive copy", ledger.claim(&e, &a, free, free + s(30))).await,
+                    ClaimView::Superseded
+                );
+                let mut later = redriven.clone();
+                if let Some(stamp) = later.redrive.as_mut() {
+                    stamp.id = crate::ids::RedriveId::parse("rd-contract-2").unwrap_or_else(|e| panic!("{e}"));
+                }
+                assert!(
+                    matches!(
+                        must("later redrive's copy", ledger.claim(&later, &a, free, free + s(30))).await,
+                        ClaimView::Claimed { .. }
+                    ),
+                    "a later redrive's copy claims"
+                );
+                assert_eq!(
+                    must("earlier redrive's copy", ledger.claim(&redriven, &b, free + s(31), free + s(60))).await,
+                    ClaimView::Superseded
+                );
+                // The later redrive's own chain dead-letters it again: another copy of that same
+                // redrive (an SQS duplicate) must not revive it.
+                let again = Settlement {
+                    state: ReminderState::DeadLettered,
+                    reason: Some(ReasonCode::ClassifiedPermanent),
+                    attempts: 2,
+                    receipt: None,
+                    provider_status: Some(400),
+                    next_at: None,
+                };
+                assert_eq!(
+                    must("ended again", ledger.settle(&later, Some(&a), free + s(1), &again)).await,
+                    SettleOutcome::Recorded
+                );
+                assert_eq!(
+                    must("a copy of the same redrive", ledger.claim(&later, &b, free + s(40), free + s(70))).await,
+                    ClaimView::Ended { state: ReminderState::DeadLettered }
+                );
+            }
+        }
     }
 
     /// Claim+settle cycles of one reminder in [`bounded_history`]: far past the ~2,100 cycles
@@ -1201,4 +1230,48 @@ impl crate::ports::Control for MemoryControl {
         a.push(record.clone());
         Ok(())
     }
+}
+
+// ---- a sender for tests ------------------------------------------------------------------------
+
+/// The sender service over in-memory ports and a scripted provider, as unit and handler tests
+/// build it.
+pub type ScriptedSender<L> = crate::sender::Sender<
+    L,
+    AllActive,
+    crate::limiter::SharedLimiter<MemorySlotStore, crate::clock::ManualClock>,
+    ScriptedProvider<crate::clock::ManualClock>,
+    MemoryQueue,
+    crate::clock::ManualClock,
+>;
+
+/// A sender over `ledger`, every renewal active, a 100/s limiter, an in-memory queue and a
+/// provider answering `script` in `latency` each, on `clock`; with its queue and provider to
+/// inspect.
+pub fn scripted_sender<L: Ledger>(
+    ledger: L,
+    clock: &crate::clock::ManualClock,
+    latency: Duration,
+    script: Vec<ProviderOutcome>,
+    seed: u64,
+) -> (ScriptedSender<L>, MemoryQueue, ScriptedProvider<crate::clock::ManualClock>) {
+    let queue = MemoryQueue::new();
+    let provider = ScriptedProvider::new(clock.clone(), latency, script);
+    let limiter = crate::limiter::SharedLimiter::new(
+        MemorySlotStore::default(),
+        clock.clone(),
+        crate::limiter::LimiterSettings::new(100.0),
+        1,
+    );
+    let sender = crate::sender::Sender::new(
+        ledger,
+        AllActive,
+        limiter,
+        provider.clone(),
+        queue.clone(),
+        clock.clone(),
+        crate::sender::SenderSettings::default(),
+        seed,
+    );
+    (sender, queue, provider)
 }

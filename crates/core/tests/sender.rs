@@ -7,23 +7,13 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use punctual_core::clock::{Clock, ManualClock};
 use punctual_core::decision::Disposition;
-use punctual_core::limiter::{LimiterSettings, SharedLimiter};
 use punctual_core::ports::Ledger;
 use punctual_core::provider::{ProviderOutcome, RetryAfter};
-use punctual_core::sender::{Received, Sender, SenderSettings};
-use punctual_core::testing::{
-    AllActive, Fault, FaultyLedger, MemoryLedger, MemoryQueue, MemorySlotStore, ScriptedProvider,
-};
+use punctual_core::sender::Received;
+use punctual_core::testing::{Fault, FaultyLedger, MemoryLedger, MemoryQueue, ScriptedProvider};
 use punctual_core::{ReasonCode, ReminderMessage, ReminderState};
 
-type TestSender<L> = Sender<
-    L,
-    AllActive,
-    SharedLimiter<MemorySlotStore, ManualClock>,
-    ScriptedProvider<ManualClock>,
-    MemoryQueue,
-    ManualClock,
->;
+type TestSender<L> = punctual_core::testing::ScriptedSender<L>;
 
 fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-12-01T14:00:00Z").unwrap().with_timezone(&Utc)
@@ -42,18 +32,8 @@ struct Rig<L> {
 
 fn rig_with<L: punctual_core::ports::Ledger>(ledger: L, script: Vec<ProviderOutcome>) -> Rig<L> {
     let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
-    let queue = MemoryQueue::new();
-    let provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), script);
-    let sender = Sender::new(
-        ledger,
-        AllActive,
-        SharedLimiter::new(MemorySlotStore::default(), clock.clone(), LimiterSettings::new(100.0), 1),
-        provider.clone(),
-        queue.clone(),
-        clock.clone(),
-        SenderSettings::default(),
-        7,
-    );
+    let (sender, queue, provider) =
+        punctual_core::testing::scripted_sender(ledger, &clock, Duration::from_millis(100), script, 7);
     Rig { clock, queue, provider, sender }
 }
 

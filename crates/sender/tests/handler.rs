@@ -11,14 +11,10 @@ use chrono::{DateTime, TimeDelta, Utc};
 use lambda_runtime::{Context, LambdaEvent};
 use punctual_core::ReminderMessage;
 use punctual_core::clock::{Clock, ManualClock};
-use punctual_core::limiter::{LimiterSettings, SharedLimiter};
 use punctual_core::ports::Ledger;
 use punctual_core::provider::ProviderOutcome;
 use punctual_core::reason::{ReasonCode, ReminderState};
-use punctual_core::sender::{Sender, SenderSettings};
-use punctual_core::testing::{
-    AllActive, Fault, FaultyLedger, MemoryLedger, MemoryQueue, MemorySlotStore, ScriptedProvider,
-};
+use punctual_core::testing::{Fault, FaultyLedger, MemoryLedger, MemoryQueue, ScriptedProvider};
 use punctual_sender::handler::{Deps, Handled, handle};
 
 fn events_dir() -> PathBuf {
@@ -34,14 +30,7 @@ fn now() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-12-01T14:05:00Z").unwrap().with_timezone(&Utc)
 }
 
-type TestSender<L> = Sender<
-    L,
-    AllActive,
-    SharedLimiter<MemorySlotStore, ManualClock>,
-    ScriptedProvider<ManualClock>,
-    MemoryQueue,
-    ManualClock,
->;
+type TestSender<L> = punctual_core::testing::ScriptedSender<L>;
 
 struct Rig<L> {
     clock: ManualClock,
@@ -52,18 +41,8 @@ struct Rig<L> {
 
 fn rig_with<L: Ledger>(ledger: L, script: Vec<ProviderOutcome>) -> Rig<L> {
     let clock = ManualClock::new(now());
-    let queue = MemoryQueue::new();
-    let provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(50), script);
-    let sender = Sender::new(
-        ledger,
-        AllActive,
-        SharedLimiter::new(MemorySlotStore::default(), clock.clone(), LimiterSettings::new(100.0), 1),
-        provider.clone(),
-        queue.clone(),
-        clock.clone(),
-        SenderSettings::default(),
-        1,
-    );
+    let (sender, queue, provider) =
+        punctual_core::testing::scripted_sender(ledger, &clock, Duration::from_millis(50), script, 1);
     Rig { clock, queue, provider, deps: Deps { sender, concurrency: 4 } }
 }
 

@@ -39,6 +39,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
 use punctual_core::backoff::{Backoff, Jitter, SplitMix64};
+
+use crate::block_on;
 use punctual_core::clock::{Clock, add};
 use punctual_core::contract::ReminderMessage;
 use punctual_core::decision::{RenewalView, SenderPolicy};
@@ -1031,17 +1033,6 @@ fn trace(body: &str, line: impl FnOnce() -> String) {
 /// The invocation deadline a sender sees for a batch: 60 s from now.
 fn sender_deadline(sqs: &Sqs) -> DateTime<Utc> {
     sqs.clock.truth() + TimeDelta::seconds(60)
-}
-
-fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-    use std::task::{Context, Poll, Waker};
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
 }
 
 // ---- the invariants ----------------------------------------------------------------------------

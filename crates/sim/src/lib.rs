@@ -12,3 +12,16 @@ pub mod check;
 pub mod simulate;
 
 pub use simulate::*;
+
+/// Polls a future whose every await is ready (the in-memory ports) to completion: reading the
+/// fakes after a run, outside its runtime.
+pub(crate) fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    use std::task::{Context, Poll, Waker};
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}

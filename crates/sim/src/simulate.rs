@@ -25,18 +25,15 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
+use crate::block_on;
 use punctual_core::accounting::{DeliveryCounts, Ending, Outcome, Tally, Throughput};
 use punctual_core::backoff::{Jitter, SplitMix64};
 use punctual_core::clock::{Clock, until};
 use punctual_core::contract::ReminderMessage;
-use punctual_core::decision::{ClaimView, Disposition};
-use punctual_core::ids::ReminderId;
+use punctual_core::decision::Disposition;
 use punctual_core::limiter::{LimiterSettings, SharedLimiter, SlotStore};
 use punctual_core::ports::Pending;
-use punctual_core::ports::{
-    Ledger, LedgerError, LedgerRecord, OwnerToken, Provider, ProviderError, ProviderRequest, Quarantine, QueueError,
-    SendQueue, SettleOutcome, Settlement,
-};
+use punctual_core::ports::{Ledger, Provider, ProviderError, ProviderRequest, Quarantine, QueueError, SendQueue};
 use punctual_core::provider::{ProviderOutcome, RetryAfter};
 use punctual_core::reason::{ReasonCode, ReminderState};
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
@@ -488,16 +485,6 @@ impl Provider for SimProvider {
 
 // ---- crash model -----------------------------------------------------------------------------
 
-/// The ledger as the cost model sees it: every claim and settle that reached the store is a
-/// write, every read a read. Crashes come from the core's one fault injector
-/// ([`FaultyLedger`] with [`Fault::LoseDeliveredWrite`]): the worker died after the provider
-/// accepted and before the ledger write and the ack.
-#[derive(Debug, Clone)]
-struct Counted {
-    inner: FaultyLedger<MemoryLedger>,
-    usage: Arc<Usage>,
-}
-
 /// What a run asked of AWS, for the cost model.
 #[derive(Debug, Default)]
 struct Usage {
@@ -531,39 +518,6 @@ impl punctual_core::ports::Renewals for CountedRenewals {
     ) -> Result<punctual_core::ports::RenewalLookup, punctual_core::ports::RenewalsError> {
         Usage::add(&self.0.ddb_reads, 1);
         AllActive.lookup(tenant, renewal).await
-    }
-}
-
-impl Ledger for Counted {
-    async fn claim(
-        &self,
-        msg: &ReminderMessage,
-        owner: &OwnerToken,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<ClaimView, LedgerError> {
-        Usage::add(&self.usage.ddb_writes, 1);
-        self.inner.claim(msg, owner, now, lease_until).await
-    }
-
-    async fn settle(
-        &self,
-        msg: &ReminderMessage,
-        owner: Option<&OwnerToken>,
-        now: DateTime<Utc>,
-        s: &Settlement,
-    ) -> Result<SettleOutcome, LedgerError> {
-        let settled = self.inner.settle(msg, owner, now, s).await;
-        // A crashed worker never sent its write.
-        if settled.is_ok() {
-            Usage::add(&self.usage.ddb_writes, 1);
-        }
-        settled
-    }
-
-    async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
-        Usage::add(&self.usage.ddb_reads, 1);
-        self.inner.get(id).await
     }
 }
 
@@ -733,15 +687,15 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         }
     }
 
-    let ledger = Counted {
-        inner: FaultyLedger::with_chance(
-            MemoryLedger::new(),
-            Fault::LoseDeliveredWrite,
-            if config.scenario == Scenario::Crash { 0.02 } else { 0.0 },
-            config.seed ^ 0xc4a5,
-        ),
-        usage: Arc::clone(&usage),
-    };
+    // The crash model: the core's one fault injector over the in-memory ledger, whose request
+    // counts are the cost model's DynamoDB writes and reads (a crashed write never reached it).
+    let memory = MemoryLedger::new();
+    let ledger = FaultyLedger::with_chance(
+        memory.clone(),
+        Fault::LoseDeliveredWrite,
+        if config.scenario == Scenario::Crash { 0.02 } else { 0.0 },
+        config.seed ^ 0xc4a5,
+    );
     // One sender (one Lambda instance) per worker, each with its own handle on ONE shared
     // limiter schedule, as in production.
     let slots = MemorySlotStore::default();
@@ -920,6 +874,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         Shared { rng: SplitMix64::new(0), delivered_at: sh.delivered_at.clone(), backlog: sh.backlog.clone() }
     });
 
+    // What the run asked of the ledger (before the accounting reads it).
+    Usage::add(&usage.ddb_writes, memory.writes());
+    Usage::add(&usage.ddb_reads, memory.reads());
     // Accounting: the one accounting (DESIGN §11) over every reminder's ending.
     let p = lock(&provider.state);
     let q = lock(&queue.state);
@@ -954,7 +911,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             }
             continue;
         };
-        let record = block_on(ledger.inner.get(&m.reminder_id)).ok().flatten();
+        let record = block_on(memory.get(&m.reminder_id)).ok().flatten();
         let entered = |s: ReminderState| {
             record.as_ref().and_then(|r| r.history.iter().rev().find(|h| h.state == s).map(|h| h.at))
         };
@@ -1040,16 +997,4 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             .collect(),
     };
     report
-}
-
-/// Polls a future whose every await is ready (in-memory ports, manual clock) to completion.
-fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-    use std::task::{Context, Poll, Waker};
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
 }
