@@ -149,7 +149,7 @@ pub async fn canary(target: &Target) -> Result<CanaryReport, HarnessError> {
         Duration::from_secs(2),
     )
     .map_err(step("building the provider client"))?;
-    let (instances, _) = local_senders(&sender_config(t, target.quota)?, &ddb, queues.client(), &provider, 1, 1);
+    let instances = local_senders(&sender_config(t, target.quota)?, &ddb, queues.client(), &provider, 1, 1);
     let ledger = DynamoLedger::new(ddb.clone(), &t.ledger_table);
     let (stats, metrics) = (EsmStats::default(), std::sync::Mutex::new(Metrics::new()));
     let s = Instant::now();

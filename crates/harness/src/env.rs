@@ -220,9 +220,8 @@ pub fn sender_config(res: &Resources, quota: f64) -> Result<SenderConfig, Config
 }
 
 /// One sender per simulated sender execution environment, each built by the sender's
-/// composition root with its own limiter handle (its own pool of booked slots) on the one
-/// shared schedule, as `instances` Lambda instances would. Returns them with a store handle on
-/// that schedule (for its write count).
+/// composition root with its own clients' limiter handle (its own pool of booked slots, its
+/// own count of writes) on the one shared schedule, as `instances` Lambda instances would.
 pub fn local_senders(
     config: &SenderConfig,
     ddb: &aws_sdk_dynamodb::Client,
@@ -230,16 +229,23 @@ pub fn local_senders(
     provider: &punctual_provider::HttpProvider,
     seed: u64,
     instances: usize,
-) -> (Vec<std::sync::Arc<LocalSender>>, punctual_aws::limiter::DynamoSlotStore) {
-    let store = punctual_aws::limiter::DynamoSlotStore::new(ddb.clone(), &config.ledger_table);
-    let senders = (0..instances.max(1) as u64)
+) -> Vec<std::sync::Arc<LocalSender>> {
+    (0..instances.max(1) as u64)
         .map(|i| {
             let clients =
                 punctual_sender::app::Clients { dynamodb: ddb.clone(), sqs: sqs.clone(), provider: provider.clone() };
             std::sync::Arc::new(punctual_sender::app::build(config, clients, seed ^ i))
         })
-        .collect();
-    (senders, store)
+        .collect()
+}
+
+/// Shared-limiter writes (failed conditional writes included) ÷ tokens granted, over every
+/// local sender instance.
+pub fn limiter_writes_per_call(instances: &[std::sync::Arc<LocalSender>]) -> f64 {
+    use punctual_core::limiter::SlotStore;
+    let granted: u64 = instances.iter().map(|d| d.sender.limiter().stats().granted).sum();
+    let writes: u64 = instances.iter().map(|d| d.sender.limiter().store().writes()).sum();
+    if granted > 0 { writes as f64 / granted as f64 } else { 0.0 }
 }
 
 /// The scheduler configuration the local pipeline runs with, parsed by the scheduler's own

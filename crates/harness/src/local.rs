@@ -194,7 +194,7 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let provider =
         HttpProvider::new(&r.provider_url, &Secret::new(state.provider_token.clone()), Duration::from_secs(2))
             .map_err(step("building the provider client"))?;
-    let (instances, _) = local_senders(&sender_config(r, state.quota)?, &ddb, queues.client(), &provider, 7, 10);
+    let instances = local_senders(&sender_config(r, state.quota)?, &ddb, queues.client(), &provider, 7, 10);
     let scheduler = punctual_scheduler::app::build(
         &scheduler_config(r, punctual_core::scheduler::SchedulerSettings::default().sustainable_rate)?,
         &ddb,

@@ -230,7 +230,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let queues = SqsQueues::new(sqs, &res.send_queue_url, &res.dlq_url);
     let provider = HttpProvider::new(&double.url(), &token, Duration::from_secs(2))
         .map_err(step("building the provider client"))?;
-    let (instances, limiter_store) =
+    let instances =
         local_senders(&sender_config(&res, opts.quota)?, &ddb, queues.client(), &provider, opts.seed, opts.concurrency);
     // The scheduler function's own composition root (its pause rule included).
     let scheduler =
@@ -390,11 +390,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         reminders: opts.reminders,
         counts,
         throughput: Throughput::measure(s.requests, s.throttled, delivered, drain, floor),
-        limiter_writes_per_call: {
-            use punctual_core::limiter::SlotStore;
-            let granted: u64 = instances.iter().map(|d| d.sender.limiter().stats().granted).sum();
-            if granted > 0 { limiter_store.writes() as f64 / granted as f64 } else { 0.0 }
-        },
+        limiter_writes_per_call: crate::env::limiter_writes_per_call(&instances),
         wall_seconds: started.elapsed().as_secs_f64(),
         import_seconds,
         series,
