@@ -7,23 +7,35 @@ pub async fn load() -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest()).load().await
 }
 
-/// SDK configuration for a local emulator at `endpoint`: the environment's region and
-/// credentials when set, else `us-east-1` and dummy keys (an emulator accepts any).
+/// SDK configuration for an emulator at `endpoint`: the environment's region (else
+/// `us-east-1`) and, on loopback, always the same dummy credentials, whatever the user exported — DynamoDB
+/// Local keeps a database per access key unless started with `-sharedDb`, and refuses key ids
+/// that are not letters and digits (`operator-a`), so a `local up` and a `local drain` run from
+/// shells with different credentials must still meet the same tables. Emulators accept any key.
 pub async fn for_endpoint(endpoint: &str) -> SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest()).endpoint_url(endpoint);
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).endpoint_url(endpoint).credentials_provider(
+        aws_sdk_sqs::config::Credentials::new(LOCAL_KEY, LOCAL_KEY, None, None, "punctual-local"),
+    );
     if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
         loader = loader.region(aws_config::Region::new("us-east-1"));
     }
-    if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
-        loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
-            "testing",
-            "testing",
-            None,
-            None,
-            "punctual-local",
-        ));
-    }
     loader.load().await
+}
+
+/// The dummy access key (and secret) punctual uses with a local emulator: letters and digits,
+/// as DynamoDB Local requires.
+pub const LOCAL_KEY: &str = "punctuallocal";
+
+/// True for an endpoint on this machine (`localhost`, `127.x`, `[::1]`): an emulator.
+pub fn is_loopback(endpoint: &str) -> bool {
+    let host = endpoint.split("://").nth(1).unwrap_or(endpoint);
+    let host = host.split('/').next().unwrap_or_default();
+    let host = if host.starts_with('[') {
+        host.split(']').next().unwrap_or_default()
+    } else {
+        host.split(':').next().unwrap_or_default()
+    };
+    host == "localhost" || host.starts_with("127.") || host == "[::1"
 }
 
 /// A DynamoDB client on `config`, at `endpoint` when DynamoDB runs apart from the rest

@@ -60,6 +60,41 @@ async fn local_up_then_hand_sent_messages_then_drain_accounts_for_each_one() {
 }
 
 #[test]
+fn a_local_pipeline_is_drained_from_a_shell_with_other_credentials() {
+    // `local up` starts its own emulators (no AWS_ENDPOINT_URL): moto, and DynamoDB Local where
+    // Java and `.tools/dynamodb-local` are there — the engine that keeps a database per access
+    // key unless started with -sharedDb.
+    let state = std::env::temp_dir().join(unique("punctual-creds"));
+    let run = |args: &[&str], key: &str| {
+        Command::new(env!("CARGO_BIN_EXE_punctual"))
+            .args(args)
+            .env("PUNCTUAL_STATE_DIR", &state)
+            .env_remove("AWS_ENDPOINT_URL")
+            .env("AWS_ACCESS_KEY_ID", key)
+            .env("AWS_SECRET_ACCESS_KEY", "whatever")
+            .output()
+            .unwrap()
+    };
+    let up = run(&["local", "up", "--json"], "testing");
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("state.json")).unwrap()).unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if repo.join(".tools/dynamodb-local/DynamoDBLocal.jar").is_file()
+        && Command::new("java").arg("-version").output().is_ok()
+    {
+        assert!(saved["dynamodb_endpoint"].is_string(), "DynamoDB Local was not started: {saved}");
+    }
+    // An operator's own profile, with a key DynamoDB Local would refuse.
+    let drain = run(&["local", "drain", "--json"], "operator-a");
+    let status = run(&["status", "--json"], "operator-a");
+    let down = run(&["local", "down"], "testing");
+    assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+}
+
+#[test]
 fn run_delivers_every_reminder_once_and_on_time() {
     let dir = std::env::temp_dir().join(unique("punctual-run"));
     std::fs::create_dir_all(&dir).unwrap();

@@ -162,7 +162,15 @@ impl Emulator {
             children.push(spawn(
                 Command::new("java")
                     .current_dir(&dir)
-                    .args(["-Xmx1g", "-Djava.library.path=DynamoDBLocal_lib", "-jar", "DynamoDBLocal.jar", "-inMemory"])
+                    // -sharedDb: one database whatever the credentials and region of each caller.
+                    .args([
+                        "-Xmx1g",
+                        "-Djava.library.path=DynamoDBLocal_lib",
+                        "-jar",
+                        "DynamoDBLocal.jar",
+                        "-inMemory",
+                        "-sharedDb",
+                    ])
                     .args(["-port", &dport.to_string()])
                     .stderr(log("dynamodb-local.log")?),
                 "DynamoDB Local",
