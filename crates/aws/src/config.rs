@@ -13,9 +13,16 @@ pub async fn load() -> SdkConfig {
 /// that are not letters and digits (`operator-a`), so a `local up` and a `local drain` run from
 /// shells with different credentials must still meet the same tables. Emulators accept any key.
 pub async fn for_endpoint(endpoint: &str) -> SdkConfig {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest()).endpoint_url(endpoint).credentials_provider(
-        aws_sdk_sqs::config::Credentials::new(LOCAL_KEY, LOCAL_KEY, None, None, "punctual-local"),
-    );
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).endpoint_url(endpoint);
+    if is_loopback(endpoint) {
+        loader = loader.credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            LOCAL_KEY,
+            LOCAL_KEY,
+            None,
+            None,
+            "punctual-local",
+        ));
+    }
     if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
         loader = loader.region(aws_config::Region::new("us-east-1"));
     }
@@ -26,16 +33,44 @@ pub async fn for_endpoint(endpoint: &str) -> SdkConfig {
 /// as DynamoDB Local requires.
 pub const LOCAL_KEY: &str = "punctuallocal";
 
-/// True for an endpoint on this machine (`localhost`, `127.x`, `[::1]`): an emulator.
+/// True for an endpoint on this machine (`localhost`, a loopback IPv4 or IPv6 address): an
+/// emulator. Anything else (an https VPC endpoint, a remote LocalStack) keeps the user's own
+/// credentials.
 pub fn is_loopback(endpoint: &str) -> bool {
-    let host = endpoint.split("://").nth(1).unwrap_or(endpoint);
-    let host = host.split('/').next().unwrap_or_default();
-    let host = if host.starts_with('[') {
-        host.split(']').next().unwrap_or_default()
-    } else {
-        host.split(':').next().unwrap_or_default()
+    let authority = endpoint.split("://").nth(1).unwrap_or(endpoint);
+    let authority = authority.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.split(':').next().unwrap_or_default(),
     };
-    host == "localhost" || host.starts_with("127.") || host == "[::1"
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback;
+
+    #[test]
+    fn only_endpoints_on_this_machine_count_as_loopback() {
+        for yes in [
+            "http://127.0.0.1:4566",
+            "http://localhost:4566/",
+            "http://LOCALHOST",
+            "http://[::1]:4566",
+            "http://u@127.0.0.2:9",
+        ] {
+            assert!(is_loopback(yes), "{yes}");
+        }
+        for no in [
+            "https://sqs.eu-west-1.amazonaws.com",
+            "http://127.evil.example:80",
+            "http://10.0.0.1:4566",
+            "http://[2001:db8::1]:80",
+        ] {
+            assert!(!is_loopback(no), "{no}");
+        }
+    }
 }
 
 /// A DynamoDB client on `config`, at `endpoint` when DynamoDB runs apart from the rest

@@ -76,13 +76,14 @@ pub fn endings(o: &Observed) -> (Vec<Ending>, Vec<String>, Vec<String>) {
             // An expired (or already dead-lettered) reminder's DLQ message.
             copies.push(reason.clone());
         }
-        let mut e = Ending::from_record(rec, waiting_left > 0);
+        // A non-terminal reminder with a DLQ letter is dead-lettered (the backstop moved it);
+        // only the rest may take one of the copies still on the queue.
+        let dead = (!rec.state.is_terminal()).then(|| o.dlq.by_reminder.get(rec.reminder_id.as_str())).flatten();
+        let mut e = Ending::from_record(rec, dead.is_none() && waiting_left > 0);
         if e.outcome == Outcome::Waiting {
             waiting_left -= 1;
         }
-        if !rec.state.is_terminal()
-            && let Some(reason) = o.dlq.by_reminder.get(rec.reminder_id.as_str())
-        {
+        if let Some(reason) = dead {
             e.outcome = Outcome::DeadLettered { reason: reason.clone() };
         }
         endings.push(e);

@@ -1098,6 +1098,14 @@ fn verify(
         if ending == "never_released" {
             flag("I3", &rid, "due but never released".into());
         }
+        // Dead-lettered means in the DLQ with a reason: a record that says so with no letter
+        // left is a reminder no operator can see or redrive.
+        if record.as_ref().is_some_and(|r| r.state == ReminderState::DeadLettered)
+            && !in_dlq.contains_key(&rid)
+            && !live.contains(&rid)
+        {
+            flag("I3", &rid, "dead-lettered in the ledger, but no letter in the DLQ and nothing on a queue".into());
+        }
         *outcomes.entry(ending).or_default() += 1;
         // I1: at most one accepted effect.
         if let Some(n) = p.effects.get(&rid).copied()

@@ -198,6 +198,14 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                         }
                         continue;
                     }
+                    // A letter of this run's own making (its body carries this run's stamp: a copy
+                    // it released failed again): sent back, it would be answered `Ended` and its
+                    // letter deleted, leaving a dead-lettered reminder with no letter. It stays
+                    // for the next run.
+                    if msg.redrive.as_ref().is_some_and(|r| r.id == id) {
+                        *sum.skipped.entry("failed_again_this_run".into()).or_default() += 1;
+                        continue;
+                    }
                     if msg.deliver_by <= self.clock.now() {
                         *sum.skipped.entry("past_deliver_by".into()).or_default() += 1;
                         continue;
@@ -251,18 +259,26 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
             Ok::<(), RedriveError>(())
         }
         .await;
-        // Whatever happened, what was not moved becomes visible again in the DLQ.
-        if !held.is_empty() {
-            self.dlq.release(&held).await.map_err(port("releasing what stays in the DLQ"))?;
+        // Whatever happened, what was not moved becomes visible again in the DLQ, and the audit
+        // record is finished with what was moved (its lineage) — on a failure too.
+        let released = if held.is_empty() {
+            Ok(())
+        } else {
+            self.dlq.release(&held).await.map_err(port("releasing what stays in the DLQ"))
+        };
+        if let Err(e) = &result {
+            sum.aborted.get_or_insert_with(|| format!("failed: {e}"));
         }
-        result?;
         if let (Some(a), Some(b)) = (first_send, last_send) {
             let secs = until(a, b).as_secs_f64();
             sum.measured_per_second = if secs > 0.0 { (sum.moved - 1) as f64 / secs } else { 0.0 };
         }
         audit.finished_at = Some(self.clock.now());
         audit.summary = Some(sum.clone());
-        self.control.put_audit(&audit).await.map_err(port("finishing the audit record"))?;
+        let audited = self.control.put_audit(&audit).await.map_err(port("finishing the audit record"));
+        result?;
+        released?;
+        audited?;
         Ok(sum)
     }
 
