@@ -47,6 +47,18 @@ pub fn is_loopback(endpoint: &str) -> bool {
     host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// A DynamoDB client on `config`, at `endpoint` when DynamoDB runs apart from the rest
+/// (DynamoDB Local beside moto). The override must be set on the service config: set on
+/// `SdkConfig` alone, the client re-reads `AWS_ENDPOINT_URL` and goes elsewhere.
+pub fn dynamodb_client(config: &SdkConfig, endpoint: Option<&str>) -> aws_sdk_dynamodb::Client {
+    match endpoint {
+        Some(url) => aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(config).endpoint_url(url).build(),
+        ),
+        None => aws_sdk_dynamodb::Client::new(config),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_loopback;
@@ -70,17 +82,5 @@ mod tests {
         ] {
             assert!(!is_loopback(no), "{no}");
         }
-    }
-}
-
-/// A DynamoDB client on `config`, at `endpoint` when DynamoDB runs apart from the rest
-/// (DynamoDB Local beside moto). The override must be set on the service config: set on
-/// `SdkConfig` alone, the client re-reads `AWS_ENDPOINT_URL` and goes elsewhere.
-pub fn dynamodb_client(config: &SdkConfig, endpoint: Option<&str>) -> aws_sdk_dynamodb::Client {
-    match endpoint {
-        Some(url) => aws_sdk_dynamodb::Client::from_conf(
-            aws_sdk_dynamodb::config::Builder::from(config).endpoint_url(url).build(),
-        ),
-        None => aws_sdk_dynamodb::Client::new(config),
     }
 }
