@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use aws_config::SdkConfig;
 use punctual_aws::config::{dynamodb_client, for_endpoint};
 use punctual_aws::sqs::SqsQueues;
-use punctual_core::redrive::RedriveCaps;
 use punctual_lambda::config::{ConfigError, Env};
 use punctual_redrive::config::RedriveConfig;
 use serde::{Deserialize, Serialize};
@@ -161,10 +160,5 @@ impl Target {
             }
             _ => std::env::var(k).ok().filter(|v| !v.is_empty()),
         }))
-    }
-
-    /// The redrive caps (see [`Target::redrive_config`]).
-    pub fn caps(&self) -> Result<RedriveCaps, ConfigError> {
-        self.redrive_config().map(|c| c.caps)
     }
 }

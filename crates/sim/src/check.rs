@@ -992,26 +992,15 @@ fn run_here(seed: u64, n: usize, honours_keys: bool) -> SeedOutcome {
         }
     });
     for (f, k) in faulty.injected() {
-        faults.add(match f {
-            Fault::UncertainClaim => "crash_after_claim",
-            Fault::ClaimRefused => "dynamodb_error",
-            Fault::LoseDeliveredWrite => "crash_after_call_before_settle",
-            Fault::UncertainSettle => "dynamodb_answer_lost",
-        });
-        // `crash_after_claim` is an applied write whose answer was lost, too.
-        if f == Fault::UncertainClaim {
-            for _ in 1..k {
-                faults.add("crash_after_claim");
-            }
-            faults.add("dynamodb_answer_lost");
-        } else {
-            for _ in 1..k {
-                faults.add(match f {
-                    Fault::ClaimRefused => "dynamodb_error",
-                    Fault::LoseDeliveredWrite => "crash_after_call_before_settle",
-                    _ => "dynamodb_answer_lost",
-                });
-            }
+        // A claim applied whose answer was lost is both a crash point and a lost answer.
+        let classes: &[&'static str] = match f {
+            Fault::UncertainClaim => &["crash_after_claim", "dynamodb_answer_lost"],
+            Fault::ClaimRefused => &["dynamodb_error"],
+            Fault::LoseDeliveredWrite => &["crash_after_call_before_settle"],
+            Fault::UncertainSettle => &["dynamodb_answer_lost"],
+        };
+        for class in classes {
+            *lock(&faults.0).entry(class).or_default() += k;
         }
     }
     let spread = plan.skew_ms.iter().max().copied().unwrap_or(0) - plan.skew_ms.iter().min().copied().unwrap_or(0);
