@@ -31,7 +31,15 @@ async fn contract(client: aws_sdk_dynamodb::Client, on_dynamodb_local: bool) {
     let store = DynamoSlotStore::new(client.clone(), &table);
     limiter_contract::run(&store, "contract", Utc::now().timestamp_millis()).await;
 
-    // Eight senders book concurrently: the blocks they get are disjoint and contiguous.
+    // Eight senders book concurrently: the blocks they get are disjoint and contiguous. Checked
+    // on AWS's own engine (DynamoDB Local, required by `make test` wherever Java is): moto
+    // applies concurrent conditional updates without isolation and hands a slot out twice in
+    // about one run in four — the emulator's flaw, not the adapter's. Without DynamoDB Local
+    // the emulator at hand is the best engine there is, and the race runs there.
+    if !on_dynamodb_local && dynamodb_local_client().await.is_some() {
+        client.delete_table().table_name(&table).send().await.unwrap();
+        return;
+    }
     let now = Utc::now().timestamp_millis();
     let tasks: Vec<_> = (0..8)
         .map(|_| {
