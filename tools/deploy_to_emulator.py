@@ -94,14 +94,21 @@ def main(path):
         }
     mappings = lam.list_event_source_mappings(FunctionName=physical["SenderFunction"])["EventSourceMappings"]
     queue_name = lambda url: url.rstrip("/").rsplit("/", 1)[-1]
+    queue_name_of_arn = lambda arn: arn.rsplit(":", 1)[-1]
     out = {
         "stack": STACK,
         "send_queue": queue_name(physical["SendQueue"]),
+        "urgent_queue": queue_name(physical["UrgentQueue"]),
         "dlq": queue_name(physical["DeadLetterQueue"]),
         "ledger_table": physical["LedgerTable"],
         "renewals_table": physical["RenewalsTable"],
         "functions": functions,
         "sender_event_source_mappings": len(mappings),
+        # Which queue each mapping polls (by name) and its MaximumConcurrency.
+        "sender_mappings": sorted(
+            [queue_name_of_arn(m.get("EventSourceArn", "")), (m.get("ScalingConfig") or {}).get("MaximumConcurrency")]
+            for m in mappings
+        ),
         "resource_types": sorted({r["ResourceType"] for r in resources}),
     }
     json.dump(out, sys.stdout, indent=2)

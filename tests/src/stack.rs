@@ -1,4 +1,4 @@
-//! A uniquely named punctual stack on the emulator (send queue with its DLQ and redrive policy,
+//! A uniquely named punctual stack on the emulator (both lanes with their DLQ and redrive policy,
 //! ledger and renewals tables), and an event source that plays the SQS → Lambda event source
 //! mapping: receive a batch, hand it to a handler as an `SqsEvent`, delete what succeeded.
 
@@ -50,20 +50,26 @@ impl Stack {
             .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
             .unwrap_or_default();
         let redrive = format!("{{\"deadLetterTargetArn\":\"{dlq_arn}\",\"maxReceiveCount\":\"{MAX_RECEIVE_COUNT}\"}}");
-        let send_url = sqs
-            .create_queue()
-            .queue_name(unique(&format!("{prefix}-send")))
-            .attributes(QueueAttributeName::RedrivePolicy, redrive)
-            .attributes(QueueAttributeName::VisibilityTimeout, "30")
-            .send()
-            .await?
-            .queue_url
-            .unwrap_or_default();
+        let mut lanes = Vec::new();
+        for lane in ["send", "urgent"] {
+            let url = sqs
+                .create_queue()
+                .queue_name(unique(&format!("{prefix}-{lane}")))
+                .attributes(QueueAttributeName::RedrivePolicy, redrive.clone())
+                .attributes(QueueAttributeName::VisibilityTimeout, "30")
+                .send()
+                .await?
+                .queue_url
+                .unwrap_or_default();
+            lanes.push(url);
+        }
+        let (send_url, urgent_url) = (lanes[0].clone(), lanes[1].clone());
         let ledger_table = unique(&format!("{prefix}-ledger"));
         let renewals_table = unique(&format!("{prefix}-renewals"));
         create_pk_table(&ddb, &ledger_table).await?;
         create_pk_table(&ddb, &renewals_table).await?;
-        Ok(Self { queues: SqsQueues::new(sqs.clone(), send_url, dlq_url), sqs, ddb, ledger_table, renewals_table })
+        let queues = SqsQueues::new(sqs.clone(), send_url, dlq_url).with_urgent(Some(&urgent_url));
+        Ok(Self { queues, sqs, ddb, ledger_table, renewals_table })
     }
 
     /// A queue attribute as a number (e.g. `ApproximateNumberOfMessagesDelayed`).
@@ -88,6 +94,7 @@ impl Stack {
     /// Deletes the queues and tables.
     pub async fn destroy(&self) {
         let _ = self.sqs.delete_queue().queue_url(self.queues.send_url()).send().await;
+        let _ = self.sqs.delete_queue().queue_url(self.queues.urgent_url()).send().await;
         let _ = self.sqs.delete_queue().queue_url(self.queues.dlq_url()).send().await;
         let _ = self.ddb.delete_table().table_name(&self.ledger_table).send().await;
         let _ = self.ddb.delete_table().table_name(&self.renewals_table).send().await;

@@ -296,7 +296,7 @@ async fn pause_sends_nothing_and_spends_no_attempt_then_resume_drains() {
     for i in 0..5 {
         let m = message(&format!("pause-{i}"), now - TimeDelta::minutes(1), now + TimeDelta::hours(2));
         r.activate(&m).await;
-        r.stack.queues.requeue(&m, Duration::ZERO).await.unwrap();
+        r.stack.queues.requeue(&m, Duration::ZERO, punctual_core::lanes::QueueLane::Normal).await.unwrap();
         msgs.push(m);
     }
     let stop = AtomicBool::new(false);
@@ -315,7 +315,7 @@ async fn pause_sends_nothing_and_spends_no_attempt_then_resume_drains() {
     // Resume: the held copies come back after PAUSE_RECHECK; re-send them now instead of
     // waiting a minute (the copies are identical).
     for m in &msgs {
-        r.stack.queues.requeue(m, Duration::ZERO).await.unwrap();
+        r.stack.queues.requeue(m, Duration::ZERO, punctual_core::lanes::QueueLane::Normal).await.unwrap();
     }
     r.drain(&stop, true).await;
     for m in &msgs {

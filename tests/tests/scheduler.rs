@@ -13,8 +13,9 @@ use punctual_aws::dynamodb::get;
 use punctual_aws::renewals::{DynamoRenewals, RowOutcome, create_table};
 use punctual_aws::sqs::SqsQueues;
 use punctual_core::clock::{Clock, ManualClock};
+use punctual_core::lanes::LaneDepths;
 use punctual_core::ports::QueueError;
-use punctual_core::ports::ReleaseQueue;
+use punctual_core::ports::{Release, ReleaseQueue};
 use punctual_core::renewal::{Renewal, RenewalInput};
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
 use punctual_core::{ReminderId, ReminderMessage};
@@ -38,9 +39,9 @@ struct Recording {
 struct Crash;
 
 impl ReleaseQueue for Recording {
-    async fn release(&self, batch: &[(ReminderMessage, Duration)]) -> Result<Vec<bool>, QueueError> {
+    async fn release(&self, batch: &[Release]) -> Result<Vec<bool>, QueueError> {
         let result = self.inner.release(batch).await?;
-        self.sent.lock().unwrap().extend(batch.iter().cloned());
+        self.sent.lock().unwrap().extend(batch.iter().map(|r| (r.message.clone(), r.delay)));
         let mut crash = self.crash_after_batches.lock().unwrap();
         if let Some(n) = crash.as_mut() {
             if *n == 0 {
@@ -52,7 +53,7 @@ impl ReleaseQueue for Recording {
         Ok(result)
     }
 
-    async fn depth(&self) -> Result<u64, QueueError> {
+    async fn depth(&self) -> Result<LaneDepths, QueueError> {
         self.inner.depth().await
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::SdkError;
 use chrono::{DateTime, Utc};
+use punctual_core::lanes::QueueLane;
 use punctual_core::ports::{BoxError, Control, ControlError, DeadLetter, DeadLetters, DeadLettersError, Pause};
 use punctual_core::redrive::AuditRecord;
 use punctual_core::{ReasonCode, ReminderMessage};
@@ -182,11 +183,11 @@ impl DeadLetters for SqsDeadLetters {
         Ok(out)
     }
 
-    async fn send_back(&self, body: &str) -> Result<(), DeadLettersError> {
+    async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), DeadLettersError> {
         self.queues
             .client()
             .send_message()
-            .queue_url(self.queues.send_url())
+            .queue_url(self.queues.lane_url(lane))
             .message_body(body)
             .send()
             .await

@@ -7,7 +7,8 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry};
 use chrono::{DateTime, Utc};
 use punctual_core::contract::{ReminderMessage, format_instant};
-use punctual_core::ports::{BoxError, Quarantine, QueueError, SendQueue};
+use punctual_core::lanes::{LaneDepths, QueueLane};
+use punctual_core::ports::{BoxError, Quarantine, QueueError, Release, SendQueue};
 
 /// SQS's limit on `DelaySeconds` (15 minutes).
 pub const MAX_DELAY: Duration = Duration::from_secs(900);
@@ -112,23 +113,52 @@ impl Received {
     }
 }
 
-/// The send queue and its DLQ.
+/// The two send queues (lanes) and their shared DLQ.
 #[derive(Debug, Clone)]
 pub struct SqsQueues {
     client: Client,
     send_url: String,
+    urgent_url: String,
     dlq_url: String,
 }
 
 impl SqsQueues {
-    /// Queues at known URLs.
+    /// Queues at known URLs: one lane (the urgent lane is the send queue) until
+    /// [`SqsQueues::with_urgent`].
     pub fn new(client: Client, send_url: impl Into<String>, dlq_url: impl Into<String>) -> Self {
-        Self { client, send_url: send_url.into(), dlq_url: dlq_url.into() }
+        let send_url = send_url.into();
+        Self { client, urgent_url: send_url.clone(), send_url, dlq_url: dlq_url.into() }
     }
 
-    /// The send queue URL.
+    /// The urgent lane's queue (`URGENT_QUEUE_URL`; `None`: one lane).
+    pub fn with_urgent(mut self, urgent_url: Option<&str>) -> Self {
+        if let Some(url) = urgent_url {
+            self.urgent_url = url.to_owned();
+        }
+        self
+    }
+
+    /// The send queue URL (the normal lane).
     pub fn send_url(&self) -> &str {
         &self.send_url
+    }
+
+    /// The urgent lane's URL (the send queue's when there is one lane).
+    pub fn urgent_url(&self) -> &str {
+        &self.urgent_url
+    }
+
+    /// The URL of `lane`.
+    pub fn lane_url(&self, lane: QueueLane) -> &str {
+        match lane {
+            QueueLane::Normal => &self.send_url,
+            QueueLane::Urgent => &self.urgent_url,
+        }
+    }
+
+    /// True when the urgent lane is a queue of its own.
+    pub fn has_urgent_lane(&self) -> bool {
+        self.urgent_url != self.send_url
     }
 
     /// The DLQ URL.
@@ -427,32 +457,73 @@ impl SqsQueues {
     }
 }
 
+impl SqsQueues {
+    /// Messages on each lane (visible + in flight + delayed); one `GetQueueAttributes` per lane.
+    pub async fn lane_depths(&self) -> Result<LaneDepths, QueueError> {
+        let normal = self.depth_of(&self.send_url).await?.total();
+        let urgent = if self.has_urgent_lane() { self.depth_of(&self.urgent_url).await? } else { Depth::default() };
+        Ok(LaneDepths { normal, urgent: urgent.total(), urgent_delayed: urgent.delayed })
+    }
+}
+
 impl punctual_core::ports::ReleaseQueue for SqsQueues {
-    async fn release(&self, batch: &[(ReminderMessage, Duration)]) -> Result<Vec<bool>, QueueError> {
-        let out: Vec<Outgoing> = batch
-            .iter()
-            .enumerate()
-            .map(|(i, (m, delay))| Outgoing { id: format!("e{i}"), body: m.encode(), delay: *delay })
-            .collect();
-        let results = self.send_batch(&self.send_url, &out).await?;
-        for r in &results {
-            if let EntryResult::Failed { code, message, sender_fault, .. } = r {
-                tracing::warn!(code, message, sender_fault, "send queue refused a released message; retried next tick");
+    async fn release(&self, batch: &[Release]) -> Result<Vec<bool>, QueueError> {
+        let mut accepted = vec![false; batch.len()];
+        let mut failure = None;
+        let mut tried = 0;
+        // One batch call per lane; each answer goes back to its entry's place. A lane whose
+        // call fails leaves its entries refused (pending, retried next tick) without undoing
+        // the answers of a lane that succeeded: those are marked, not sent twice.
+        for lane in QueueLane::ALL {
+            let of_lane: Vec<usize> = (0..batch.len()).filter(|i| batch[*i].lane == lane).collect();
+            if of_lane.is_empty() {
+                continue;
+            }
+            let out: Vec<Outgoing> = of_lane
+                .iter()
+                .map(|i| Outgoing { id: format!("e{i}"), body: batch[*i].message.encode(), delay: batch[*i].delay })
+                .collect();
+            tried += 1;
+            let results = match self.send_batch(self.lane_url(lane), &out).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, lane = lane.as_str(), "releasing to a lane failed; retried next tick");
+                    failure = Some(e);
+                    continue;
+                }
+            };
+            for (i, r) in of_lane.iter().zip(&results) {
+                match r {
+                    EntryResult::Sent { .. } => accepted[*i] = true,
+                    EntryResult::Failed { code, message, sender_fault, .. } => {
+                        tracing::warn!(
+                            code,
+                            message,
+                            sender_fault,
+                            lane = lane.as_str(),
+                            "send queue refused a released message; retried next tick"
+                        );
+                    }
+                }
             }
         }
-        Ok(results.iter().map(|r| matches!(r, EntryResult::Sent { .. })).collect())
+        match failure {
+            // Every lane tried failed: the machinery failed, say so.
+            Some(e) if tried == 1 || accepted.iter().all(|a| !*a) => Err(e),
+            _ => Ok(accepted),
+        }
     }
 
-    async fn depth(&self) -> Result<u64, QueueError> {
-        Ok(self.depth_of(&self.send_url).await?.total())
+    async fn depth(&self) -> Result<LaneDepths, QueueError> {
+        self.lane_depths().await
     }
 }
 
 impl SendQueue for SqsQueues {
-    async fn requeue(&self, msg: &ReminderMessage, delay: Duration) -> Result<(), QueueError> {
+    async fn requeue(&self, msg: &ReminderMessage, delay: Duration, lane: QueueLane) -> Result<(), QueueError> {
         self.client
             .send_message()
-            .queue_url(&self.send_url)
+            .queue_url(self.lane_url(lane))
             .message_body(msg.encode())
             .delay_seconds(delay_seconds(delay))
             .send()

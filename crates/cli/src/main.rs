@@ -514,8 +514,13 @@ async fn bench_limiter(a: BenchLimiterArgs) -> ExitCode {
 
 async fn run_command(a: RunArgs) -> ExitCode {
     let opts = a.options;
-    if opts.reminders == 0 || opts.quota <= 0.0 || opts.concurrency == 0 {
-        eprintln!("punctual run: --reminders, --quota and --concurrency must be positive");
+    if opts.reminders == 0 || opts.quota <= 0.0 || opts.concurrency == 0 || opts.urgent_concurrency == 0 {
+        // No pollers on a lane would leave what is routed there unread until the time limit.
+        eprintln!("punctual run: --reminders, --quota, --concurrency and --urgent-concurrency must be positive");
+        return ExitCode::from(2);
+    }
+    if !(0.0..=1.0).contains(&opts.tight_share) {
+        eprintln!("punctual run: --tight-share must be between 0 and 1");
         return ExitCode::from(2);
     }
     match run::run(&opts).await {

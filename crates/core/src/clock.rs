@@ -12,6 +12,11 @@ pub fn add(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     chrono::TimeDelta::from_std(d).ok().and_then(|d| t.checked_add_signed(d)).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+/// Subtracts a `std` duration from an instant, saturating at chrono's minimum.
+pub fn sub(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    chrono::TimeDelta::from_std(d).ok().and_then(|d| t.checked_sub_signed(d)).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
 /// `later - earlier` as a `std` duration, zero when `later` is not later.
 pub fn until(earlier: DateTime<Utc>, later: DateTime<Utc>) -> Duration {
     (later - earlier).to_std().unwrap_or(Duration::ZERO)

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod contract;
 pub mod decision;
 pub mod ids;
+pub mod lanes;
 pub mod limiter;
 pub mod pause;
 pub mod ports;

@@ -14,8 +14,13 @@ use chrono::{DateTime, Utc};
 use crate::clock::{Clock, add, until};
 use crate::contract::ReminderMessage;
 use crate::ids::CorrelationId;
+use crate::lanes::{LaneDepths, LanePolicy, QueueLane, ReleasePlanner};
 use crate::pause::{PauseGate, is_paused};
-use crate::ports::{DueStore, DueStoreError, Marked, Pending, QueueError, ReleaseQueue};
+use crate::ports::{DueStore, DueStoreError, Marked, Pending, QueueError, Release, ReleaseQueue};
+
+/// Reminders a tick reads before it releases them (urgent first, in deadline order): ≈ 8 MB of
+/// pending rows in the scheduler's memory; at 100/s, 20,000 are over three minutes of work.
+pub const RELEASE_GROUP: usize = 20_000;
 
 /// SQS's longest `DelaySeconds`; the lookahead may not exceed it.
 pub const MAX_LOOKAHEAD: Duration = Duration::from_secs(900);
@@ -29,8 +34,25 @@ pub struct SchedulerSettings {
     pub page_size: usize,
     /// Stop this long before the invocation deadline.
     pub safety_margin: Duration,
-    /// Sustainable delivery rate, for the projected drain time (calls/s).
+    /// Sustainable delivery rate, for the projected drain time and the urgent lane's pace
+    /// (calls/s).
     pub sustainable_rate: f64,
+    /// Slack under which a reminder is released to the urgent lane (`DEADLINE_NEAR_SECS`).
+    pub urgent_below: Duration,
+    /// Lead of the urgent lane's pace (see [`crate::lanes`]).
+    pub urgent_lead: Duration,
+}
+
+impl SchedulerSettings {
+    /// The lane policy these settings imply.
+    pub fn lanes(&self) -> LanePolicy {
+        LanePolicy {
+            urgent_below: self.urgent_below,
+            lead: self.urgent_lead,
+            rate: self.sustainable_rate,
+            ..LanePolicy::new(self.sustainable_rate)
+        }
+    }
 }
 
 impl Default for SchedulerSettings {
@@ -40,6 +62,8 @@ impl Default for SchedulerSettings {
             page_size: 100,
             safety_margin: Duration::from_secs(10),
             sustainable_rate: 97.0,
+            urgent_below: crate::lanes::URGENT_BELOW,
+            urgent_lead: crate::lanes::URGENT_LEAD,
         }
     }
 }
@@ -51,6 +75,8 @@ pub struct TickReport {
     pub paused: bool,
     /// Messages accepted by the queue.
     pub released: u64,
+    /// Of those, released to the urgent lane.
+    pub released_urgent: u64,
     /// Renewals refused by the queue (left pending for the next tick).
     pub refused: u64,
     /// Renewals expired with `missed_schedule_window`.
@@ -65,6 +91,8 @@ pub struct TickReport {
     pub finished: bool,
     /// Eligible backlog: released this tick + still pending + already on the queue.
     pub backlog: u64,
+    /// Messages on each lane after the tick.
+    pub lanes: LaneDepths,
     /// Backlog ÷ sustainable rate.
     pub projected_drain: Duration,
     /// Smallest `deliver_by − now` among live renewals seen (None when none).
@@ -138,6 +166,68 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         &self.store
     }
 
+    /// Sends one chunk (≤ 10) and marks what the queue accepted.
+    async fn release_chunk(
+        &self,
+        chunk: &[Pending],
+        releases: Vec<Release>,
+        now: DateTime<Utc>,
+        report: &mut TickReport,
+    ) -> Result<(), SchedulerError> {
+        let sent = self.queue.release(&releases).await?;
+        report.released_urgent +=
+            releases.iter().zip(&sent).filter(|(m, ok)| **ok && m.lane == QueueLane::Urgent).count() as u64;
+        // Marks are independent single-item writes: issue them together, so a chunk costs one
+        // round trip of latency instead of ten.
+        let marks = chunk.iter().zip(&sent).filter(|(_, ok)| **ok).map(|(p, _)| self.store.mark_enqueued(p, now));
+        let marked = futures_util::future::join_all(marks).await;
+        report.refused += sent.iter().filter(|ok| !**ok).count() as u64;
+        report.released += marked.len() as u64;
+        for m in marked {
+            if m? == Marked::NotPending {
+                report.not_pending += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases a group: the urgent reminders first, in deadline order, each paced (see
+    /// [`crate::lanes`]); then the normal ones in deadline order at their `deliver_after`.
+    /// Empties both.
+    async fn release_group(
+        &self,
+        urgent: &mut Vec<Pending>,
+        roomy: &mut Vec<Pending>,
+        planner: &mut ReleasePlanner,
+        per_chunk: &mut Duration,
+        report: &mut TickReport,
+    ) -> Result<(), SchedulerError> {
+        let order = |a: &Pending, b: &Pending| (a.deliver_by, &a.reminder_id).cmp(&(b.deliver_by, &b.reminder_id));
+        urgent.sort_by(order);
+        roomy.sort_by(order);
+        for (lane, group) in [(QueueLane::Urgent, &*urgent), (QueueLane::Normal, &*roomy)] {
+            for chunk in group.chunks(10) {
+                let now = self.clock.now();
+                let releases = chunk
+                    .iter()
+                    .map(|p| {
+                        let message = message_for(p, now);
+                        let delay = match lane {
+                            QueueLane::Urgent => planner.pace(&message, now),
+                            QueueLane::Normal => until(now, p.deliver_after),
+                        };
+                        Release { message, delay, lane }
+                    })
+                    .collect();
+                self.release_chunk(chunk, releases, now, report).await?;
+                *per_chunk = per_chunk.mul_f64(0.8) + until(now, self.clock.now()).mul_f64(0.2);
+            }
+        }
+        urgent.clear();
+        roomy.clear();
+        Ok(())
+    }
+
     /// Runs one tick within an invocation ending at `deadline`.
     pub async fn tick(&self, deadline: DateTime<Utc>) -> Result<TickReport, SchedulerError> {
         let s = self.settings;
@@ -157,10 +247,35 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         // skip repeats so one tick never sends a reminder twice.
         let mut seen = std::collections::HashSet::new();
         let mut min_by: Option<DateTime<Utc>> = None;
+        let policy = s.lanes();
+        // The lanes' depths place the urgent lane's pace behind what it already holds. They are
+        // advice: a failed read paces from an empty lane rather than releasing nothing.
+        let ahead = match self.queue.depth().await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(error = %e, "lane depths unreadable; pacing the urgent lane from empty");
+                LaneDepths::default()
+            }
+        };
+        let mut planner = ReleasePlanner::new(policy, start, ahead);
+        // The tick reads pages into `urgent` and `roomy` and releases them in groups of up to
+        // `RELEASE_GROUP`: the urgent ones first, sorted by deadline over the whole group (pages
+        // come in `deliver_after` order, so a page-by-page pace would invert deadlines), then
+        // the normal ones. Reading is cheap beside sending and marking, so urgent work waits
+        // behind no normal send. A crash before a group is released leaves it pending: the
+        // next tick finds it.
+        let mut urgent: Vec<Pending> = Vec::new();
+        let mut roomy: Vec<Pending> = Vec::new();
+        let mut per_chunk = Duration::from_millis(50);
         loop {
             let now = self.clock.now();
-            if until(now, deadline) <= s.safety_margin {
+            // Stop paging in time to release what was read (measured time per chunk of ten).
+            let flush = per_chunk.saturating_mul((urgent.len().div_ceil(10) + roomy.len().div_ceil(10)) as u32);
+            if until(now, deadline) <= s.safety_margin + flush {
                 break;
+            }
+            if urgent.len() + roomy.len() >= RELEASE_GROUP {
+                self.release_group(&mut urgent, &mut roomy, &mut planner, &mut per_chunk, &mut report).await?;
             }
             // One page from every shard that has more, merged and released in deadline order.
             let mut batch = Vec::new();
@@ -191,31 +306,23 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                 }
                 min_by = Some(min_by.map_or(p.deliver_by, |m| m.min(p.deliver_by)));
             }
-            for chunk in live.chunks(10) {
-                let now = self.clock.now();
-                let msgs: Vec<_> = chunk.iter().map(|p| (message_for(p, now), until(now, p.deliver_after))).collect();
-                let sent = self.queue.release(&msgs).await?;
-                // Marks are independent single-item writes: issue them together, so a page
-                // costs one round trip of latency instead of ten.
-                let marks =
-                    chunk.iter().zip(&sent).filter(|(_, ok)| **ok).map(|(p, _)| self.store.mark_enqueued(p, now));
-                let marked = futures_util::future::join_all(marks).await;
-                report.refused += sent.iter().filter(|ok| !**ok).count() as u64;
-                report.released += marked.len() as u64;
-                for m in marked {
-                    if m? == Marked::NotPending {
-                        report.not_pending += 1;
-                    }
-                }
-            }
+            let (tight, rest): (Vec<_>, Vec<_>) =
+                live.into_iter().partition(|p| policy.lane(&message_for(p, now), now) == QueueLane::Urgent);
+            urgent.extend(tight);
+            roomy.extend(rest);
         }
+        self.release_group(&mut urgent, &mut roomy, &mut planner, &mut per_chunk, &mut report).await?;
         if report.finished && report.refused == 0 {
             self.store.advance_watermark(horizon).await?;
         }
         report.watermark = self.store.watermark().await?;
         let now = self.clock.now();
-        let depth = self.queue.depth().await?;
-        report.backlog = depth.max(report.released) + report.refused;
+        // For the backlog metrics only: an unreadable depth leaves them at what this tick saw.
+        report.lanes = self.queue.depth().await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "lane depths unreadable after the tick");
+            LaneDepths::default()
+        });
+        report.backlog = report.lanes.total().max(report.released) + report.refused;
         report.projected_drain = Duration::from_secs_f64(report.backlog as f64 / s.sustainable_rate.max(1e-9));
         report.min_slack = min_by.map(|b| until(now, b));
         report.projected_breach = report.min_slack.is_some_and(|slack| report.projected_drain > slack);

@@ -19,6 +19,7 @@ use crate::backoff::SplitMix64;
 use crate::clock::{Clock, until};
 use crate::contract::{MalformedMessage, ReminderMessage};
 use crate::decision::{ClaimView, Decision, Disposition, Inputs, Observed, RecordView, SenderPolicy, Step, decide};
+use crate::lanes::QueueLane;
 use crate::pause::{PAUSE_RECHECK, PauseGate, is_paused};
 use crate::ports::{
     Ledger, LedgerError, Limiter, LimiterClass, LimiterError, LimiterRequest, OwnerToken, Provider, ProviderError,
@@ -108,7 +109,8 @@ pub trait Process: Send + Sync {
 pub struct SenderSettings {
     /// The decision policy.
     pub policy: SenderPolicy,
-    /// Work with less slack than this is `deadline_near` for the limiter.
+    /// Work with less slack than this is `deadline_near` for the limiter, and a copy that will
+    /// have less than this when it becomes visible is requeued to the urgent lane.
     pub deadline_near: Duration,
     /// Expected time from visible to received (added to the retry cutoff).
     pub queue_delay: Duration,
@@ -120,7 +122,7 @@ impl Default for SenderSettings {
     fn default() -> Self {
         Self {
             policy: SenderPolicy::default(),
-            deadline_near: Duration::from_secs(15 * 60),
+            deadline_near: crate::lanes::URGENT_BELOW,
             queue_delay: Duration::from_secs(5),
             initial_call_latency: Duration::from_millis(500),
         }
@@ -200,6 +202,11 @@ where
         &self.clock
     }
 
+    /// The lane of a copy of `msg` that becomes visible at `visible_at` (see [`crate::lanes`]).
+    fn lane_at(&self, msg: &ReminderMessage, visible_at: DateTime<Utc>) -> QueueLane {
+        crate::lanes::lane_at(msg.deliver_by, visible_at, self.settings.deadline_near)
+    }
+
     fn observed(&self) -> Observed {
         let secs = *self.latency.lock().unwrap_or_else(PoisonError::into_inner);
         Observed { queue_delay: self.settings.queue_delay, call_latency: Duration::from_secs_f64(secs) }
@@ -227,8 +234,8 @@ where
         let Ok(msg) = ReminderMessage::decode(received.body) else {
             return self.process_unpaused(received, deadline).await;
         };
-        self.queue.requeue(&msg, delay).await?;
         let now = self.clock.now();
+        self.queue.requeue(&msg, delay, self.lane_at(&msg, crate::clock::add(now, delay))).await?;
         Ok(Processed {
             reminder_id: Some(msg.reminder_id.clone()),
             disposition: Disposition::Defer {
@@ -400,7 +407,7 @@ where
             Disposition::Defer { until: at, reason, attempts_made, provider_status } => {
                 if let Some(m) = msg {
                     let copy = ReminderMessage { attempt: *attempts_made, ..m.clone() };
-                    self.queue.requeue(&copy, until(now, *at)).await?;
+                    self.queue.requeue(&copy, until(now, *at), self.lane_at(&copy, *at)).await?;
                 }
                 // Only a claimed reminder changes state; a not-yet-due or lease-blocked copy
                 // leaves the ledger alone (no write spent on a message that merely waits).

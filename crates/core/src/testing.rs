@@ -511,6 +511,8 @@ pub struct DeadLettered {
 pub struct MemoryQueue {
     /// Requeued copies and their delays.
     pub requeued: Arc<Mutex<Vec<(ReminderMessage, Duration)>>>,
+    /// The lane of each requeued copy, in the same order.
+    pub lanes: Arc<Mutex<Vec<crate::lanes::QueueLane>>>,
     /// Dead-lettered messages.
     pub dead: Arc<Mutex<Vec<DeadLettered>>>,
 }
@@ -524,6 +526,10 @@ impl MemoryQueue {
     pub fn requeued(&self) -> Vec<(ReminderMessage, Duration)> {
         lock(&self.requeued).clone()
     }
+    /// The lane of each requeued copy so far.
+    pub fn lanes(&self) -> Vec<crate::lanes::QueueLane> {
+        lock(&self.lanes).clone()
+    }
     /// Dead-lettered messages so far.
     pub fn dead(&self) -> Vec<DeadLettered> {
         lock(&self.dead).clone()
@@ -531,8 +537,14 @@ impl MemoryQueue {
 }
 
 impl SendQueue for MemoryQueue {
-    async fn requeue(&self, msg: &ReminderMessage, delay: Duration) -> Result<(), QueueError> {
+    async fn requeue(
+        &self,
+        msg: &ReminderMessage,
+        delay: Duration,
+        lane: crate::lanes::QueueLane,
+    ) -> Result<(), QueueError> {
         lock(&self.requeued).push((msg.clone(), delay));
+        lock(&self.lanes).push(lane);
         Ok(())
     }
 
@@ -967,22 +979,26 @@ impl crate::ports::DueStore for MemoryDueStore {
     ) -> Result<crate::ports::Page<(DateTime<Utc>, ReminderId)>, crate::ports::DueStoreError> {
         let limit = limit.max(1);
         let s = lock(&self.inner);
-        let mut items: Vec<_> = s
+        let key = |p: &crate::ports::Pending| (p.deliver_after, p.reminder_id.clone());
+        // References first, clones only of the page: the simulator pages a million rows.
+        let mut rest: Vec<&crate::ports::Pending> = s
             .rows
             .values()
             .filter(|(p, st)| *st == "scheduled" && p.deliver_after <= horizon && Self::shard_of(s.shards, p) == shard)
-            .map(|(p, _)| p.clone())
-            .collect();
-        items.sort_by(|a, b| (a.deliver_after, &a.reminder_id).cmp(&(b.deliver_after, &b.reminder_id)));
-        let rest: Vec<_> = items
-            .into_iter()
+            .map(|(p, _)| p)
             .filter(|p| cursor.as_ref().is_none_or(|(at, id)| (p.deliver_after, &p.reminder_id) > (*at, id)))
             .collect();
-        let next = (rest.len() > limit).then(|| {
-            let last = &rest[limit - 1];
-            (last.deliver_after, last.reminder_id.clone())
-        });
-        Ok(crate::ports::Page { items: rest.into_iter().take(limit).collect(), next })
+        let order = |a: &&crate::ports::Pending, b: &&crate::ports::Pending| {
+            (a.deliver_after, &a.reminder_id).cmp(&(b.deliver_after, &b.reminder_id))
+        };
+        let more = rest.len() > limit;
+        if more {
+            rest.select_nth_unstable_by(limit - 1, order);
+            rest.truncate(limit);
+        }
+        rest.sort_by(order);
+        let next = more.then(|| rest.last().map(|p| key(p))).flatten();
+        Ok(crate::ports::Page { items: rest.into_iter().cloned().collect(), next })
     }
 
     async fn mark_enqueued(
@@ -1015,25 +1031,37 @@ impl crate::ports::DueStore for MemoryDueStore {
 /// A release queue that records what it was given.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryRelease {
-    /// Every released message with its delay, in order.
-    pub sent: Arc<Mutex<Vec<(ReminderMessage, Duration)>>>,
+    /// Every released message with its delay and lane, in order.
+    pub sent: Arc<Mutex<Vec<crate::ports::Release>>>,
 }
 
 impl MemoryRelease {
-    /// Everything released so far.
+    /// Everything released so far, with its delay.
     pub fn sent(&self) -> Vec<(ReminderMessage, Duration)> {
+        lock(&self.sent).iter().map(|r| (r.message.clone(), r.delay)).collect()
+    }
+
+    /// Everything released so far, as released.
+    pub fn releases(&self) -> Vec<crate::ports::Release> {
         lock(&self.sent).clone()
     }
 }
 
 impl crate::ports::ReleaseQueue for MemoryRelease {
-    async fn release(&self, batch: &[(ReminderMessage, Duration)]) -> Result<Vec<bool>, QueueError> {
+    async fn release(&self, batch: &[crate::ports::Release]) -> Result<Vec<bool>, QueueError> {
         lock(&self.sent).extend(batch.iter().cloned());
         Ok(vec![true; batch.len()])
     }
 
-    async fn depth(&self) -> Result<u64, QueueError> {
-        Ok(lock(&self.sent).len() as u64)
+    async fn depth(&self) -> Result<crate::lanes::LaneDepths, QueueError> {
+        let mut d = crate::lanes::LaneDepths::default();
+        for r in lock(&self.sent).iter() {
+            d.add(r.lane, 1);
+            if r.lane == crate::lanes::QueueLane::Urgent && !r.delay.is_zero() {
+                d.urgent_delayed += 1;
+            }
+        }
+        Ok(d)
     }
 }
 

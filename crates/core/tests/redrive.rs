@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use punctual_core::clock::{Clock, ManualClock};
 use punctual_core::decision::Disposition;
+use punctual_core::lanes::QueueLane;
 use punctual_core::limiter::{LimiterSettings, SharedLimiter};
 use punctual_core::ports::{DeadLetter, DeadLetters, DeadLettersError, Ledger, OwnerToken, SettleOutcome, Settlement};
 use punctual_core::provider::ProviderOutcome;
@@ -25,7 +26,7 @@ fn t0() -> DateTime<Utc> {
 #[derive(Clone, Default)]
 struct Dlq {
     waiting: Arc<Mutex<Vec<DeadLetter>>>,
-    sent_back: Arc<Mutex<Vec<String>>>,
+    sent_back: Arc<Mutex<Vec<(String, QueueLane)>>>,
 }
 
 impl Dlq {
@@ -33,7 +34,10 @@ impl Dlq {
         Self { waiting: Arc::new(Mutex::new(letters)), ..Self::default() }
     }
     fn sent_back(&self) -> Vec<String> {
-        self.sent_back.lock().unwrap().clone()
+        self.sent_back.lock().unwrap().iter().map(|(b, _)| b.clone()).collect()
+    }
+    fn lanes(&self) -> Vec<QueueLane> {
+        self.sent_back.lock().unwrap().iter().map(|(_, l)| *l).collect()
     }
 }
 
@@ -42,8 +46,8 @@ impl DeadLetters for Dlq {
         // Each message is handed out once (the redrive deletes or releases it).
         Ok(std::mem::take(&mut *self.waiting.lock().unwrap()))
     }
-    async fn send_back(&self, body: &str) -> Result<(), DeadLettersError> {
-        self.sent_back.lock().unwrap().push(body.to_owned());
+    async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), DeadLettersError> {
+        self.sent_back.lock().unwrap().push((body.to_owned(), lane));
         Ok(())
     }
     async fn delete(&self, _: &str) -> Result<(), DeadLettersError> {
@@ -198,4 +202,31 @@ async fn a_redrive_watches_its_own_outcomes_not_an_earlier_redrives() {
     let sum = redriver.run(&req, clock.now() + TimeDelta::minutes(5)).await.unwrap();
     assert_eq!(sum.aborted, None, "aborted on an earlier redrive's outcomes: {sum:?}");
     assert_eq!(sum.moved, 2, "{sum:?}");
+}
+
+/// Redrive routes each letter by the slack it has now: a reminder due within the urgent
+/// threshold goes back to the urgent lane, one with hours to spare to the normal lane.
+#[tokio::test]
+async fn a_redriven_letter_goes_back_to_the_lane_its_slack_calls_for() {
+    let clock = ManualClock::new(t0());
+    let ledger = MemoryLedger::new();
+    let tight = punctual_core::testing::message("tight", t0(), t0() + TimeDelta::minutes(5));
+    let roomy = punctual_core::testing::message("roomy", t0(), t0() + TimeDelta::hours(5));
+    let mut letters = Vec::new();
+    for (i, m) in [&tight, &roomy].into_iter().enumerate() {
+        dead_lettered(&ledger, m, 1, clock.now()).await;
+        letters.push(DeadLetter { handle: format!("h-{i}"), ..letter(m.encode(), ReasonCode::AttemptLimit) });
+    }
+    let dlq = Dlq::holding(letters);
+    let redriver = Redriver::new(ledger, dlq.clone(), MemoryControl::default(), clock.clone());
+    let sum = redriver.run(&request(), clock.now() + TimeDelta::minutes(5)).await.unwrap();
+    assert_eq!(sum.moved, 2, "{sum:?}");
+    let routed: Vec<(String, QueueLane)> = dlq
+        .sent_back()
+        .iter()
+        .map(|b| ReminderMessage::decode(b).unwrap().reminder_id.to_string())
+        .zip(dlq.lanes())
+        .collect();
+    assert!(routed.contains(&(tight.reminder_id.to_string(), QueueLane::Urgent)), "{routed:?}");
+    assert!(routed.contains(&(roomy.reminder_id.to_string(), QueueLane::Normal)), "{routed:?}");
 }

@@ -125,3 +125,80 @@ async fn the_projected_breach_fires_when_drain_exceeds_the_smallest_slack() {
     let calm = Scheduler::new(store, queue, clock.clone(), settings).tick(far()).await.unwrap();
     assert!(!calm.projected_breach);
 }
+
+/// Tight reminders go to the urgent lane, paced in deadline order at the sustainable rate (the
+/// k-th visible about `k / rate − lead` after release); roomy ones to the normal lane at their
+/// `deliver_after`.
+#[tokio::test]
+async fn tight_reminders_are_released_to_the_urgent_lane_paced_in_deadline_order() {
+    use punctual_core::lanes::QueueLane;
+    let (store, queue, clock) = (MemoryDueStore::new(2), MemoryRelease::default(), ManualClock::new(t0()));
+    for n in 0..300 {
+        // 300 due now within 2–5 minutes, 300 with 8 hours to spare.
+        store.insert(pending(n, t0(), 2 + i64::from(n % 4)));
+        store.insert(pending(1000 + n, t0(), 480));
+    }
+    let settings = SchedulerSettings { page_size: 1000, sustainable_rate: 10.0, ..SchedulerSettings::default() };
+    let r = Scheduler::new(store.clone(), queue.clone(), clock.clone(), settings).tick(far()).await.unwrap();
+    assert_eq!((r.released, r.released_urgent), (600, 300));
+    assert_eq!((r.lanes.normal, r.lanes.urgent), (300, 300));
+    let releases = queue.releases();
+    let urgent: Vec<_> = releases.iter().filter(|x| x.lane == QueueLane::Urgent).collect();
+    assert!(urgent.iter().all(|x| x.message.deliver_by - t0() <= TimeDelta::minutes(5)));
+    assert!(releases.iter().filter(|x| x.lane == QueueLane::Normal).all(|x| x.delay.is_zero()));
+    // Paced: visible in deadline order, the last about 300 / 10 − 5 = 25 s after release, and
+    // never later than 5 s before its deadline.
+    assert!(urgent.windows(2).all(|w| w[0].delay <= w[1].delay && w[0].message.deliver_by <= w[1].message.deliver_by));
+    let last = urgent.last().unwrap().delay;
+    assert!((Duration::from_secs(24)..=Duration::from_secs(25)).contains(&last), "{last:?}");
+    assert!(urgent.iter().all(|x| t0() + x.delay + TimeDelta::seconds(5) <= x.message.deliver_by));
+}
+
+/// Pages come in `deliver_after` order, not deadline order: the urgent lane's pace must follow
+/// deadlines across the whole tick, not page by page (here the tightest rows sort last).
+#[tokio::test]
+async fn the_urgent_pace_follows_deadlines_across_pages() {
+    use punctual_core::lanes::QueueLane;
+    let (store, queue, clock) = (MemoryDueStore::new(1), MemoryRelease::default(), ManualClock::new(t0()));
+    for n in 0..600u32 {
+        // The same deliver_after; ids ascending, deadlines descending (10 min … 1 min).
+        let tenant = TenantId::parse("acme").unwrap();
+        let renewal = RenewalId::parse(format!("ren-{n:04}")).unwrap();
+        let by = t0() + TimeDelta::seconds(600 - i64::from(n) * 9 / 10);
+        store.insert(Pending::new(tenant, renewal, ReminderKind::renewal_due(), t0(), by));
+    }
+    let settings = SchedulerSettings { page_size: 50, sustainable_rate: 10.0, ..SchedulerSettings::default() };
+    let r = Scheduler::new(store.clone(), queue.clone(), clock.clone(), settings).tick(far()).await.unwrap();
+    assert_eq!((r.released, r.released_urgent), (600, 600), "{r:?}");
+    let mut urgent: Vec<_> = queue.releases().into_iter().filter(|x| x.lane == QueueLane::Urgent).collect();
+    urgent.sort_by_key(|x| x.message.deliver_by);
+    assert!(
+        urgent.windows(2).all(|w| w[0].delay <= w[1].delay),
+        "a later deadline became visible before an earlier one"
+    );
+}
+
+/// The lanes' depths only place the pace: when they cannot be read the tick still releases.
+#[tokio::test]
+async fn a_tick_releases_when_the_lane_depths_cannot_be_read() {
+    use punctual_core::lanes::LaneDepths;
+    use punctual_core::ports::{QueueError, Release, ReleaseQueue};
+    #[derive(Clone, Default)]
+    struct NoDepth(MemoryRelease);
+    impl ReleaseQueue for NoDepth {
+        async fn release(&self, batch: &[Release]) -> Result<Vec<bool>, QueueError> {
+            self.0.release(batch).await
+        }
+        async fn depth(&self) -> Result<LaneDepths, QueueError> {
+            Err(QueueError::Unknown("GetQueueAttributes throttled".into()))
+        }
+    }
+    let (store, clock) = (MemoryDueStore::new(1), ManualClock::new(t0()));
+    store.insert(pending(1, t0(), 5));
+    store.insert(pending(2, t0(), 480));
+    let queue = NoDepth::default();
+    let settings = SchedulerSettings { page_size: 10, ..SchedulerSettings::default() };
+    let r = Scheduler::new(store.clone(), queue.clone(), clock.clone(), settings).tick(far()).await;
+    assert_eq!(r.map(|r| r.released).ok(), Some(2));
+    assert_eq!(queue.0.sent().len(), 2);
+}

@@ -155,8 +155,11 @@ pub async fn canary(target: &Target) -> Result<CanaryReport, HarnessError> {
     let s = Instant::now();
     let mut record = None;
     while s.elapsed() < Duration::from_secs(30) {
+        // The canary's slack decides its lane: poll both, as the two mappings would.
         for sender in &instances {
-            poll_once(sender, &queues, &stats, &metrics).await;
+            for lane in punctual_core::lanes::QueueLane::ALL {
+                poll_once(sender, &queues, lane, &stats, &metrics).await;
+            }
         }
         record = ledger.get(&rid).await.map_err(step("reading the ledger"))?;
         if record.as_ref().is_some_and(|r| r.state.is_terminal()) {

@@ -216,6 +216,7 @@ pub fn sender_config(res: &Resources, quota: f64) -> Result<SenderConfig, Config
     let quota = quota.to_string();
     let mut config = SenderConfig::from_env(&Env::new(move |k: &str| match k {
         "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
+        "URGENT_QUEUE_URL" => r.urgent_url().map(str::to_owned),
         "DLQ_URL" => Some(r.dlq_url.clone()),
         "LEDGER_TABLE" => Some(r.ledger_table.clone()),
         "RENEWALS_TABLE" => Some(r.renewals_table.clone()),
@@ -263,6 +264,7 @@ pub fn scheduler_config(res: &Resources, sustainable_rate: f64) -> Result<Schedu
     let rate = sustainable_rate.to_string();
     SchedulerConfig::from_env(&Env::new(move |k: &str| match k {
         "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
+        "URGENT_QUEUE_URL" => r.urgent_url().map(str::to_owned),
         "LEDGER_TABLE" => Some(r.ledger_table.clone()),
         "RENEWALS_TABLE" => Some(r.renewals_table.clone()),
         "SUSTAINABLE_RATE_PER_SEC" => Some(rate.clone()),
@@ -276,8 +278,8 @@ pub const VISIBILITY_TIMEOUT_SECS: u32 = 30;
 /// `maxReceiveCount` of the send queue's redrive policy (crash backstop).
 pub const MAX_RECEIVE_COUNT: u32 = 5;
 
-/// Creates queues and tables named `{prefix}-send`, `{prefix}-dlq`, `{prefix}-ledger`,
-/// `{prefix}-renewals`.
+/// Creates queues and tables named `{prefix}-send`, `{prefix}-urgent` (the two lanes, both
+/// redriving to the DLQ), `{prefix}-dlq`, `{prefix}-ledger`, `{prefix}-renewals`.
 pub async fn provision(
     config: &SdkConfig,
     ddb: &aws_sdk_dynamodb::Client,
@@ -308,19 +310,24 @@ pub async fn provision(
         .attributes
         .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
         .unwrap_or_default();
-    let send_queue_url = sqs
-        .create_queue()
-        .queue_name(format!("{prefix}-send"))
-        .attributes(QueueAttributeName::VisibilityTimeout, VISIBILITY_TIMEOUT_SECS.to_string())
-        .attributes(
-            QueueAttributeName::RedrivePolicy,
-            format!("{{\"deadLetterTargetArn\":\"{dlq_arn}\",\"maxReceiveCount\":\"{MAX_RECEIVE_COUNT}\"}}"),
-        )
-        .send()
-        .await
-        .map_err(|e| p("the send queue")(Box::new(e)))?
-        .queue_url
-        .unwrap_or_default();
+    let lane = |name: String, what: &'static str| {
+        let (sqs, dlq_arn, p) = (&sqs, &dlq_arn, &p);
+        async move {
+            sqs.create_queue()
+                .queue_name(name)
+                .attributes(QueueAttributeName::VisibilityTimeout, VISIBILITY_TIMEOUT_SECS.to_string())
+                .attributes(
+                    QueueAttributeName::RedrivePolicy,
+                    format!("{{\"deadLetterTargetArn\":\"{dlq_arn}\",\"maxReceiveCount\":\"{MAX_RECEIVE_COUNT}\"}}"),
+                )
+                .send()
+                .await
+                .map_err(|e| p(what)(Box::new(e)))
+                .map(|o| o.queue_url.unwrap_or_default())
+        }
+    };
+    let send_queue_url = lane(format!("{prefix}-send"), "the send queue").await?;
+    let urgent_queue_url = lane(format!("{prefix}-urgent"), "the urgent lane's queue").await?;
     let ledger_table = format!("{prefix}-ledger");
     let renewals_table = format!("{prefix}-renewals");
     create_pk_table(ddb, &ledger_table).await.map_err(|e| p("the ledger table")(Box::new(e)))?;
@@ -330,6 +337,7 @@ pub async fn provision(
     Ok(Resources {
         endpoint: String::new(),
         send_queue_url,
+        urgent_queue_url,
         dlq_url,
         ledger_table,
         renewals_table,

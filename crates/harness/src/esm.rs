@@ -1,4 +1,4 @@
-//! A local SQS event source mapping: pollers that receive batches from the send queue, call
+//! A local SQS event source mapping per lane: pollers that receive batches from a queue, call
 //! the **same sender handler** the Lambda runs, and delete what succeeded — with AWS's
 //! semantics: batch size ≤ 10, at most `concurrency` batches in flight (MaximumConcurrency),
 //! records reported as batch item failures stay on the queue until their visibility timeout.
@@ -10,6 +10,7 @@ use std::time::Duration;
 use lambda_runtime::LambdaEvent;
 use punctual_aws::emf::Metrics;
 use punctual_aws::sqs::{Received, SqsQueues};
+use punctual_core::lanes::QueueLane;
 use punctual_core::sender::Process;
 use punctual_lambda::batch::local_context;
 use punctual_sender::handler::{Deps, handle};
@@ -40,16 +41,18 @@ pub fn sqs_event(
     punctual_lambda::batch::sqs_event(records, &format!("arn:aws:sqs:us-east-1:000000000000:{queue_name}"))
 }
 
-/// One poll of the event source mapping: receives up to 10 messages (1 s long poll), invokes
-/// the sender handler with them as Lambda would (60 s budget), deletes what succeeded and
-/// leaves the batch item failures for their visibility timeout. Returns the records handled.
+/// One poll of the event source mapping of `lane`: receives up to 10 messages (1 s long
+/// poll), invokes the sender handler with them as Lambda would (60 s budget), deletes what
+/// succeeded and leaves the batch item failures for their visibility timeout. Returns the
+/// records handled.
 pub async fn poll_once<S: Process>(
     deps: &Deps<S>,
     queues: &SqsQueues,
+    lane: QueueLane,
     stats: &EsmStats,
     metrics: &std::sync::Mutex<Metrics>,
 ) -> usize {
-    let url = queues.send_url().to_owned();
+    let url = queues.lane_url(lane).to_owned();
     let msgs = match queues.receive(&url, 10, Duration::from_secs(1)).await {
         Ok(m) => m,
         Err(e) => {
@@ -88,23 +91,29 @@ pub async fn poll_once<S: Process>(
     msgs.len()
 }
 
-/// Runs one poller per sender instance in `instances` (the function's concurrent execution
-/// environments, each with its own clients and limiter handle) until `stop` is set. Handler
-/// metrics are merged into `metrics`.
+/// The sender's two event source mappings: one poller per instance in `normal` on the send
+/// queue and one per instance in `urgent` on the urgent lane (each mapping's
+/// MaximumConcurrency; the instances are the function's concurrent execution environments,
+/// each with its own clients and limiter handle), until `stop` is set. With one lane (no
+/// urgent queue) the urgent pollers are not started. Handler metrics are merged into `metrics`.
 pub async fn run_pollers<S: Process>(
-    instances: Vec<Arc<Deps<S>>>,
+    normal: Vec<Arc<Deps<S>>>,
+    urgent: Vec<Arc<Deps<S>>>,
     queues: SqsQueues,
     stop: Arc<AtomicBool>,
     stats: Arc<EsmStats>,
     metrics: Arc<std::sync::Mutex<Metrics>>,
 ) {
+    let urgent = if queues.has_urgent_lane() { urgent } else { Vec::new() };
+    let lanes =
+        normal.into_iter().map(|d| (d, QueueLane::Normal)).chain(urgent.into_iter().map(|d| (d, QueueLane::Urgent)));
     // The pollers run as futures of one task (they wait on I/O, not CPU); this keeps the
     // handler's borrowing futures off `tokio::spawn`'s `Send + 'static` requirement.
-    let pollers = instances.into_iter().map(|deps| {
+    let pollers = lanes.map(|(deps, lane)| {
         let (queues, stop, stats, metrics) = (&queues, &stop, &stats, &metrics);
         async move {
             while !stop.load(Ordering::Relaxed) {
-                poll_once(&deps, queues, stats, metrics).await;
+                poll_once(&deps, queues, lane, stats, metrics).await;
             }
         }
     });

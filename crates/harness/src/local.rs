@@ -15,7 +15,6 @@ use punctual_aws::config::{dynamodb_client, for_endpoint};
 use punctual_aws::emf::Metrics;
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
-use punctual_aws::sqs::SqsQueues;
 use punctual_core::accounting::DeliveryCounts;
 use punctual_core::ports::ReleaseQueue;
 use punctual_core::secret::Secret;
@@ -190,11 +189,14 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let r = &state.resources;
     let config = for_endpoint(&r.endpoint).await;
     let ddb = dynamodb_client(&config, state.dynamodb_endpoint.as_deref());
-    let queues = SqsQueues::new(aws_sdk_sqs::Client::new(&config), &r.send_queue_url, &r.dlq_url);
+    let queues = r.queues(aws_sdk_sqs::Client::new(&config));
     let provider =
         HttpProvider::new(&r.provider_url, &Secret::new(state.provider_token.clone()), Duration::from_secs(2))
             .map_err(step("building the provider client"))?;
-    let instances = local_senders(&sender_config(r, state.quota)?, &ddb, queues.client(), &provider, 7, 10);
+    let sender = sender_config(r, state.quota)?;
+    // Two mappings of ten: the normal lane's and the urgent lane's pollers.
+    let instances = local_senders(&sender, &ddb, queues.client(), &provider, 7, 10);
+    let urgent = local_senders(&sender, &ddb, queues.client(), &provider, 7 ^ 0xa5a5, 10);
     let scheduler = punctual_scheduler::app::build(
         &scheduler_config(r, punctual_core::scheduler::SchedulerSettings::default().sustainable_rate)?,
         &ddb,
@@ -204,7 +206,8 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let stats = Arc::new(EsmStats::default());
     let metrics = Arc::new(Mutex::new(Metrics::new()));
     let started = Instant::now();
-    let pollers = run_pollers(instances, queues.clone(), Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
+    let pollers =
+        run_pollers(instances, urgent, queues.clone(), Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
     let watch = async {
         let mut idle = 0;
         let mut last_tick = Instant::now() - Duration::from_secs(60);
@@ -221,12 +224,14 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
             };
             if progress {
                 eprint!(
-                    "\rdraining  {:>5.1}s  in queue {depth:>6}  handled {:>6}   ",
+                    "\rdraining  {:>5.1}s  in queue {:>6} normal {:>6} urgent  handled {:>6}   ",
                     started.elapsed().as_secs_f64(),
+                    depth.normal,
+                    depth.urgent,
                     stats.records.load(Ordering::Relaxed)
                 );
             }
-            idle = if depth == 0 { idle + 1 } else { 0 };
+            idle = if depth.total() == 0 { idle + 1 } else { 0 };
             if idle >= 3 {
                 break Ok(());
             }

@@ -12,7 +12,6 @@ use chrono::{DateTime, TimeDelta, Timelike, Utc};
 use punctual_aws::emf::{Metrics, name};
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
-use punctual_aws::sqs::SqsQueues;
 use punctual_core::accounting::{DeliveryCounts, Throughput, oldest_age_series};
 use punctual_core::backoff::SplitMix64;
 use punctual_core::renewal::{Renewal, RenewalInput};
@@ -43,9 +42,16 @@ pub struct RunOptions {
     /// Provider quota, calls per second.
     #[arg(long, default_value_t = 100.0)]
     pub quota: f64,
-    /// Pollers (the event source mapping's MaximumConcurrency).
+    /// Pollers of the normal lane (its event source mapping's MaximumConcurrency).
     #[arg(long, default_value_t = 10)]
     pub concurrency: usize,
+    /// Pollers of the urgent lane (its mapping's MaximumConcurrency).
+    #[arg(long, default_value_t = 10)]
+    pub urgent_concurrency: usize,
+    /// Share of the renewals with a tight window (2 minutes: the scheduler releases them to
+    /// the urgent lane), 0..=1.
+    #[arg(long, default_value_t = 0.1)]
+    pub tight_share: f64,
     /// Seed of the sender's jitter.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -68,6 +74,10 @@ pub struct RunReport {
     pub throughput: Throughput,
     /// Shared-limiter DynamoDB writes (failed conditional writes included) ÷ tokens granted.
     pub limiter_writes_per_call: f64,
+    /// Renewals generated with a tight window.
+    pub tight: usize,
+    /// Reminders the scheduler released to the urgent lane.
+    pub released_urgent: u64,
     /// Wall time of the whole run, import included.
     pub wall_seconds: f64,
     /// Import time.
@@ -99,7 +109,7 @@ fn draw_run_chart(path: &std::path::Path, quota: f64, series: &RunSeries) -> Res
         "punctual run",
         &[
             Panel {
-                title: "backlog (messages on the send queue)".into(),
+                title: "backlog (messages on both lanes)".into(),
                 lines: vec![line("backlog", series.backlog.clone(), PUNCTUAL)],
             },
             Panel {
@@ -134,6 +144,7 @@ impl RunReport {
              provider calls    {} ({} answered 429, retry amplification {:.3})\n\
              drain             {:.1} s (floor {:.1} s) → utilisation {:.3}\n\
              max oldest age    {:.1} s\n\
+             lanes             {} released urgent ({} tight renewals), the rest normal\n\
              limiter writes    {:.3} per call\n\
              wall time         {:.1} s (import {:.1} s)\n\
              chart             {}\n",
@@ -152,6 +163,8 @@ impl RunReport {
             self.throughput.floor_seconds,
             self.throughput.utilisation,
             self.counts.max_oldest_age_seconds,
+            self.released_urgent,
+            self.tight,
             self.limiter_writes_per_call,
             self.wall_seconds,
             self.import_seconds,
@@ -160,10 +173,16 @@ impl RunReport {
     }
 }
 
+/// Window (minutes) of the tight renewals `run` mixes in: due this minute, so between one and
+/// two minutes of slack at release — well under the 15 minutes that make work urgent.
+pub const TIGHT_WINDOW: u32 = 2;
+
 /// `n` renewals due now (local due time = this minute in one of five zones), windows cycling
-/// through [`WINDOWS`], over five tenants.
-pub fn generate(n: usize, now: DateTime<Utc>) -> Vec<Renewal> {
+/// through [`WINDOWS`], over five tenants; a `tight_share` of them, spread evenly, with the
+/// [`TIGHT_WINDOW`].
+pub fn generate(n: usize, now: DateTime<Utc>, tight_share: f64) -> Vec<Renewal> {
     let due = now.with_second(0).and_then(|t| t.with_nanosecond(0)).unwrap_or(now);
+    let tight = |i: usize| (i as f64 * tight_share).floor() != ((i + 1) as f64 * tight_share).floor();
     (0..n)
         .filter_map(|i| {
             let zone = ZONES[i % ZONES.len()];
@@ -177,7 +196,7 @@ pub fn generate(n: usize, now: DateTime<Utc>) -> Vec<Renewal> {
                 zone: zone.into(),
                 local_due_date: local.format("%Y-%m-%d").to_string(),
                 local_send_time: local.format("%H:%M").to_string(),
-                window_minutes: WINDOWS[i % WINDOWS.len()].to_string(),
+                window_minutes: if tight(i) { TIGHT_WINDOW } else { WINDOWS[i % WINDOWS.len()] }.to_string(),
                 ..RenewalInput::default()
             })
             .ok()
@@ -216,7 +235,8 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
 
     let sqs = aws_sdk_sqs::Client::new(&config);
     let renewals = DynamoRenewals::new(ddb.clone(), &res.renewals_table);
-    let rows = generate(opts.reminders, Utc::now());
+    let rows = generate(opts.reminders, Utc::now(), opts.tight_share.clamp(0.0, 1.0));
+    let tight = rows.iter().filter(|r| r.window_minutes == TIGHT_WINDOW).count();
     let import_started = Instant::now();
     for (i, chunk) in rows.chunks(500).enumerate() {
         renewals.import(chunk, Utc::now()).await.map_err(step("importing renewals"))?;
@@ -227,11 +247,12 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let import_seconds = import_started.elapsed().as_secs_f64();
     say(format!("\rimported       {} renewals over {} zones in {import_seconds:.1} s", rows.len(), ZONES.len()));
 
-    let queues = SqsQueues::new(sqs, &res.send_queue_url, &res.dlq_url);
+    let queues = res.queues(sqs);
     let provider = HttpProvider::new(&double.url(), &token, Duration::from_secs(2))
         .map_err(step("building the provider client"))?;
-    let instances =
-        local_senders(&sender_config(&res, opts.quota)?, &ddb, queues.client(), &provider, opts.seed, opts.concurrency);
+    let sender = sender_config(&res, opts.quota)?;
+    let instances = local_senders(&sender, &ddb, queues.client(), &provider, opts.seed, opts.concurrency);
+    let urgent = local_senders(&sender, &ddb, queues.client(), &provider, opts.seed ^ 0xa5a5, opts.urgent_concurrency);
     // The scheduler function's own composition root (its pause rule included).
     let scheduler =
         Arc::new(punctual_scheduler::app::build(&scheduler_config(&res, opts.quota * 0.97)?, &ddb, queues.client()));
@@ -239,16 +260,23 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EsmStats::default());
     let metrics = Arc::new(Mutex::new(Metrics::new()));
-    let pollers =
-        run_pollers(instances.clone(), queues.clone(), Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
+    let pollers = run_pollers(
+        instances.clone(),
+        urgent.clone(),
+        queues.clone(),
+        Arc::clone(&stop),
+        Arc::clone(&stats),
+        Arc::clone(&metrics),
+    );
     let ticks = {
         let (scheduler, stop) = (Arc::clone(&scheduler), Arc::clone(&stop));
         async move {
-            let mut expired = 0u64;
+            let (mut expired, mut released_urgent) = (0u64, 0u64);
             while !stop.load(Ordering::Relaxed) {
                 match eventbridge::tick(&scheduler).await {
                     Ok(r) => {
                         expired += r.expired_missed;
+                        released_urgent += r.released_urgent;
                         if std::env::var("PUNCTUAL_DEBUG").is_ok() {
                             eprintln!("\ndebug tick: {r:?}");
                         }
@@ -260,7 +288,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
-            expired
+            (expired, released_urgent)
         }
     };
 
@@ -270,7 +298,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         let loop_started = Instant::now();
         let mut interrupted = false;
         let mut last_depth_check = Instant::now() - Duration::from_secs(10);
-        let mut depth = punctual_aws::sqs::Depth { visible: u64::MAX, ..Default::default() };
+        let mut depth: Option<(punctual_aws::sqs::Depth, punctual_aws::sqs::Depth)> = None;
         let mut backlog: Vec<(DateTime<Utc>, f64)> = Vec::new();
         loop {
             tokio::select! {
@@ -285,14 +313,18 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             let dlq = m.total(name::DLQ_INGRESS) as u64;
             let handled = s.accepted + dlq;
             if last_depth_check.elapsed() > Duration::from_secs(2) || handled >= n {
-                depth = queues
-                    .depth_of(queues.send_url())
-                    .await
-                    .unwrap_or(punctual_aws::sqs::Depth { visible: u64::MAX, ..Default::default() });
+                let normal = queues.depth_of(queues.send_url()).await.ok();
+                let urgent = if queues.has_urgent_lane() {
+                    queues.depth_of(queues.urgent_url()).await.ok()
+                } else {
+                    Some(punctual_aws::sqs::Depth::default())
+                };
+                depth = normal.zip(urgent);
                 last_depth_check = Instant::now();
             }
-            if depth.visible != u64::MAX {
-                backlog.push((Utc::now(), depth.total() as f64));
+            let total = depth.map(|(a, b)| a.total() + b.total());
+            if let Some(total) = total {
+                backlog.push((Utc::now(), total as f64));
             }
             if opts.progress {
                 let elapsed = loop_started.elapsed().as_secs_f64();
@@ -302,18 +334,20 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
                 };
                 // Delayed copies near the end are messages SQS delivered twice (at-least-once):
                 // they wait out a short recheck and are then acknowledged as duplicates.
-                let queue = if depth.visible == u64::MAX {
-                    "?".to_owned()
-                } else {
-                    format!("{} ready/{} in flight/{} delayed", depth.visible, depth.in_flight, depth.delayed)
+                let queue = match depth {
+                    None => "?".to_owned(),
+                    Some((a, b)) => format!(
+                        "normal {}/{}/{} urgent {}/{}/{} (ready/in flight/delayed)",
+                        a.visible, a.in_flight, a.delayed, b.visible, b.in_flight, b.delayed
+                    ),
                 };
                 eprint!(
-                    "\r{elapsed:6.1}s  delivered {:>6}/{n}  dlq {:>4}  queue {queue:<32}  429s {:>4}  {rate:6.1}/s of {}/s ",
+                    "\r{elapsed:6.1}s  delivered {:>6}/{n}  dlq {:>4}  {queue:<52}  429s {:>4}  {rate:6.1}/s of {}/s ",
                     s.accepted, dlq, s.throttled, opts.quota
                 );
                 let _ = std::io::stderr().flush();
             }
-            if (handled >= n && depth.total() == 0) || loop_started.elapsed() > limit {
+            if (handled >= n && total == Some(0)) || loop_started.elapsed() > limit {
                 break;
             }
         }
@@ -323,7 +357,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         stop.store(true, Ordering::Relaxed);
         (interrupted, backlog)
     };
-    let ((), sched_expired, (interrupted, backlog)) = tokio::join!(pollers, ticks, monitor);
+    let ((), (sched_expired, released_urgent), (interrupted, backlog)) = tokio::join!(pollers, ticks, monitor);
     if interrupted {
         return Err(RunError::Interrupted);
     }
@@ -331,7 +365,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
 
     let records =
         DynamoLedger::new(ddb.clone(), &res.ledger_table).scan_all().await.map_err(step("reading the ledger"))?;
-    let on_queue = queues.depth_of(queues.send_url()).await.map_err(step("reading the queue depth"))?.total();
+    let on_queue = queues.lane_depths().await.map_err(step("reading the queue depth"))?.total();
     let dlq = peek_dlq(&queues, 100_000).await.map_err(step("reading the DLQ"))?;
     if std::env::var("PUNCTUAL_DEBUG").is_ok() {
         let m = metrics.lock().map(|m| m.clone()).unwrap_or_default();
@@ -390,7 +424,11 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         reminders: opts.reminders,
         counts,
         throughput: Throughput::measure(s.requests, s.throttled, delivered, drain, floor),
-        limiter_writes_per_call: crate::env::limiter_writes_per_call(&instances),
+        limiter_writes_per_call: crate::env::limiter_writes_per_call(
+            &instances.iter().chain(&urgent).cloned().collect::<Vec<_>>(),
+        ),
+        tight,
+        released_urgent,
         wall_seconds: started.elapsed().as_secs_f64(),
         import_seconds,
         series,

@@ -82,6 +82,30 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
     }
 }
 
+/// The lanes (README, "Lanes"), read the same way by scheduler, sender and redrive:
+/// `URGENT_QUEUE_URL` (unset: one lane, urgent work stays on the send queue — a deployment
+/// from before the urgent lane keeps working) and `DEADLINE_NEAR_SECS` (default 900: the slack
+/// under which work is urgent, for routing and for the limiter).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneConfig {
+    /// `URGENT_QUEUE_URL`.
+    pub urgent_queue_url: Option<String>,
+    /// `DEADLINE_NEAR_SECS`.
+    pub deadline_near: Duration,
+}
+
+/// Reads [`LaneConfig`].
+pub fn lane_config<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<LaneConfig, ConfigError> {
+    let secs =
+        env.parse("DEADLINE_NEAR_SECS", punctual_core::lanes::URGENT_BELOW.as_secs(), "seconds in 0..=86400", |v| {
+            *v <= 86_400
+        })?;
+    Ok(LaneConfig {
+        urgent_queue_url: env.optional("URGENT_QUEUE_URL").filter(|u| !u.is_empty()),
+        deadline_near: Duration::from_secs(secs),
+    })
+}
+
 /// The shared limiter's settings, read the same way by every function that draws from it
 /// (README, "Shared limiter"): `PROVIDER_RATE_PER_SEC` (the quota, default 100),
 /// `LIMITER_NAME`, `LIMITER_BLOCK`, `LIMITER_NORMAL_AHEAD_MS`, `LIMITER_NEAR_HOLD_MS`,

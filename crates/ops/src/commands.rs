@@ -59,6 +59,12 @@ pub struct Status {
     pub send_in_flight: u64,
     /// Send queue: delayed (scheduled for later, or deferred).
     pub send_delayed: u64,
+    /// Urgent lane: visible (0 with one lane).
+    pub urgent_visible: u64,
+    /// Urgent lane: in flight.
+    pub urgent_in_flight: u64,
+    /// Urgent lane: delayed (paced releases, deferred copies).
+    pub urgent_delayed: u64,
     /// DLQ messages.
     pub dlq: u64,
     /// Reminders dead-lettered, by their last reason (from the ledger).
@@ -67,7 +73,7 @@ pub struct Status {
     pub oldest_age_seconds: f64,
     /// Reminders in the ledger by state.
     pub by_state: BTreeMap<String, u64>,
-    /// Send-queue backlog ÷ quota.
+    /// Both lanes' backlog ÷ quota.
     pub projected_drain_seconds: f64,
     /// The smallest time left to `deliver_by` among undelivered reminders.
     pub min_slack_seconds: Option<f64>,
@@ -84,7 +90,8 @@ impl Status {
         let states: Vec<String> = self.by_state.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!(
             "paused            {}\n\
-             send queue        {} visible, {} in flight, {} delayed\n\
+             send queue        {} visible, {} in flight, {} delayed (normal lane)\n\
+             urgent lane       {} visible, {} in flight, {} delayed\n\
              dlq               {} ({})\n\
              ledger            {}\n\
              oldest due age    {:.1} s\n\
@@ -95,6 +102,9 @@ impl Status {
             self.send_visible,
             self.send_in_flight,
             self.send_delayed,
+            self.urgent_visible,
+            self.urgent_in_flight,
+            self.urgent_delayed,
             self.dlq,
             if reasons.is_empty() { "none by reason".to_owned() } else { reasons.join(", ") },
             if states.is_empty() { "empty".to_owned() } else { states.join(", ") },
@@ -111,6 +121,11 @@ impl Status {
 pub async fn status(target: &Target) -> Result<Status, OpsError> {
     let (ddb, queues) = target.clients().await;
     let send = queues.depth_of(queues.send_url()).await.map_err(step("reading the send queue"))?;
+    let urgent = if queues.has_urgent_lane() {
+        queues.depth_of(queues.urgent_url()).await.map_err(step("reading the urgent lane"))?
+    } else {
+        punctual_aws::sqs::Depth::default()
+    };
     let dlq = queues.depth_of(queues.dlq_url()).await.map_err(step("reading the DLQ"))?;
     let ledger = DynamoLedger::new(ddb.clone(), &target.resources.ledger_table);
     let records = ledger.scan_all().await.map_err(step("reading the ledger"))?;
@@ -123,11 +138,14 @@ pub async fn status(target: &Target) -> Result<Status, OpsError> {
         send_visible: send.visible,
         send_in_flight: send.in_flight,
         send_delayed: send.delayed,
+        urgent_visible: urgent.visible,
+        urgent_in_flight: urgent.in_flight,
+        urgent_delayed: urgent.delayed,
         dlq: dlq.total(),
         dlq_by_reason: BTreeMap::new(),
         oldest_age_seconds: 0.0,
         by_state: BTreeMap::new(),
-        projected_drain_seconds: send.total() as f64 / target.quota,
+        projected_drain_seconds: (send.total() + urgent.total()) as f64 / target.quota,
         min_slack_seconds: None,
         projected_breach: false,
         paused,
@@ -377,6 +395,7 @@ mod tests {
             resources: Resources {
                 endpoint: String::new(),
                 send_queue_url: String::new(),
+                urgent_queue_url: String::new(),
                 dlq_url: String::new(),
                 ledger_table: String::new(),
                 renewals_table: String::new(),

@@ -20,8 +20,11 @@ use crate::OpsError;
 pub struct Resources {
     /// The emulator (empty: AWS itself).
     pub endpoint: String,
-    /// Send queue.
+    /// Send queue (the normal lane).
     pub send_queue_url: String,
+    /// The urgent lane (empty: one lane; a state file from before the urgent lane).
+    #[serde(default)]
+    pub urgent_queue_url: String,
     /// Dead-letter queue.
     pub dlq_url: String,
     /// Idempotency ledger.
@@ -30,6 +33,18 @@ pub struct Resources {
     pub renewals_table: String,
     /// The provider.
     pub provider_url: String,
+}
+
+impl Resources {
+    /// The urgent lane's URL, when it has a queue of its own.
+    pub fn urgent_url(&self) -> Option<&str> {
+        Some(self.urgent_queue_url.as_str()).filter(|u| !u.is_empty())
+    }
+
+    /// Both lanes and the DLQ over `client`.
+    pub fn queues(&self, client: aws_sdk_sqs::Client) -> SqsQueues {
+        SqsQueues::new(client, &self.send_queue_url, &self.dlq_url).with_urgent(self.urgent_url())
+    }
 }
 
 /// What `local up` leaves behind for `drain`, `down` and the operator commands.
@@ -110,6 +125,7 @@ impl Target {
                 resources: Resources {
                     endpoint: endpoint.unwrap_or_default(),
                     send_queue_url: send,
+                    urgent_queue_url: env("URGENT_QUEUE_URL").unwrap_or_default(),
                     dlq_url: dlq,
                     ledger_table: ledger,
                     renewals_table: renewals,
@@ -140,8 +156,7 @@ impl Target {
     pub async fn clients(&self) -> (aws_sdk_dynamodb::Client, SqsQueues) {
         let config = self.sdk_config().await;
         let ddb = dynamodb_client(&config, self.dynamodb_endpoint.as_deref());
-        let r = &self.resources;
-        (ddb, SqsQueues::new(aws_sdk_sqs::Client::new(&config), &r.send_queue_url, &r.dlq_url))
+        (ddb, self.resources.queues(aws_sdk_sqs::Client::new(&config)))
     }
 
     /// The redrive function's configuration for this target, read exactly as the function
@@ -153,6 +168,7 @@ impl Target {
         let quota = self.quota.to_string();
         RedriveConfig::from_env(&Env::new(move |k: &str| match k {
             "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
+            "URGENT_QUEUE_URL" => r.urgent_url().map(str::to_owned),
             "DLQ_URL" => Some(r.dlq_url.clone()),
             "LEDGER_TABLE" => Some(r.ledger_table.clone()),
             "PROVIDER_RATE_PER_SEC" => {

@@ -17,11 +17,14 @@ pub type App = Redriver<DynamoLedger, SqsDeadLetters, DynamoControl, SystemClock
 
 /// Builds the redrive service.
 pub fn build(config: &RedriveConfig, dynamodb: &DynamoClient, sqs: &SqsClient) -> App {
-    let queues = SqsQueues::new(sqs.clone(), &config.send_queue_url, &config.dlq_url);
-    Redriver::new(
+    let queues = SqsQueues::new(sqs.clone(), &config.send_queue_url, &config.dlq_url)
+        .with_urgent(config.lanes.urgent_queue_url.as_deref());
+    let mut redriver = Redriver::new(
         DynamoLedger::new(dynamodb.clone(), &config.ledger_table),
         SqsDeadLetters::new(queues),
         DynamoControl::new(dynamodb.clone(), &config.ledger_table),
         SystemClock,
-    )
+    );
+    redriver.urgent_below = config.lanes.deadline_near;
+    redriver
 }

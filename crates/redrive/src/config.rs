@@ -1,13 +1,16 @@
 //! The redrive function's environment (README, "Redrive").
 
 use punctual_core::redrive::RedriveCaps;
-use punctual_lambda::config::{ConfigError, Env, limiter_settings};
+use punctual_lambda::config::{ConfigError, Env, LaneConfig, lane_config, limiter_settings};
 
 /// Everything the redrive function reads from its environment.
 #[derive(Debug, Clone)]
 pub struct RedriveConfig {
     /// `SEND_QUEUE_URL`: where redriven messages go.
     pub send_queue_url: String,
+    /// `URGENT_QUEUE_URL` and `DEADLINE_NEAR_SECS`: a letter with less slack goes back to the
+    /// urgent lane.
+    pub lanes: LaneConfig,
     /// `DLQ_URL`: where they come from.
     pub dlq_url: String,
     /// `LEDGER_TABLE`: outcomes, audit records, the pause switch.
@@ -27,6 +30,7 @@ impl RedriveConfig {
             env.parse("REDRIVE_MAX_PER_SECOND", 20.0, "a rate in (0, 10000]", |v: &f64| *v > 0.0 && *v <= 10_000.0)?;
         Ok(Self {
             send_queue_url: env.required("SEND_QUEUE_URL")?,
+            lanes: lane_config(env)?,
             dlq_url: env.required("DLQ_URL")?,
             ledger_table: env.required("LEDGER_TABLE")?,
             caps: RedriveCaps { max_messages, max_per_second: max_rate.min(limiter.redrive_share * limiter.quota) },

@@ -96,7 +96,7 @@ mod tests {
         async fn receive(&self) -> Result<Vec<DeadLetter>, DeadLettersError> {
             Ok(Vec::new())
         }
-        async fn send_back(&self, body: &str) -> Result<(), DeadLettersError> {
+        async fn send_back(&self, body: &str, _: punctual_core::lanes::QueueLane) -> Result<(), DeadLettersError> {
             self.0.lock().unwrap().push(body.to_owned());
             Ok(())
         }

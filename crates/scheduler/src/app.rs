@@ -22,7 +22,8 @@ pub type App = Scheduler<DynamoRenewals, SqsQueues, SystemClock>;
 /// a pause takes effect at the next tick.
 pub fn build(config: &SchedulerConfig, dynamodb: &DynamoClient, sqs: &SqsClient) -> App {
     // The scheduler never quarantines; it has no DLQ.
-    let queues = SqsQueues::new(sqs.clone(), &config.send_queue_url, "");
+    let queues =
+        SqsQueues::new(sqs.clone(), &config.send_queue_url, "").with_urgent(config.urgent_queue_url.as_deref());
     Scheduler::new(DynamoRenewals::new(dynamodb.clone(), &config.renewals_table), queues, SystemClock, config.settings)
         .with_pause(PauseGate::new(
             DynamoControl::new(dynamodb.clone(), &config.ledger_table),

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use punctual_core::scheduler::{MAX_LOOKAHEAD, SchedulerSettings};
-use punctual_lambda::config::{ConfigError, Env};
+use punctual_lambda::config::{ConfigError, Env, lane_config};
 
 /// Everything the scheduler reads from its environment.
 #[derive(Debug, Clone)]
@@ -12,6 +12,8 @@ pub struct SchedulerConfig {
     pub renewals_table: String,
     /// `SEND_QUEUE_URL`.
     pub send_queue_url: String,
+    /// `URGENT_QUEUE_URL` (unset: one lane).
+    pub urgent_queue_url: Option<String>,
     /// `LEDGER_TABLE`: where the operator pause switch lives (read once per tick).
     pub ledger_table: String,
     /// `METRICS_NAMESPACE` (default `punctual`).
@@ -30,9 +32,11 @@ impl SchedulerConfig {
             "seconds in 0..=900 (SQS delays at most 15 minutes)",
             |v| Duration::from_secs(*v) <= MAX_LOOKAHEAD,
         )?;
+        let lanes = lane_config(env)?;
         Ok(Self {
             renewals_table: env.required("RENEWALS_TABLE")?,
             send_queue_url: env.required("SEND_QUEUE_URL")?,
+            urgent_queue_url: lanes.urgent_queue_url,
             ledger_table: env.required("LEDGER_TABLE")?,
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
             settings: SchedulerSettings {
@@ -50,6 +54,14 @@ impl SchedulerConfig {
                     d.sustainable_rate,
                     "calls per second > 0",
                     |v: &f64| *v > 0.0,
+                )?,
+                urgent_below: lanes.deadline_near,
+                urgent_lead: env.millis(
+                    "URGENT_LEAD_MS",
+                    d.urgent_lead,
+                    Duration::ZERO,
+                    Duration::from_secs(60),
+                    "milliseconds in 0..=60000",
                 )?,
             },
         })

@@ -13,6 +13,10 @@ use punctual_lambda::invocation_deadline;
 pub mod name {
     /// Messages released this tick.
     pub const RELEASED: &str = "Released";
+    /// Of those, released to the urgent lane.
+    pub const RELEASED_URGENT: &str = "ReleasedUrgent";
+    /// Messages on the urgent lane after the tick (visible, in flight, delayed).
+    pub const URGENT_BACKLOG: &str = "UrgentLaneBacklog";
     /// Renewals expired because their window passed before release.
     pub const EXPIRED_MISSED: &str = "ExpiredMissedWindow";
     /// Eligible backlog (on the queue + still pending).
@@ -33,6 +37,8 @@ pub mod name {
 pub fn metrics(r: &TickReport) -> Metrics {
     let mut m = Metrics::new();
     m.count(name::RELEASED, r.released as f64);
+    m.count(name::RELEASED_URGENT, r.released_urgent as f64);
+    m.count(name::URGENT_BACKLOG, r.lanes.urgent as f64);
     m.count(name::EXPIRED_MISSED, r.expired_missed as f64);
     m.count(name::BACKLOG, r.backlog as f64);
     m.count(name::PROJECTED_DRAIN, r.projected_drain.as_secs_f64());
@@ -65,6 +71,7 @@ pub async fn handle<S: DueStore, Q: ReleaseQueue, C: Clock>(
     tracing::info!(
         trigger = %event.payload.detail_type,
         released = report.released,
+        released_urgent = report.released_urgent,
         expired_missed = report.expired_missed,
         refused = report.refused,
         finished = report.finished,

@@ -61,7 +61,8 @@ pub fn build(config: &SenderConfig, clients: Clients, seed: u64) -> App {
             seed,
         ),
         clients.provider,
-        SqsQueues::new(clients.sqs, &config.send_queue_url, &config.dlq_url),
+        SqsQueues::new(clients.sqs, &config.send_queue_url, &config.dlq_url)
+            .with_urgent(config.urgent_queue_url.as_deref()),
         clock,
         config.settings,
         seed.rotate_left(32),

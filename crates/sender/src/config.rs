@@ -6,11 +6,13 @@ use punctual_core::backoff::Backoff;
 use punctual_core::decision::SenderPolicy;
 use punctual_core::limiter::LimiterSettings;
 use punctual_core::sender::SenderSettings;
-use punctual_lambda::config::{ConfigError, Env, limiter_settings};
+use punctual_lambda::config::{ConfigError, Env, lane_config, limiter_settings};
 
 /// Everything the sender reads from its environment.
 #[derive(Debug, Clone)]
 pub struct SenderConfig {
+    /// `URGENT_QUEUE_URL`: the urgent lane (unset: one lane).
+    pub urgent_queue_url: Option<String>,
     /// `SEND_QUEUE_URL`: where deferred copies are requeued.
     pub send_queue_url: String,
     /// `DLQ_URL`: where quarantined messages go.
@@ -99,8 +101,10 @@ impl SenderConfig {
                 expected: "a timeout at least MIN_CALL_TIMEOUT_MS",
             });
         }
+        let lanes = lane_config(env)?;
         Ok(Self {
             send_queue_url: env.required("SEND_QUEUE_URL")?,
+            urgent_queue_url: lanes.urgent_queue_url.clone(),
             dlq_url: env.required("DLQ_URL")?,
             ledger_table: env.required("LEDGER_TABLE")?,
             renewals_table: env.required("RENEWALS_TABLE")?,
@@ -110,12 +114,7 @@ impl SenderConfig {
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
             settings: SenderSettings {
                 policy,
-                deadline_near: Duration::from_secs(env.parse(
-                    "DEADLINE_NEAR_SECS",
-                    d.deadline_near.as_secs(),
-                    "seconds in 0..=86400",
-                    |v| *v <= 86_400,
-                )?),
+                deadline_near: lanes.deadline_near,
                 queue_delay: env.millis(
                     "QUEUE_DELAY_MS",
                     d.queue_delay,

@@ -45,11 +45,12 @@ use punctual_core::clock::{Clock, add};
 use punctual_core::contract::ReminderMessage;
 use punctual_core::decision::{RenewalView, SenderPolicy};
 use punctual_core::ids::{ReminderKind, RenewalId, TenantId};
+use punctual_core::lanes::{LaneDepths, QueueLane};
 use punctual_core::limiter::{LimiterSettings, SharedLimiter};
 use punctual_core::pause::PauseGate;
 use punctual_core::ports::{
     Control, DeadLetter, DeadLetters, DeadLettersError, Ledger, Pause, Pending, Provider, ProviderError,
-    ProviderRequest, Quarantine, QueueError, ReleaseQueue, SendQueue,
+    ProviderRequest, Quarantine, QueueError, Release, ReleaseQueue, SendQueue,
 };
 use punctual_core::provider::{ProviderOutcome, RetryAfter};
 use punctual_core::reason::{ReasonCode, ReminderState};
@@ -424,7 +425,9 @@ impl Sqs {
 }
 
 impl SendQueue for Sqs {
-    async fn requeue(&self, msg: &ReminderMessage, delay: Duration) -> Result<(), QueueError> {
+    /// Both lanes are one queue here: the invariants are about what happens to each copy, not
+    /// which pollers find it (the simulator measures the lanes).
+    async fn requeue(&self, msg: &ReminderMessage, delay: Duration, _lane: QueueLane) -> Result<(), QueueError> {
         // As the SQS adapter sends it: DelaySeconds, rounded up to whole seconds, at most 900.
         let secs = (delay.as_secs() + u64::from(delay.subsec_nanos() > 0)).min(900);
         self.push(msg.encode(), Duration::from_secs(secs));
@@ -441,15 +444,17 @@ impl SendQueue for Sqs {
 }
 
 impl ReleaseQueue for Sqs {
-    async fn release(&self, batch: &[(ReminderMessage, Duration)]) -> Result<Vec<bool>, QueueError> {
-        for (m, delay) in batch {
-            self.push(m.encode(), *delay);
+    async fn release(&self, batch: &[Release]) -> Result<Vec<bool>, QueueError> {
+        for r in batch {
+            // As the SQS adapter sends it: whole seconds, rounded up.
+            let secs = (r.delay.as_secs() + u64::from(r.delay.subsec_nanos() > 0)).min(900);
+            self.push(r.message.encode(), Duration::from_secs(secs));
         }
         Ok(vec![true; batch.len()])
     }
 
-    async fn depth(&self) -> Result<u64, QueueError> {
-        Ok(lock(&self.state).msgs.len() as u64)
+    async fn depth(&self) -> Result<LaneDepths, QueueError> {
+        Ok(LaneDepths { normal: lock(&self.state).msgs.len() as u64, ..LaneDepths::default() })
     }
 }
 
@@ -492,7 +497,7 @@ impl DeadLetters for Dlq {
         Ok(out)
     }
 
-    async fn send_back(&self, body: &str) -> Result<(), DeadLettersError> {
+    async fn send_back(&self, body: &str, _lane: QueueLane) -> Result<(), DeadLettersError> {
         if let Some(r) = reminder_of(body) {
             *lock(&self.sqs.state).redriven.entry(r).or_default() += 1;
         }
@@ -811,6 +816,7 @@ fn run_here(seed: u64, n: usize, honours_keys: bool) -> SeedOutcome {
             page_size: 25,
             safety_margin: Duration::from_secs(1),
             sustainable_rate: QUOTA,
+            ..SchedulerSettings::default()
         },
     )
     .with_pause(PauseGate::new(control.clone(), truth.clone(), Duration::ZERO));

@@ -55,9 +55,18 @@ struct SimulateArgs {
     /// Provider quota, calls per second.
     #[arg(long, default_value_t = 100.0)]
     quota: f64,
-    /// Concurrent workers.
+    /// Concurrent workers on the normal lane (its mapping's MaximumConcurrency).
     #[arg(long, default_value_t = 10)]
     concurrency: usize,
+    /// Concurrent workers on the urgent lane.
+    #[arg(long, default_value_t = 10)]
+    urgent_concurrency: usize,
+    /// Share of reminders with tight deadlines, 0..=1 (default: 0.1 for `mixed`, else 0).
+    #[arg(long)]
+    tight_share: Option<f64>,
+    /// Tight reminders' deliver_by, seconds after their deliver_after: MIN-MAX (default 120-300).
+    #[arg(long, value_parser = parse_range)]
+    tight_seconds: Option<(u64, u64)>,
     /// Seed (same seed, same report).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -70,6 +79,24 @@ struct SimulateArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (lo, hi) = s.split_once('-').ok_or_else(|| format!("{s:?} is not MIN-MAX (e.g. 30-90)"))?;
+    let num = |x: &str| x.trim().parse::<u64>().map_err(|_| format!("{x:?} is not a whole number of seconds"));
+    let (lo, hi) = (num(lo)?, num(hi)?);
+    if lo == 0 || hi < lo {
+        return Err(format!("{s:?}: need 0 < MIN <= MAX"));
+    }
+    Ok((lo, hi))
+}
+
+/// Peak resident memory of this process, MB (Linux; None elsewhere).
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some((kb / 1024.0).round())
 }
 
 fn main() -> ExitCode {
@@ -129,8 +156,12 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    if a.quota <= 0.0 || a.concurrency == 0 || a.reminders == Some(0) {
-        eprintln!("punctual simulate: --quota, --concurrency and --reminders must be positive");
+    if a.quota <= 0.0 || a.concurrency == 0 || a.urgent_concurrency == 0 || a.reminders == Some(0) {
+        eprintln!("punctual simulate: --quota, --concurrency, --urgent-concurrency and --reminders must be positive");
+        return ExitCode::from(2);
+    }
+    if a.tight_share.is_some_and(|f| !(0.0..=1.0).contains(&f)) {
+        eprintln!("punctual simulate: --tight-share must be between 0 and 1");
         return ExitCode::from(2);
     }
     let (quota, concurrency, seed) = (a.quota, a.concurrency, a.seed);
@@ -138,11 +169,19 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         reminders: a.reminders.unwrap_or(sc.default_reminders()),
         quota,
         concurrency,
+        urgent_concurrency: a.urgent_concurrency,
         seed,
+        tight_share: a.tight_share.unwrap_or(SimConfig::new(sc).tight_share),
+        tight_seconds: a.tight_seconds.unwrap_or(SimConfig::new(sc).tight_seconds),
         ..SimConfig::new(sc)
     };
+    let started = std::time::Instant::now();
     let report = simulate(&config, Worker::Punctual);
+    let wall = started.elapsed().as_secs_f64();
     let mut value = serde_json::to_value(&report).unwrap_or_default();
+    // Measurements of this process, not of the simulated system (they vary run to run).
+    value["wall_seconds"] = serde_json::json!((wall * 100.0).round() / 100.0);
+    value["peak_rss_mb"] = serde_json::json!(peak_rss_mb());
     let naive = a.baseline.is_some().then(|| simulate(&config, Worker::Naive));
     if let Some(n) = &naive {
         value["baseline"] = serde_json::to_value(n).unwrap_or_default();
@@ -161,9 +200,13 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!(
-        "scenario {} ({} reminders, quota {quota}/s, concurrency {concurrency}, seed {seed})",
+        "scenario {} ({} reminders, quota {quota}/s, concurrency {concurrency} + {} urgent, seed {seed}, tight {:.0} % in {}-{} s)",
         sc.name(),
-        config.reminders
+        config.reminders,
+        config.urgent_concurrency,
+        config.tight_share * 100.0,
+        config.tight_seconds.0,
+        config.tight_seconds.1
     );
     let keys = [
         "delivered",
@@ -184,7 +227,12 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         "first_late_seconds",
         "edf_late",
         "limiter_writes_per_call",
+        "sqs_requests_per_message",
+        "dynamodb_writes_per_message",
+        "released_urgent",
         "cost_per_million_usd",
+        "wall_seconds",
+        "peak_rss_mb",
     ];
     println!("{:<28} {:>16} {:>16}", "", "punctual", if naive.is_some() { "naive" } else { "" });
     let show = |v: &serde_json::Value| match v {

@@ -4,9 +4,16 @@
 //! `punctual simulate` and as the measuring instrument of policy changes.
 //!
 //! Models, each kept simple and stated:
-//! - **SQS standard queue**: no ordering (a random ready message is received), visibility
-//!   timeout (30 s), receive counts, delays, batches of ≤ 10, at-least-once (a configurable
-//!   fraction of receives also leaves a duplicate copy visible).
+//! - **SQS standard queues**, two lanes (normal and urgent, sharing the DLQ): no ordering (a
+//!   random ready message is received), visibility timeout (30 s), receive counts, delays in
+//!   whole seconds, batches of ≤ 10, at-least-once (a configurable fraction of receives also
+//!   leaves a duplicate copy visible), long polling (one request waits up to 20 s for a message).
+//! - **Scheduler**: the core's scheduler releases the due population in one tick through the
+//!   same lane planner as production (routing by slack, pacing the urgent lane). Its requests
+//!   (one SQS send and one DynamoDB write per reminder, the same in every design) are not in
+//!   the cost model, which prices the sender side.
+//! - **Event source mappings**: one per lane, `concurrency` workers on the normal lane and
+//!   `urgent_concurrency` on the urgent lane.
 //! - **Provider**: a token bucket of `quota`/s with a small burst, `429` + `Retry-After` past
 //!   it, honours `Idempotency-Key`s, fixed latency; the quota can change over time (throttle).
 //! - **Workers**: `concurrency` Lambda invocations polling in parallel; each record costs the
@@ -31,9 +38,12 @@ use punctual_core::backoff::{Jitter, SplitMix64};
 use punctual_core::clock::{Clock, until};
 use punctual_core::contract::ReminderMessage;
 use punctual_core::decision::Disposition;
+use punctual_core::lanes::{LaneDepths, QueueLane};
 use punctual_core::limiter::{LimiterSettings, SharedLimiter, SlotStore};
 use punctual_core::ports::Pending;
-use punctual_core::ports::{Ledger, Provider, ProviderError, ProviderRequest, Quarantine, QueueError, SendQueue};
+use punctual_core::ports::{
+    Ledger, Provider, ProviderError, ProviderRequest, Quarantine, QueueError, Release, ReleaseQueue, SendQueue,
+};
 use punctual_core::provider::{ProviderOutcome, RetryAfter};
 use punctual_core::reason::{ReasonCode, ReminderState};
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
@@ -62,7 +72,8 @@ pub enum Scenario {
     Crash,
     /// 200,000 with a window too short: the projected-breach alarm must fire first.
     Overload,
-    /// 60,000 due at once, 10 % with tight deadlines (2–5 min): lateness against EDF.
+    /// 60,000 due at once, 10 % with tight deadlines (2–5 min; `--tight-share`,
+    /// `--tight-seconds`): lateness against EDF.
     Mixed,
     /// 12,000 fresh reminders while a DLQ of 2,000 throttled ones is redriven under a cap.
     Redrive,
@@ -110,8 +121,14 @@ pub struct SimConfig {
     pub reminders: usize,
     /// Provider quota, calls/s.
     pub quota: f64,
-    /// Concurrent workers.
+    /// Concurrent workers on the normal lane (its mapping's `MaximumConcurrency`).
     pub concurrency: usize,
+    /// Concurrent workers on the urgent lane.
+    pub urgent_concurrency: usize,
+    /// Share of the reminders with tight deadlines (`mixed`: 0.10, others 0).
+    pub tight_share: f64,
+    /// A tight reminder's `deliver_by`, seconds after T0, uniform in this range (120–300).
+    pub tight_seconds: (u64, u64),
     /// Seed.
     pub seed: u64,
     /// Provider latency.
@@ -130,6 +147,9 @@ impl SimConfig {
             reminders: scenario.default_reminders(),
             quota: 100.0,
             concurrency: 10,
+            urgent_concurrency: 10,
+            tight_share: if scenario == Scenario::Mixed { 0.10 } else { 0.0 },
+            tight_seconds: (120, 300),
             seed: 1,
             latency: Duration::from_millis(80),
             overhead: Duration::from_millis(10),
@@ -185,6 +205,12 @@ pub struct SimReport {
     pub cost: Cost,
     /// Shared-limiter store writes ÷ tokens granted (punctual only; 0 for the baseline).
     pub limiter_writes_per_call: f64,
+    /// Sender-side SQS requests per reminder (receives, deletes, requeues, DLQ sends).
+    pub sqs_requests_per_message: f64,
+    /// Sender-side DynamoDB writes per reminder (ledger and limiter).
+    pub dynamodb_writes_per_message: f64,
+    /// Reminders the scheduler released to the urgent lane.
+    pub released_urgent: u64,
     /// Booked limiter slots that expired unused.
     pub limiter_stranded: u64,
     /// `redrive`: dead letters moved back to the send queue.
@@ -326,6 +352,8 @@ struct SimQueue {
     state: Arc<Mutex<QueueState>>,
     clock: SimClock,
     usage: Arc<Usage>,
+    /// Wakes long-polling workers when a message is pushed.
+    pushed: Arc<tokio::sync::Notify>,
 }
 
 impl SimQueue {
@@ -335,6 +363,37 @@ impl SimQueue {
         s.next_id += 1;
         s.msgs.insert(id, SimMsg { body, receive_count: 0, generation: 0 });
         s.waiting.push(Reverse((visible_at.timestamp_millis(), id, 0)));
+        drop(s);
+        self.pushed.notify_waiters();
+    }
+
+    fn new(clock: &SimClock, usage: &Arc<Usage>) -> Self {
+        Self {
+            state: Arc::default(),
+            clock: clock.clone(),
+            usage: Arc::clone(usage),
+            pushed: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// One long poll (one request): waits up to 20 s for ready messages, and receives them.
+    async fn long_poll(&self, vt: Duration, dup: f64, shared: &RefCell<Shared>) -> Vec<(u64, String, u32)> {
+        Usage::add(&self.usage.sqs_requests, 1);
+        let end = self.clock.now().timestamp_millis() + 20_000;
+        loop {
+            let now = self.clock.now();
+            let batch = self.receive(now, vt, dup, &mut shared.borrow_mut().rng);
+            let at = now.timestamp_millis();
+            if !batch.is_empty() || at >= end {
+                return batch;
+            }
+            let wake = self.next_visible().map_or(end, |v| v.clamp(at + 1, end));
+            let pushed = self.pushed.notified();
+            tokio::select! {
+                () = self.clock.sleep(Duration::from_millis((wake - at) as u64)) => {}
+                () = pushed => {}
+            }
+        }
     }
 
     fn promote(s: &mut QueueState, now_ms: i64) {
@@ -395,21 +454,69 @@ impl SimQueue {
     }
 }
 
-impl SendQueue for SimQueue {
-    async fn requeue(&self, msg: &ReminderMessage, delay: Duration) -> Result<(), QueueError> {
-        // The real adapter rounds up to whole seconds; so does the model.
-        let secs = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
-        let now = self.clock.now();
-        Usage::add(&self.usage.sqs_requests, 1);
-        self.push(msg.encode(), now + TimeDelta::seconds(secs.min(900) as i64));
+/// The two lanes; the DLQ is the normal queue's.
+#[derive(Debug, Clone)]
+struct SimLanes {
+    normal: SimQueue,
+    urgent: SimQueue,
+}
+
+impl SimLanes {
+    fn of(&self, lane: QueueLane) -> &SimQueue {
+        match lane {
+            QueueLane::Normal => &self.normal,
+            QueueLane::Urgent => &self.urgent,
+        }
+    }
+
+    fn depth(&self) -> usize {
+        self.normal.depth() + self.urgent.depth()
+    }
+
+    /// Sends with `DelaySeconds` as the real adapter does: rounded up to whole seconds, ≤ 900.
+    fn send(&self, body: String, delay: Duration, lane: QueueLane) {
+        let secs = (delay.as_secs() + u64::from(delay.subsec_nanos() > 0)).min(900);
+        let q = self.of(lane);
+        q.push(body, q.clock.now() + TimeDelta::seconds(secs as i64));
+    }
+
+    fn dlq(&self) -> &Arc<Mutex<QueueState>> {
+        &self.normal.state
+    }
+}
+
+impl SendQueue for SimLanes {
+    async fn requeue(&self, msg: &ReminderMessage, delay: Duration, lane: QueueLane) -> Result<(), QueueError> {
+        Usage::add(&self.normal.usage.sqs_requests, 1);
+        self.send(msg.encode(), delay, lane);
         Ok(())
     }
 
     async fn dead_letter(&self, q: &Quarantine<'_>) -> Result<(), QueueError> {
         let healthy = ReminderMessage::decode(q.body).is_ok();
-        Usage::add(&self.usage.sqs_requests, 1);
-        lock(&self.state).dlq.push((q.body.to_owned(), q.reason, healthy));
+        Usage::add(&self.normal.usage.sqs_requests, 1);
+        lock(self.dlq()).dlq.push((q.body.to_owned(), q.reason, healthy));
         Ok(())
+    }
+}
+
+impl ReleaseQueue for SimLanes {
+    async fn release(&self, batch: &[Release]) -> Result<Vec<bool>, QueueError> {
+        for r in batch {
+            self.send(r.message.encode(), r.delay, r.lane);
+        }
+        Ok(vec![true; batch.len()])
+    }
+
+    async fn depth(&self) -> Result<LaneDepths, QueueError> {
+        let now = self.urgent.clock.now().timestamp_millis();
+        let delayed =
+            lock(&self.urgent.state).waiting.iter().filter(|Reverse((at, _, g))| *at > now && *g == 0).count();
+        Ok(LaneDepths {
+            normal: self.normal.depth() as u64,
+            urgent: self.urgent.depth() as u64,
+            urgent_delayed: delayed as u64,
+        })
     }
 }
 
@@ -528,13 +635,13 @@ impl punctual_core::ports::Renewals for CountedRenewals {
 struct SimDeadLetters {
     /// (id, body, held by a running redrive).
     items: Arc<Mutex<Vec<(u64, String, bool)>>>,
-    queue: SimQueue,
+    queue: SimLanes,
     moved_at: Arc<Mutex<Option<DateTime<Utc>>>>,
 }
 
 impl punctual_core::ports::DeadLetters for SimDeadLetters {
     async fn receive(&self) -> Result<Vec<punctual_core::ports::DeadLetter>, punctual_core::ports::DeadLettersError> {
-        Usage::add(&self.queue.usage.sqs_requests, 1);
+        Usage::add(&self.queue.normal.usage.sqs_requests, 1);
         let mut items = lock(&self.items);
         Ok(items
             .iter_mut()
@@ -553,16 +660,16 @@ impl punctual_core::ports::DeadLetters for SimDeadLetters {
             .collect())
     }
 
-    async fn send_back(&self, body: &str) -> Result<(), punctual_core::ports::DeadLettersError> {
-        Usage::add(&self.queue.usage.sqs_requests, 1);
-        let now = self.queue.clock.now();
-        self.queue.push(body.to_owned(), now);
+    async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), punctual_core::ports::DeadLettersError> {
+        Usage::add(&self.queue.normal.usage.sqs_requests, 1);
+        let now = self.queue.normal.clock.now();
+        self.queue.send(body.to_owned(), Duration::ZERO, lane);
         *lock(&self.moved_at) = Some(now);
         Ok(())
     }
 
     async fn delete(&self, handle: &str) -> Result<(), punctual_core::ports::DeadLettersError> {
-        Usage::add(&self.queue.usage.sqs_requests, 1);
+        Usage::add(&self.queue.normal.usage.sqs_requests, 1);
         lock(&self.items).retain(|(id, _, _)| id.to_string() != handle);
         Ok(())
     }
@@ -593,24 +700,29 @@ fn t0() -> DateTime<Utc> {
     DateTime::<Utc>::from_timestamp(1_796_115_600, 0).unwrap_or(DateTime::<Utc>::UNIX_EPOCH) // 2026-12-01T09:00:00Z
 }
 
-/// Builds the reminders of a scenario: all due at T0, 1 % malformed for `poison`, 10 % with
-/// tight deadlines for `mixed`.
-fn bodies(config: &SimConfig, rng: &mut SplitMix64) -> Vec<(String, Option<ReminderMessage>)> {
-    (0..config.reminders + config.dead_at_start())
-        .map(|i| {
-            if config.scenario == Scenario::Poison && rng.next_unit() < 0.01 {
-                return (format!("{{\"v\":1,\"reminder_id\":\"bad-{i}\"}}"), None);
-            }
-            let by = if config.scenario == Scenario::Mixed && rng.next_unit() < 0.10 {
-                // Tight: due within 2–5 minutes.
-                t0() + TimeDelta::milliseconds(120_000 + (rng.next_unit() * 180_000.0) as i64)
-            } else {
-                t0() + config.window()
-            };
-            let m = punctual_core::testing::message(&format!("sim-{i}"), t0(), by);
-            (m.encode(), Some(m))
-        })
-        .collect()
+/// One reminder of a scenario: due at T0, 1 % malformed for `poison`, a `tight_share` with
+/// tight deadlines (`mixed`: 10 % within 2–5 minutes). `None` for a malformed body.
+fn reminder(config: &SimConfig, rng: &mut SplitMix64, i: usize) -> Result<ReminderMessage, String> {
+    if config.scenario == Scenario::Poison && rng.next_unit() < 0.01 {
+        return Err(format!("{{\"v\":1,\"reminder_id\":\"bad-{i}\"}}"));
+    }
+    let by = if config.tight_share > 0.0 && rng.next_unit() < config.tight_share {
+        let (lo, hi) = config.tight_seconds;
+        let span = hi.saturating_sub(lo) as f64 * 1000.0;
+        t0() + TimeDelta::milliseconds((lo * 1000) as i64 + (rng.next_unit() * span) as i64)
+    } else {
+        t0() + config.window()
+    };
+    Ok(punctual_core::testing::message(&format!("sim-{i}"), t0(), by))
+}
+
+/// What the accounting needs of a healthy reminder: a tenth of the message in memory (the
+/// 1,000,000-reminder morning has to fit in 2 GB).
+#[derive(Debug, Clone)]
+struct Tracked {
+    id: punctual_core::ids::ReminderId,
+    deliver_after: DateTime<Utc>,
+    deliver_by: DateTime<Utc>,
 }
 
 /// Late reminders under earliest-deadline-first at the quota (the optimum for one server).
@@ -629,6 +741,14 @@ pub fn run(config: &SimConfig, worker: Worker) -> SimReport {
     std::thread::scope(|sc| sc.spawn(|| run_here(config, worker)).join().unwrap_or_default())
 }
 
+fn rss(at: &str) {
+    if std::env::var_os("SIM_DEBUG_RSS").is_some() {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let l: Vec<_> = s.lines().filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM")).collect();
+        eprintln!("{at}: {l:?}");
+    }
+}
+
 fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
     let Ok(runtime) = runtime else { return SimReport::default() };
@@ -637,7 +757,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let mut rng = SplitMix64::new(config.seed);
     let clock = SimClock::new(t0());
     let usage = Arc::new(Usage::default());
-    let queue = SimQueue { state: Arc::default(), clock: clock.clone(), usage: Arc::clone(&usage) };
+    let queue = SimLanes { normal: SimQueue::new(&clock, &usage), urgent: SimQueue::new(&clock, &usage) };
     let provider = SimProvider {
         state: Arc::default(),
         clock: clock.clone(),
@@ -645,15 +765,24 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         t0: t0(),
         burst: (config.quota / 10.0).max(1.0),
     };
-    let msgs = bodies(config, &mut rng);
-    let mut deadlines: Vec<DateTime<Utc>> = msgs.iter().filter_map(|(_, m)| m.as_ref().map(|m| m.deliver_by)).collect();
-    let healthy = deadlines.len();
-    let edf = edf_late(&mut deadlines, t0(), config.quota);
-
-    // The scheduler's projected-breach computation, on the same backlog (core code).
+    // The population, streamed: the scheduler's index gets each fresh healthy reminder, the
+    // DLQ (`redrive`) the dead ones, the naive worker's one queue everything; the run keeps
+    // only what the accounting needs (`Tracked`, or a malformed body).
+    let fresh = config.reminders;
     let due = MemoryDueStore::new(1);
-    for (_, m) in &msgs {
-        if let Some(m) = m {
+    let dlq = SimDeadLetters { items: Arc::default(), queue: queue.clone(), moved_at: Arc::default() };
+    let mut msgs: Vec<(String, Option<Tracked>)> = Vec::with_capacity(fresh + config.dead_at_start());
+    for i in 0..fresh + config.dead_at_start() {
+        let m = reminder(config, &mut rng, i);
+        let body = || m.as_ref().map_or_else(Clone::clone, ReminderMessage::encode);
+        if i >= fresh {
+            if worker == Worker::Naive {
+                // The naive operator moves the whole DLQ back at once (SQS's own redrive).
+                queue.normal.push(body(), t0());
+            } else {
+                lock(&dlq.items).push((i as u64, body(), false));
+            }
+        } else if let Ok(m) = &m {
             due.insert(Pending {
                 tenant_id: m.tenant_id.clone(),
                 renewal_id: m.renewal_id.clone(),
@@ -662,30 +791,50 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                 deliver_after: m.deliver_after,
                 deliver_by: m.deliver_by,
             });
-        }
-    }
-    let scheduler = Scheduler::new(
-        due,
-        MemoryRelease::default(),
-        clock.clone(),
-        SchedulerSettings {
-            sustainable_rate: config.quota * 0.97,
-            page_size: config.reminders.max(1),
-            ..SchedulerSettings::default()
-        },
-    );
-    let tick = block_on(scheduler.tick(t0() + TimeDelta::hours(1)));
-    let alarm = tick.as_ref().is_ok_and(|r| r.projected_breach).then_some(0.0);
-    let fresh = config.reminders;
-    let dlq = SimDeadLetters { items: Arc::default(), queue: queue.clone(), moved_at: Arc::default() };
-    for (i, (body, _)) in msgs.iter().enumerate() {
-        if i < fresh || worker == Worker::Naive {
-            // The naive operator moves the whole DLQ back at once (SQS's own redrive).
-            queue.push(body.clone(), t0());
+            if worker == Worker::Naive {
+                queue.normal.push(body(), t0());
+            }
         } else {
-            lock(&dlq.items).push((i as u64, body.clone(), false));
+            // A malformed body has no renewal to schedule: it reaches the queue as it would
+            // from a broken producer.
+            queue.normal.push(body(), t0());
         }
+        msgs.push(match m {
+            Ok(m) => (
+                String::new(),
+                Some(Tracked { id: m.reminder_id, deliver_after: m.deliver_after, deliver_by: m.deliver_by }),
+            ),
+            Err(body) => (body, None),
+        });
     }
+    rss("population");
+    let mut deadlines: Vec<DateTime<Utc>> = msgs.iter().filter_map(|(_, m)| m.as_ref().map(|m| m.deliver_by)).collect();
+    let healthy = deadlines.len();
+    let edf = edf_late(&mut deadlines, t0(), config.quota);
+    drop(deadlines);
+
+    // The scheduler: the core's tick releases the fresh reminders (punctual: through the lane
+    // planner onto both lanes; the naive worker's are on its queue already), and computes the
+    // projected breach.
+    let settings = SchedulerSettings {
+        sustainable_rate: config.quota * 0.97,
+        // Pages as production does, large enough that paging stays cheap; a single page of the
+        // whole population held a clone of every pending row (+400 MB at 1,000,000).
+        page_size: 200_000,
+        urgent_below: SenderSettings::default().deadline_near,
+        ..SchedulerSettings::default()
+    };
+    let tick = match worker {
+        Worker::Punctual => {
+            block_on(Scheduler::new(due, queue.clone(), clock.clone(), settings).tick(t0() + TimeDelta::hours(1)))
+        }
+        Worker::Naive => block_on(
+            Scheduler::new(due, MemoryRelease::default(), clock.clone(), settings).tick(t0() + TimeDelta::hours(1)),
+        ),
+    };
+    rss("tick");
+    let alarm = tick.as_ref().is_ok_and(|r| r.projected_breach).then_some(0.0);
+    let released_urgent = tick.as_ref().map_or(0, |r| r.released_urgent);
 
     // The crash model: the core's one fault injector over the in-memory ledger, whose request
     // counts are the cost model's DynamoDB writes and reads (a crashed write never reached it).
@@ -699,7 +848,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     // One sender (one Lambda instance) per worker, each with its own handle on ONE shared
     // limiter schedule, as in production.
     let slots = MemorySlotStore::default();
-    let senders: Vec<_> = (0..config.concurrency as u64)
+    // Workers 0..concurrency poll the normal lane, the rest the urgent lane (naive: one queue).
+    let urgent_workers = if worker == Worker::Punctual { config.urgent_concurrency } else { 0 };
+    let senders: Vec<_> = (0..(config.concurrency + urgent_workers) as u64)
         .map(|w| {
             Sender::new(
                 ledger.clone(),
@@ -755,8 +906,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             })
         };
         let mut workers = Vec::new();
-        for w in 0..config.concurrency {
-            let (queue, provider, clock, shared, senders, config) = (
+        for w in 0..config.concurrency + urgent_workers {
+            let lane = if w < config.concurrency { QueueLane::Normal } else { QueueLane::Urgent };
+            let (lanes, provider, clock, shared, senders, config) = (
                 queue.clone(),
                 provider.clone(),
                 clock.clone(),
@@ -766,36 +918,29 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             );
             let feeding = Rc::clone(&feeding);
             workers.push(tokio::task::spawn_local(async move {
+                let queue = lanes.of(lane).clone();
                 loop {
-                    let now = clock.now();
-                    if now > horizon {
+                    if clock.now() > horizon {
                         break;
                     }
-                    let batch = {
-                        let mut sh = shared.borrow_mut();
-                        queue.receive(now, vt, config.duplicate_fraction, &mut sh.rng)
-                    };
-                    Usage::add(&queue.usage.sqs_requests, 1);
+                    let batch = queue.long_poll(vt, config.duplicate_fraction, &shared).await;
                     if batch.is_empty() {
-                        if queue.depth() == 0 && !feeding.get() {
+                        if lanes.depth() == 0 && !feeding.get() {
                             break; // this worker retires
                         }
-                        let at_ms = now.timestamp_millis();
-                        let next = queue.next_visible().map_or(at_ms + 1000, |v| v.max(at_ms + 20));
-                        clock.sleep(Duration::from_millis((next - at_ms) as u64)).await;
                         continue;
                     }
                     // The records of one batch run concurrently, as the sender handler runs
                     // them (RECORD_CONCURRENCY); the next receive waits for the whole batch.
                     let records = batch.into_iter().map(|(id, body, receive_count)| {
-                        let (queue, provider, clock, shared, senders, config) =
-                            (&queue, &provider, &clock, &shared, &senders, &config);
+                        let (queue, lanes, provider, clock, shared, senders, config) =
+                            (&queue, &lanes, &provider, &clock, &shared, &senders, &config);
                         async move {
                             if receive_count > max_receives {
                                 // The redrive policy moves it (the crash backstop / the naive
                                 // worker's only DLQ path).
                                 let healthy = ReminderMessage::decode(&body).is_ok();
-                                lock(&queue.state).dlq.push((body.clone(), ReasonCode::ReceiveCountBackstop, healthy));
+                                lock(lanes.dlq()).dlq.push((body.clone(), ReasonCode::ReceiveCountBackstop, healthy));
                                 queue.delete(id);
                                 return;
                             }
@@ -874,31 +1019,38 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         Shared { rng: SplitMix64::new(0), delivered_at: sh.delivered_at.clone(), backlog: sh.backlog.clone() }
     });
 
+    rss("run");
     // What the run asked of the ledger (before the accounting reads it).
     Usage::add(&usage.ddb_writes, memory.writes());
     Usage::add(&usage.ddb_reads, memory.reads());
     // Accounting: the one accounting (DESIGN §11) over every reminder's ending.
     let p = lock(&provider.state);
-    let q = lock(&queue.state);
+    let q = lock(queue.dlq());
     let mut report =
         SimReport { reminders: msgs.len(), edf_late: edf, alarm_first_fired_seconds: alarm, ..SimReport::default() };
+    // Copies are followed by reminder id: the scheduler's release and every requeue re-encode
+    // the body (first_enqueued, attempt), so a body is not a reminder's identity. A malformed
+    // body is its own key.
+    let key =
+        |body: &str| ReminderMessage::decode(body).map_or_else(|_| body.to_owned(), |m| m.reminder_id.to_string());
     let mut healthy_dead = HashSet::new();
-    let mut dlq_reason: HashMap<&str, String> = HashMap::new();
+    let mut dlq_reason: HashMap<String, String> = HashMap::new();
     for (body, reason, is_healthy) in q.dlq.iter() {
-        dlq_reason.insert(body.as_str(), reason.as_str().to_owned());
+        dlq_reason.insert(key(body), reason.as_str().to_owned());
         if *is_healthy && *reason != ReasonCode::BusinessDeadlineExpired {
-            healthy_dead.insert(body.as_str());
+            healthy_dead.insert(key(body));
         }
     }
     report.healthy_dead_lettered = healthy_dead.len() as u64;
     // `redrive`: what the run left in the DLQ is still there (dead-lettered before T0), not lost.
     let left_in_dlq = lock(&dlq.items).clone();
-    let mut dead_before_t0: HashSet<&str> = HashSet::new();
+    let mut dead_before_t0: HashSet<String> = HashSet::new();
     for (_, body, _) in &left_in_dlq {
-        dlq_reason.entry(body.as_str()).or_insert_with(|| ReasonCode::NoSafeRetryWindow.as_str().to_owned());
-        dead_before_t0.insert(body.as_str());
+        dlq_reason.entry(key(body)).or_insert_with(|| ReasonCode::NoSafeRetryWindow.as_str().to_owned());
+        dead_before_t0.insert(key(body));
     }
-    let on_queue: HashSet<&str> = q.msgs.values().map(|m| m.body.as_str()).collect();
+    let urgent_q = lock(&queue.urgent.state);
+    let on_queue: HashSet<String> = q.msgs.values().chain(urgent_q.msgs.values()).map(|m| key(&m.body)).collect();
     let as_of = clock.now();
     let mut tally = Tally::new(as_of);
     let mut late_times: Vec<f64> = Vec::new();
@@ -911,28 +1063,26 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             }
             continue;
         };
-        let record = block_on(memory.get(&m.reminder_id)).ok().flatten();
+        let id = m.id.to_string();
+        let record = block_on(memory.get(&m.id)).ok().flatten();
         let entered = |s: ReminderState| {
             record.as_ref().and_then(|r| r.history.iter().rev().find(|h| h.state == s).map(|h| h.at))
         };
         let state = record.as_ref().map(|r| r.state);
-        let (outcome, ended_at) = match delivered_at.get(m.reminder_id.as_str()) {
+        let (outcome, ended_at) = match delivered_at.get(m.id.as_str()) {
             Some(at) => {
                 last = Some(last.map_or(*at, |l| l.max(*at)));
                 (Outcome::Delivered { at: *at }, Some(*at))
             }
             None if state == Some(ReminderState::Expired) => (Outcome::Expired, entered(ReminderState::Expired)),
             None if state == Some(ReminderState::Cancelled) => (Outcome::Cancelled, entered(ReminderState::Cancelled)),
-            None => match dlq_reason.get(body.as_str()) {
+            None => match dlq_reason.get(&id) {
                 Some(reason) => {
-                    let at = if dead_before_t0.contains(body.as_str()) {
-                        Some(t0())
-                    } else {
-                        entered(ReminderState::DeadLettered)
-                    };
+                    let at =
+                        if dead_before_t0.contains(&id) { Some(t0()) } else { entered(ReminderState::DeadLettered) };
                     (Outcome::DeadLettered { reason: reason.clone() }, at)
                 }
-                None if on_queue.contains(body.as_str()) => (Outcome::Waiting, None),
+                None if on_queue.contains(&id) => (Outcome::Waiting, None),
                 None => (Outcome::Lost, None),
             },
         };
@@ -941,7 +1091,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             late_times.push(until(t0(), m.deliver_by).as_secs_f64());
         }
         if ending.outcome == Outcome::Expired
-            && let Some(reason) = dlq_reason.get(body.as_str())
+            && let Some(reason) = dlq_reason.get(&id)
         {
             tally.dlq_copy(reason);
         }
@@ -962,6 +1112,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     }
     report.cost = Cost::per_million(&usage, if worker == Worker::Punctual { slots.writes() } else { 0 }, msgs.len());
     report.cost_per_million_usd = Some(report.cost.usd);
+    report.sqs_requests_per_message = (report.cost.sqs_requests / 1e4).round() / 100.0;
+    report.dynamodb_writes_per_message = (report.cost.dynamodb_writes / 1e4).round() / 100.0;
+    report.released_urgent = released_urgent;
     if config.scenario == Scenario::Redrive {
         report.redriven = match &summary {
             Some(s) => s.moved,
@@ -971,7 +1124,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         report.fresh_late = msgs[..fresh]
             .iter()
             .filter_map(|(_, m)| m.as_ref())
-            .filter(|m| delivered_at.get(m.reminder_id.as_str()).is_none_or(|at| *at >= m.deliver_by))
+            .filter(|m| delivered_at.get(m.id.as_str()).is_none_or(|at| *at >= m.deliver_by))
             .count() as u64;
     }
     report.first_late_seconds = late_times.iter().copied().reduce(f64::min);

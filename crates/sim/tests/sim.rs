@@ -100,3 +100,32 @@ fn redrive_under_a_cap_delivers_the_dlq_without_making_fresh_traffic_late() {
         "the bulk move floods: {n:#?}"
     );
 }
+
+/// The lanes (issue 14): deadline-near work travels on its own queue, paced in deadline order,
+/// so finding it costs no deferral churn — the sender-side price of a mixed morning stays that
+/// of a normal one.
+#[test]
+fn a_mixed_morning_costs_what_a_normal_one_does() {
+    let config = SimConfig { reminders: 20_000, ..SimConfig::new(Scenario::Mixed) };
+    let p = run(&config, Worker::Punctual);
+    assert_eq!((p.counts.late, p.counts.lost), (0, 0), "{p:#?}");
+    assert!(p.released_urgent > 0, "the tight ones go to the urgent lane: {p:#?}");
+    assert!(p.sqs_requests_per_message <= 0.35, "{p:#?}");
+    assert!(p.dynamodb_writes_per_message <= 2.3, "{p:#?}");
+    assert!(p.limiter_writes_per_call <= 0.12, "{p:#?}");
+}
+
+/// Tight windows of 30–90 s (10 %): a random order within the urgent lane alone would leave
+/// about an eighth of them late; paced in deadline order they are served within a few of EDF.
+#[test]
+fn deadlines_thirty_to_ninety_seconds_out_are_served_within_five_of_edf() {
+    let config = SimConfig { reminders: 20_000, tight_seconds: (30, 90), ..SimConfig::new(Scenario::Mixed) };
+    let p = run(&config, Worker::Punctual);
+    assert!(
+        p.counts.late as f64 <= 1.05 * p.edf_late as f64 + 5.0,
+        "late {} vs EDF {}: {p:#?}",
+        p.counts.late,
+        p.edf_late
+    );
+    assert_eq!(p.counts.lost, 0);
+}

@@ -39,7 +39,7 @@ pub use ledger::{
 };
 pub use limiter::{Book, Booked, Lane, Limiter, LimiterClass, LimiterError, LimiterRequest, SlotStore, SlotView};
 pub use provider::{Provider, ProviderError, ProviderRequest};
-pub use queue::{DeadLetter, DeadLetters, DeadLettersError, Quarantine, QueueError, ReleaseQueue, SendQueue};
+pub use queue::{DeadLetter, DeadLetters, DeadLettersError, Quarantine, QueueError, Release, ReleaseQueue, SendQueue};
 pub use renewals::{RenewalLookup, Renewals, RenewalsError};
 
 /// A boxed error source kept by the catch-all cases.

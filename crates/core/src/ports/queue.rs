@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use super::{BoxError, Certainty};
 use crate::contract::ReminderMessage;
 use crate::ids::ReminderId;
+use crate::lanes::{LaneDepths, QueueLane};
 use crate::reason::ReasonCode;
 
 /// Failure metadata sent with a quarantined message as DLQ message attributes.
@@ -52,24 +53,37 @@ impl QueueError {
 
 /// What the sender does to queues besides acknowledging.
 pub trait SendQueue: Send + Sync {
-    /// Puts a copy of `msg` back on the send queue, visible after `delay` (capped at SQS's
-    /// 15 minutes; a longer wait hops). A fresh message keeps `ApproximateReceiveCount` a crash
-    /// counter only, as DESIGN §4 wants.
-    fn requeue(&self, msg: &ReminderMessage, delay: Duration) -> impl Future<Output = Result<(), QueueError>> + Send;
+    /// Puts a copy of `msg` back on `lane`, visible after `delay` (capped at SQS's 15 minutes;
+    /// a longer wait hops). A fresh message keeps `ApproximateReceiveCount` a crash counter
+    /// only, as DESIGN §4 wants.
+    fn requeue(
+        &self,
+        msg: &ReminderMessage,
+        delay: Duration,
+        lane: QueueLane,
+    ) -> impl Future<Output = Result<(), QueueError>> + Send;
     /// Sends a message to the DLQ with its failure metadata.
     fn dead_letter(&self, q: &Quarantine<'_>) -> impl Future<Output = Result<(), QueueError>> + Send;
 }
 
+/// One message the scheduler releases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    /// The message.
+    pub message: ReminderMessage,
+    /// Its `DelaySeconds` (≤ 15 min).
+    pub delay: Duration,
+    /// Its lane.
+    pub lane: QueueLane,
+}
+
 /// Where released messages go.
 pub trait ReleaseQueue: Send + Sync {
-    /// Sends each message with its delay (≤ 15 min); returns per message whether it was
+    /// Sends each message to its lane with its delay; returns per message whether it was
     /// accepted. A refused entry stays pending and is retried next tick.
-    fn release(
-        &self,
-        batch: &[(ReminderMessage, Duration)],
-    ) -> impl Future<Output = Result<Vec<bool>, QueueError>> + Send;
-    /// Messages already on the send queue (visible + in flight + delayed), for the backlog.
-    fn depth(&self) -> impl Future<Output = Result<u64, QueueError>> + Send;
+    fn release(&self, batch: &[Release]) -> impl Future<Output = Result<Vec<bool>, QueueError>> + Send;
+    /// Messages already on each lane (visible + in flight + delayed), for the backlog.
+    fn depth(&self) -> impl Future<Output = Result<LaneDepths, QueueError>> + Send;
 }
 
 /// The DLQ failed as machinery.
@@ -112,8 +126,8 @@ pub struct DeadLetter {
 pub trait DeadLetters: Send + Sync {
     /// Receives up to 10; each stays invisible until deleted or released.
     fn receive(&self) -> impl Future<Output = Result<Vec<DeadLetter>, DeadLettersError>> + Send;
-    /// Sends `body` to the send queue.
-    fn send_back(&self, body: &str) -> impl Future<Output = Result<(), DeadLettersError>> + Send;
+    /// Sends `body` to `lane`.
+    fn send_back(&self, body: &str, lane: QueueLane) -> impl Future<Output = Result<(), DeadLettersError>> + Send;
     /// Deletes a moved message from the DLQ.
     fn delete(&self, handle: &str) -> impl Future<Output = Result<(), DeadLettersError>> + Send;
     /// Makes a message visible again (left in the DLQ).

@@ -9,7 +9,7 @@
 //! most `max_per_second`, deletes from the DLQ only what was sent, watches a canary first and
 //! stops when the abort threshold trips, before the invocation deadline, or at `max_messages`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -113,12 +113,22 @@ pub struct Redriver<L, D, K, C> {
     pub canary_timeout: Duration,
     /// Stop this long before the invocation deadline.
     pub margin: Duration,
+    /// A letter with less slack than this goes back to the urgent lane (`DEADLINE_NEAR_SECS`).
+    pub urgent_below: Duration,
 }
 
 impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
     /// Composes the service.
     pub fn new(ledger: L, dlq: D, control: K, clock: C) -> Self {
-        Self { ledger, dlq, control, clock, canary_timeout: Duration::from_secs(60), margin: Duration::from_secs(5) }
+        Self {
+            ledger,
+            dlq,
+            control,
+            clock,
+            canary_timeout: Duration::from_secs(60),
+            margin: Duration::from_secs(5),
+            urgent_below: crate::lanes::URGENT_BELOW,
+        }
     }
 
     /// The ledger (for tests).
@@ -146,11 +156,13 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
         let mut sum = RedriveSummary { redrive_id: id.to_string(), dry_run: req.dry_run, ..RedriveSummary::default() };
         let mut held: Vec<String> = Vec::new();
         let stop_at = deadline - TimeDelta::from_std(self.margin).unwrap_or_default();
-        let interval = Duration::from_secs_f64(1.0 / req.max_per_second.max(1e-6));
-        let mut next_send = self.clock.now();
+        let mut pace = Pace::new(req.max_per_second, self.clock.now());
         let (mut first_send, mut last_send) = (None, None);
         let mut canary_checked = req.canary == 0;
         let mut checked_at = 0u64;
+        // Outcomes already final for this run are read once, not at every check: the checks
+        // were O(moved²) ledger reads (8.5 reads per reminder in `simulate --scenario redrive`).
+        let mut settled: HashMap<String, Outcomes> = HashMap::new();
         let result = async {
             'outer: loop {
                 if self.clock.now() >= stop_at {
@@ -214,17 +226,18 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                         sum.moved += 1;
                         continue;
                     }
-                    // Pace: never faster than max_per_second.
+                    // Pace: never faster than max_per_second, in groups (see `Pace`).
                     let now = self.clock.now();
-                    if next_send > now {
-                        self.clock.sleep(until(now, next_send)).await;
+                    let at = pace.next(now);
+                    if at > now {
+                        self.clock.sleep(until(now, at)).await;
                     }
-                    next_send = add(self.clock.now().max(next_send), interval);
                     msg.attempt = record.as_ref().map_or(msg.attempt, |r| r.attempts.max(msg.attempt));
                     // The fresh budget starts from the attempts made so far, once: requeued
                     // copies carry this base unchanged (see `decision::attempt_limit`).
                     msg.redrive = Some(RedriveStamp { base_attempt: msg.attempt, ..stamp.clone() });
-                    self.dlq.send_back(&msg.encode()).await.map_err(port("sending back to the send queue"))?;
+                    let lane = crate::lanes::lane_at(msg.deliver_by, self.clock.now(), self.urgent_below);
+                    self.dlq.send_back(&msg.encode(), lane).await.map_err(port("sending back to the send queue"))?;
                     held.retain(|h| *h != dl.handle);
                     self.dlq.delete(&dl.handle).await.map_err(port("deleting from the DLQ"))?;
                     let t = self.clock.now();
@@ -236,14 +249,14 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                         canary_checked = true;
                         sum.canary_moved = sum.moved;
                         let wait = req.canary_timeout.unwrap_or(self.canary_timeout);
-                        let failed = self.watch(&id, &sum.moved_ids, Some(wait)).await?.failed;
+                        let failed = self.watch(&id, &sum.moved_ids, &mut settled, Some(wait)).await?.failed;
                         sum.canary_failed = failed;
                         if failed as f64 > req.abort_if.failure_ratio * sum.canary_moved as f64 {
                             sum.aborted = Some(format!("canary: {failed} of {} failed again", sum.canary_moved));
                         }
                     } else if canary_checked && sum.moved - checked_at >= u64::from(req.abort_if.window) {
                         checked_at = sum.moved;
-                        let o = self.watch(&id, &sum.moved_ids, None).await?;
+                        let o = self.watch(&id, &sum.moved_ids, &mut settled, None).await?;
                         if o.settled > 0 && o.failed as f64 > req.abort_if.failure_ratio * o.settled as f64 {
                             sum.aborted =
                                 Some(format!("{} of {} settled redriven reminders failed again", o.failed, o.settled));
@@ -284,11 +297,24 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
 
     /// Outcomes of moved reminders in the ledger — of this run (`run`) only; with `wait`, polls
     /// until all settled or the wait ends (an unsettled canary counts as failed).
-    async fn watch(&self, run: &RedriveId, ids: &[String], wait: Option<Duration>) -> Result<Outcomes, RedriveError> {
+    /// The outcomes of this run's copies of `ids` (waiting up to `wait` for all to settle).
+    /// `settled` caches the outcomes that are final for this run (delivered, or failed again):
+    /// those are not read again.
+    async fn watch(
+        &self,
+        run: &RedriveId,
+        ids: &[String],
+        settled: &mut HashMap<String, Outcomes>,
+        wait: Option<Duration>,
+    ) -> Result<Outcomes, RedriveError> {
         let give_up = add(self.clock.now(), wait.unwrap_or_default());
         loop {
             let mut o = Outcomes::default();
             for id in ids {
+                if let Some(done) = settled.get(id) {
+                    o.add(done);
+                    continue;
+                }
                 let Ok(rid) = ReminderId::parse(id.as_str()) else { continue };
                 let rec = self.ledger.get(&rid).await.map_err(|e: LedgerError| RedriveError::Port {
                     what: "reading redriven outcomes",
@@ -299,15 +325,22 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                 // reminder left entries (and maybe a dead_lettered state) of its own.
                 let ours: Vec<_> =
                     rec.history.iter().filter(|h| h.redrive_id.as_deref() == Some(run.as_str())).collect();
-                o.answers += ours.iter().filter(|h| h.provider_status.is_some()).count() as u64;
-                o.throttled += ours.iter().filter(|h| h.provider_status == Some(429)).count() as u64;
+                let mut one = Outcomes {
+                    answers: ours.iter().filter(|h| h.provider_status.is_some()).count() as u64,
+                    throttled: ours.iter().filter(|h| h.provider_status == Some(429)).count() as u64,
+                    ..Outcomes::default()
+                };
                 match rec.state {
-                    ReminderState::Delivered => o.settled += 1,
+                    ReminderState::Delivered => one.settled = 1,
                     ReminderState::DeadLettered | ReminderState::Expired if !ours.is_empty() => {
-                        o.settled += 1;
-                        o.failed += 1;
+                        one.settled = 1;
+                        one.failed = 1;
                     }
                     _ => {}
+                }
+                o.add(&one);
+                if one.settled > 0 {
+                    settled.insert(id.clone(), one);
                 }
             }
             if wait.is_none() || o.settled as usize >= ids.len() {
@@ -322,10 +355,61 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
     }
 }
 
-#[derive(Debug, Default)]
+/// The redrive's pacing: sends go out in groups of up to ten (a second's worth at the rate,
+/// at least one) sent back to back, the groups `group / rate` apart. The rate over any group
+/// window is `max_per_second`, as before; but the copies reach the send queue together, so one
+/// worker receives them as one batch: one receive, one delete, one limiter booking for up to
+/// ten, instead of one each (measured in `simulate --scenario redrive`: one at a time cost 0.24
+/// limiter writes per call and 0.77 SQS requests per reminder).
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    /// Sends per group.
+    group: u32,
+    /// Time between group starts.
+    every: Duration,
+    started: DateTime<Utc>,
+    in_group: u32,
+}
+
+impl Pace {
+    fn new(rate: f64, now: DateTime<Utc>) -> Self {
+        let rate = rate.max(1e-6);
+        let group = rate.floor().clamp(1.0, 10.0) as u32;
+        Self {
+            group,
+            every: Duration::from_secs_f64(f64::from(group) / rate),
+            started: now - TimeDelta::days(1),
+            in_group: group,
+        }
+    }
+
+    /// When the next send may go, given it is `now`.
+    fn next(&mut self, now: DateTime<Utc>) -> DateTime<Utc> {
+        let window_end = add(self.started, self.every);
+        if self.in_group < self.group && now < window_end {
+            self.in_group += 1;
+            return now;
+        }
+        // A new group: at the end of the last group's window, or now if that has passed.
+        self.started = now.max(window_end);
+        self.in_group = 1;
+        self.started
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
 struct Outcomes {
     settled: u64,
     failed: u64,
     answers: u64,
     throttled: u64,
+}
+
+impl Outcomes {
+    fn add(&mut self, other: &Outcomes) {
+        self.settled += other.settled;
+        self.failed += other.failed;
+        self.answers += other.answers;
+        self.throttled += other.throttled;
+    }
 }

@@ -1,0 +1,271 @@
+//! The two send queues ("lanes", DESIGN §5 as amended by issue 14): deadline-near work travels
+//! on the **urgent** lane, everything else on the **normal** lane. Both share the DLQ; both
+//! trigger the sender, each mapping with its own concurrency, so a normal backlog can never
+//! occupy the pollers urgent work needs.
+//!
+//! # Why lanes, and why paced
+//! An SQS standard queue hands out ready messages in no useful order. With one queue, finding
+//! the few tight reminders in a morning's backlog meant receiving (and deferring) normal work
+//! until they turned up: paid per message, and bounded by how fast workers receive. A second
+//! queue separates the tight ones at the source, but inside the urgent lane the order is still
+//! random, and with deadlines 30–90 s apart that alone leaves ~12 % late (a uniformly random
+//! service order over 60 s of work). So the scheduler also **paces** the urgent lane with
+//! `DelaySeconds`: it sorts a tick's urgent reminders by deadline and gives each a turn on a
+//! single server at the sustainable rate (a turn starts when the reminder is visible and the
+//! lane is free), making it visible `lead` before its turn. At any moment only about
+//! `lead × rate` urgent messages are visible, so the random order costs at most about `lead`
+//! against earliest-deadline-first, with no requeue at all. A pace never makes a reminder
+//! visible before its `deliver_after`, nor later than `reserve` before its `deliver_by`. If
+//! the fleet drains faster than `rate`, urgent work waits a little longer than it had to (it
+//! is on time either way); if slower, the pace is moot: the lane holds a backlog and the age
+//! alarm on it fires first.
+//!
+//! The sender and the redrive route every copy they send by the slack it will have when it
+//! becomes visible ([`lane_at`]); a requeued copy is not paced (it is one message, not a batch).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::clock::{add, sub, until};
+use crate::contract::ReminderMessage;
+
+/// SQS's longest `DelaySeconds`.
+pub const MAX_DELAY: Duration = Duration::from_secs(900);
+
+/// Default slack under which work is urgent (the sender's `DEADLINE_NEAR_SECS`).
+pub const URGENT_BELOW: Duration = Duration::from_secs(15 * 60);
+
+/// Default lead of a paced urgent release: how long before its projected turn a message
+/// becomes visible. Long enough that the workers always find a full batch (releases are in
+/// whole seconds), short enough that random order within it costs little.
+pub const URGENT_LEAD: Duration = Duration::from_secs(5);
+
+/// Which send queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueLane {
+    /// Everything with slack to spare.
+    Normal,
+    /// Deadline-near work.
+    Urgent,
+}
+
+impl QueueLane {
+    /// Both lanes, normal first.
+    pub const ALL: [QueueLane; 2] = [Self::Normal, Self::Urgent];
+
+    /// The lane's name in reports and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Normal => "normal",
+            Self::Urgent => "urgent",
+        }
+    }
+}
+
+impl std::fmt::Display for QueueLane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The lane of a copy of a reminder due by `deliver_by` that becomes visible at `visible_at`:
+/// urgent when its slack then is below `urgent_below`.
+pub fn lane_at(deliver_by: DateTime<Utc>, visible_at: DateTime<Utc>, urgent_below: Duration) -> QueueLane {
+    if until(visible_at, deliver_by) < urgent_below { QueueLane::Urgent } else { QueueLane::Normal }
+}
+
+/// Messages on each lane (visible + in flight + delayed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LaneDepths {
+    /// The normal lane.
+    pub normal: u64,
+    /// The urgent lane.
+    pub urgent: u64,
+    /// Of the urgent lane's, those still delayed (not yet visible): paced releases waiting for
+    /// their turn, which must not count as work ahead of a reminder due now.
+    pub urgent_delayed: u64,
+}
+
+impl LaneDepths {
+    /// Both lanes together.
+    pub fn total(self) -> u64 {
+        self.normal + self.urgent
+    }
+
+    /// One lane.
+    pub fn of(self, lane: QueueLane) -> u64 {
+        match lane {
+            QueueLane::Normal => self.normal,
+            QueueLane::Urgent => self.urgent,
+        }
+    }
+
+    /// Counts `n` more on `lane`.
+    pub fn add(&mut self, lane: QueueLane, n: u64) {
+        match lane {
+            QueueLane::Normal => self.normal += n,
+            QueueLane::Urgent => self.urgent += n,
+        }
+    }
+}
+
+/// How releases are routed and paced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LanePolicy {
+    /// Slack when visible under which a reminder is urgent.
+    pub urgent_below: Duration,
+    /// See [`URGENT_LEAD`].
+    pub lead: Duration,
+    /// A paced reminder becomes visible at least this long before its `deliver_by` (see
+    /// [`URGENT_RESERVE`]).
+    pub reserve: Duration,
+    /// The fleet's sustainable delivery rate, calls/s (the pace of the urgent lane).
+    pub rate: f64,
+}
+
+/// Default of [`LanePolicy::reserve`]: a paced message visible later than this before its
+/// deadline would meet the sender's own cutoff (queue delay 5 s, the shortest provider call
+/// and the invocation margin) at the first denial; a pace that would go later than this has
+/// lost anyway, and visible earlier it may still be served if the fleet runs ahead of `rate`.
+pub const URGENT_RESERVE: Duration = Duration::from_secs(30);
+
+impl LanePolicy {
+    /// Defaults for a sustainable `rate`.
+    pub fn new(rate: f64) -> Self {
+        Self { urgent_below: URGENT_BELOW, lead: URGENT_LEAD, reserve: URGENT_RESERVE, rate }
+    }
+
+    /// The lane of `msg` released at `now` (it becomes visible at its `deliver_after`): the
+    /// same rule as every other copy's ([`lane_at`]), so the lane a reminder travels on and the
+    /// limiter class the sender gives it agree.
+    pub fn lane(&self, msg: &ReminderMessage, now: DateTime<Utc>) -> QueueLane {
+        lane_at(msg.deliver_by, now.max(msg.deliver_after), self.urgent_below)
+    }
+}
+
+/// Paces one tick's urgent releases: call [`ReleasePlanner::pace`] for each urgent reminder in
+/// `deliver_by` order (the scheduler sorts the whole tick's urgent reminders first).
+///
+/// The urgent lane is modelled as one server working at `rate` in deadline order: a reminder's
+/// turn starts when it is visible and the lane is free (`cursor`), and it is made visible
+/// `lead` before its turn. The cursor starts behind the urgent messages already visible or in
+/// flight; delayed ones are paced releases of earlier ticks, each with a turn of its own.
+#[derive(Debug, Clone)]
+pub struct ReleasePlanner {
+    policy: LanePolicy,
+    cursor: DateTime<Utc>,
+}
+
+impl ReleasePlanner {
+    /// A planner at `now` behind what the lanes hold.
+    pub fn new(policy: LanePolicy, now: DateTime<Utc>, ahead: LaneDepths) -> Self {
+        let ready = ahead.urgent.saturating_sub(ahead.urgent_delayed);
+        let cursor = add(now, Duration::from_secs_f64((ready as f64 / policy.rate.max(1e-3)).min(86_400.0)));
+        Self { policy, cursor }
+    }
+
+    /// The `DelaySeconds` of urgent `msg` released at `now`: visible `lead` before its turn,
+    /// never before its `deliver_after`, never later than `reserve` before its `deliver_by`
+    /// (unless that is before its `deliver_after`), at most 15 minutes.
+    pub fn pace(&mut self, msg: &ReminderMessage, now: DateTime<Utc>) -> Duration {
+        let visible = now.max(msg.deliver_after);
+        let start = visible.max(self.cursor);
+        let step = Duration::from_secs_f64((1.0 / self.policy.rate.max(1e-3)).min(86_400.0));
+        self.cursor = add(start, step);
+        let paced = sub(start, self.policy.lead).max(visible);
+        let latest = sub(msg.deliver_by, self.policy.reserve).max(visible);
+        until(now, paced.min(latest)).min(MAX_DELAY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::message;
+    use chrono::TimeDelta;
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-12-01T09:00:00Z").unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn a_copy_is_urgent_by_the_slack_it_has_when_visible() {
+        let by = t0() + TimeDelta::minutes(20);
+        assert_eq!(lane_at(by, t0(), URGENT_BELOW), QueueLane::Normal);
+        assert_eq!(lane_at(by, t0() + TimeDelta::minutes(6), URGENT_BELOW), QueueLane::Urgent);
+        // Past its deadline is the tightest there is.
+        assert_eq!(lane_at(by, by + TimeDelta::minutes(1), URGENT_BELOW), QueueLane::Urgent);
+    }
+
+    fn paced(
+        p: &mut ReleasePlanner,
+        now: DateTime<Utc>,
+        after: DateTime<Utc>,
+        n: u64,
+    ) -> Vec<(DateTime<Utc>, Duration)> {
+        (0..n)
+            .map(|k| {
+                let by = after + TimeDelta::milliseconds(30_000 + (k as i64) * 10);
+                (by, p.pace(&message(&format!("r{k}"), after, by), now))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn tight_reminders_are_paced_in_deadline_order_and_never_past_their_reserve() {
+        let mut p = ReleasePlanner::new(LanePolicy::new(100.0), t0(), LaneDepths::default());
+        let mut last = Duration::ZERO;
+        // 6,000 due now within 30–90 s, in deadline order: the k-th becomes visible near k/100 s.
+        for (k, (by, delay)) in paced(&mut p, t0(), t0(), 6000).into_iter().enumerate() {
+            assert!(delay >= last, "paced in order");
+            let turn = Duration::from_secs_f64(k as f64 / 100.0);
+            assert!(delay <= turn.saturating_sub(URGENT_LEAD) + Duration::from_millis(1), "k {k}: {delay:?}");
+            assert!(add(t0(), delay) <= by - TimeDelta::seconds(30), "k {k}: visible {delay:?} inside the reserve");
+            last = delay;
+        }
+    }
+
+    /// Released ten minutes ahead (the scheduler's lookahead), the pace starts at the
+    /// reminders' `deliver_after`, not at the tick.
+    #[test]
+    fn a_burst_released_ahead_is_paced_from_its_deliver_after() {
+        let mut p = ReleasePlanner::new(LanePolicy::new(100.0), t0(), LaneDepths::default());
+        let due = t0() + TimeDelta::minutes(10);
+        for (k, (_, delay)) in paced(&mut p, t0(), due, 6000).into_iter().enumerate() {
+            let turn = Duration::from_secs(600) + Duration::from_secs_f64(k as f64 / 100.0);
+            assert!(
+                delay + Duration::from_millis(1) >= turn.saturating_sub(URGENT_LEAD).max(Duration::from_secs(600)),
+                "k {k}: {delay:?}"
+            );
+            assert!(delay <= turn, "k {k}: {delay:?}");
+        }
+    }
+
+    /// Paced releases of an earlier tick are still delayed: they are not work ahead of a
+    /// reminder due now.
+    #[test]
+    fn delayed_urgent_messages_do_not_hold_back_one_due_now() {
+        let ahead = LaneDepths { normal: 0, urgent: 6000, urgent_delayed: 6000 };
+        let mut p = ReleasePlanner::new(LanePolicy::new(100.0), t0(), ahead);
+        let m = message("now", t0(), t0() + TimeDelta::seconds(60));
+        assert_eq!(p.pace(&m, t0()), Duration::ZERO);
+        // 6,000 visible or in flight are: 60 s of work ahead, so it is made visible as late as
+        // its reserve allows.
+        let ahead = LaneDepths { normal: 0, urgent: 6000, urgent_delayed: 0 };
+        let mut p = ReleasePlanner::new(LanePolicy::new(100.0), t0(), ahead);
+        assert_eq!(p.pace(&m, t0()), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_future_reminder_keeps_its_deliver_after_and_lanes_follow_slack_when_visible() {
+        let policy = LanePolicy::new(100.0);
+        let mut p = ReleasePlanner::new(policy, t0(), LaneDepths::default());
+        let m = message("later", t0() + TimeDelta::minutes(10), t0() + TimeDelta::minutes(12));
+        assert_eq!(policy.lane(&m, t0()), QueueLane::Urgent);
+        assert_eq!(p.pace(&m, t0()), Duration::from_secs(600), "never before deliver_after");
+        let roomy = message("roomy", t0() + TimeDelta::minutes(10), t0() + TimeDelta::minutes(40));
+        assert_eq!(policy.lane(&roomy, t0()), QueueLane::Normal, "30 minutes of slack when visible");
+    }
+}
