@@ -367,6 +367,32 @@ impl SqsQueues {
             .map_err(sdk)?;
         Ok(())
     }
+
+    /// Makes received messages visible again now, ten per `ChangeMessageVisibilityBatch`.
+    /// Returns how many SQS refused (a handle that expired meanwhile is already visible);
+    /// machinery failure is an error.
+    pub async fn release_batch(&self, queue_url: &str, receipt_handles: &[String]) -> Result<usize, QueueError> {
+        use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry as Entry;
+        let mut refused = 0;
+        for chunk in receipt_handles.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, h)| Entry::builder().id(format!("v{i}")).receipt_handle(h).visibility_timeout(0).build())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| QueueError::Unknown(Box::new(e)))?;
+            let out = self
+                .client
+                .change_message_visibility_batch()
+                .queue_url(queue_url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(sdk)?;
+            refused += out.failed.len();
+        }
+        Ok(refused)
+    }
 }
 
 /// Pairs each sent entry with its result, in input order. An entry SQS mentions in neither list

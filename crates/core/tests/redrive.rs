@@ -27,6 +27,7 @@ fn t0() -> DateTime<Utc> {
 struct Dlq {
     waiting: Arc<Mutex<Vec<DeadLetter>>>,
     sent_back: Arc<Mutex<Vec<(String, QueueLane)>>>,
+    released: Arc<Mutex<Vec<String>>>,
 }
 
 impl Dlq {
@@ -53,7 +54,8 @@ impl DeadLetters for Dlq {
     async fn delete(&self, _: &str) -> Result<(), DeadLettersError> {
         Ok(())
     }
-    async fn release(&self, _: &[String]) -> Result<(), DeadLettersError> {
+    async fn release(&self, handles: &[String]) -> Result<(), DeadLettersError> {
+        self.released.lock().unwrap().extend(handles.iter().cloned());
         Ok(())
     }
 }
@@ -229,4 +231,58 @@ async fn a_redriven_letter_goes_back_to_the_lane_its_slack_calls_for() {
         .collect();
     assert!(routed.contains(&(tight.reminder_id.to_string(), QueueLane::Urgent)), "{routed:?}");
     assert!(routed.contains(&(roomy.reminder_id.to_string(), QueueLane::Normal)), "{routed:?}");
+}
+
+/// A run whose deadline falls inside its canary wait stops in time: it does not sleep past its
+/// margin, the letters it did not move become visible again (released), and its audit record
+/// is finished. An unsettled canary at the deadline is not reported as a failed canary.
+#[tokio::test]
+async fn a_deadline_inside_the_canary_wait_stops_the_run_in_time_with_its_audit_record() {
+    let clock = ManualClock::new(t0());
+    let ledger = MemoryLedger::new();
+    let mut letters = Vec::new();
+    for i in 0..5 {
+        let m = punctual_core::testing::message(&format!("canary-{i}"), t0(), t0() + TimeDelta::hours(5));
+        dead_lettered(&ledger, &m, 1, clock.now()).await;
+        letters.push(DeadLetter { handle: format!("h-{i}"), ..letter(m.encode(), ReasonCode::AttemptLimit) });
+    }
+    let dlq = Dlq::holding(letters);
+    let control = MemoryControl::default();
+    let redriver = Redriver::new(ledger, dlq.clone(), control.clone(), clock.clone());
+    // Canary of 1 with a 300 s wait; the invocation ends in 60 s (the service keeps 5 s).
+    let req = RedriveRequest { canary: 1, canary_timeout: Some(Duration::from_secs(300)), ..request() };
+    let deadline = t0() + TimeDelta::seconds(60);
+    let sum = redriver.run(&req, deadline).await.unwrap();
+    assert!(clock.now() <= deadline - TimeDelta::seconds(5), "ran until {}", clock.now());
+    assert_eq!(sum.moved, 1, "{sum:?}");
+    assert!(sum.aborted.as_deref().is_some_and(|a| a.contains("deadline")), "{sum:?}");
+    assert_eq!(sum.canary_failed, 0, "an unsettled canary at the deadline is not a failure: {sum:?}");
+    let released = dlq.released.lock().unwrap().clone();
+    assert_eq!(released.len(), 4, "the four letters not moved are visible again: {released:?}");
+    let audits = control.audits.lock().unwrap().clone();
+    assert!(audits.last().is_some_and(|a| a.finished_at.is_some() && a.summary.is_some()), "{audits:?}");
+}
+
+/// The pacing never sleeps past the run's stop time: at 0.02/s the second send would be 50 s
+/// after the first, beyond a 30 s invocation.
+#[tokio::test]
+async fn the_pacing_stops_at_the_deadline_instead_of_sleeping_past_it() {
+    let clock = ManualClock::new(t0());
+    let ledger = MemoryLedger::new();
+    let mut letters = Vec::new();
+    for i in 0..3 {
+        let m = punctual_core::testing::message(&format!("slow-{i}"), t0(), t0() + TimeDelta::hours(5));
+        dead_lettered(&ledger, &m, 1, clock.now()).await;
+        letters.push(DeadLetter { handle: format!("h-{i}"), ..letter(m.encode(), ReasonCode::AttemptLimit) });
+    }
+    let dlq = Dlq::holding(letters);
+    let control = MemoryControl::default();
+    let redriver = Redriver::new(ledger, dlq.clone(), control.clone(), clock.clone());
+    let req = RedriveRequest { max_per_second: 0.02, ..request() };
+    let deadline = t0() + TimeDelta::seconds(30);
+    let sum = redriver.run(&req, deadline).await.unwrap();
+    assert!(clock.now() <= deadline - TimeDelta::seconds(5), "ran until {}", clock.now());
+    assert_eq!(sum.moved, 1, "{sum:?}");
+    assert!(sum.aborted.as_deref().is_some_and(|a| a.contains("deadline")), "{sum:?}");
+    assert_eq!(dlq.released.lock().unwrap().len(), 2);
 }

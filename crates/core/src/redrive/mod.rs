@@ -229,6 +229,12 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     // Pace: never faster than max_per_second, in groups (see `Pace`).
                     let now = self.clock.now();
                     let at = pace.next(now);
+                    if at >= stop_at {
+                        // The next send would fall after the run's stop time.
+                        sum.left += 1;
+                        sum.aborted.get_or_insert_with(|| "stopped before the invocation deadline".into());
+                        continue;
+                    }
                     if at > now {
                         self.clock.sleep(until(now, at)).await;
                     }
@@ -248,8 +254,20 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     if !canary_checked && sum.moved == u64::from(req.canary) {
                         canary_checked = true;
                         sum.canary_moved = sum.moved;
-                        let wait = req.canary_timeout.unwrap_or(self.canary_timeout);
-                        let failed = self.watch(&id, &sum.moved_ids, &mut settled, Some(wait)).await?.failed;
+                        let wanted = req.canary_timeout.unwrap_or(self.canary_timeout);
+                        // The wait ends by the run's own stop time: a canary still unsettled
+                        // then is not a failed canary, and the run stops, releasing the rest and
+                        // writing its audit record, instead of being killed mid-wait.
+                        let left = until(self.clock.now(), stop_at);
+                        let o = self.watch(&id, &sum.moved_ids, &mut settled, Some(wanted.min(left))).await?;
+                        if wanted > left && o.settled < sum.moved {
+                            sum.aborted = Some(format!(
+                                "stopped before the invocation deadline: the canary was still settling ({} of {} settled)",
+                                o.settled, sum.moved
+                            ));
+                            continue;
+                        }
+                        let failed = o.failed;
                         sum.canary_failed = failed;
                         if failed as f64 > req.abort_if.failure_ratio * sum.canary_moved as f64 {
                             sum.aborted = Some(format!("canary: {failed} of {} failed again", sum.canary_moved));
