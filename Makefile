@@ -120,12 +120,45 @@ invoke-smoke: build-tools
 	tools/with-emulator.sh tools/invoke-smoke.sh
 
 ## Deploy to AWS with SAM: builds the three packages with cargo-lambda and asks for the stack
-## name, region and parameters the first time (saved to infra/samconfig.toml). Needs AWS
-## credentials; SAM CLI is installed into the venv on first use (it is not needed for tests).
+## name, region and parameters (saved to infra/samconfig.toml). Needs AWS credentials; SAM CLI
+## is installed into the venv on first use (it is not needed for tests).
+## ARCH (x86_64 | arm64) is the one place the architecture is chosen, e.g. `make deploy
+## ARCH=arm64`: `sam build` gets it as the template's Architecture parameter, which SAM's
+## rust-cargolambda builder turns into `cargo lambda build --arm64` (or its x86_64 default);
+## the built bootstraps are then checked to be ELF for that machine; and `sam deploy` gets the
+## same Architecture, so the functions are created for the binaries that were built. A mismatch
+## fails here, before anything is deployed, instead of at every cold start.
+## `sam deploy` replaces (does not merge) the saved parameter_overrides when any are given on
+## the command line (aws-sam-cli#2380), so the saved ones are read from infra/samconfig.toml and
+## passed back with Architecture=$(ARCH) put in place: the guided prompts keep defaulting to the
+## saved answers (a tuned ProviderRatePerSecond is not reset by pressing Enter). Keep the
+## Architecture answer at its default. DEPLOY_FLAGS=--no-confirm-changeset (without --guided)
+## deploys the saved answers unattended.
+SAM_CLI := aws-sam-cli==1.150.0
+DEPLOY_FLAGS ?= --guided
+SAM := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" sam
+# Every saved parameter override but Architecture, then Architecture=$(ARCH), as SAM parses them.
+SAVED_OVERRIDES := import os, sys, shlex, tomllib; \
+  p = "infra/samconfig.toml"; \
+  c = tomllib.load(open(p, "rb")) if os.path.exists(p) else {}; \
+  s = c.get("default", {}).get("deploy", {}).get("parameters", {}).get("parameter_overrides", ""); \
+  kv = [i.split("=", 1) for i in (shlex.split(s) if isinstance(s, str) else [w for x in s for w in shlex.split(x)]) if "=" in i]; \
+  kv = [(k, v) for k, v in kv if k != "Architecture"] + [("Architecture", sys.argv[1])]; \
+  print(" ".join(k + "=" + chr(34) + v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34)) + chr(34) for k, v in kv))
+# ELF e_machine of each built bootstrap: 62 = x86-64, 183 = AArch64.
+CHECK_ARCH := import sys; \
+  want = {"x86_64": 62, "arm64": 183}[sys.argv[1]]; \
+  heads = {p: open(p, "rb").read(20) for p in sys.argv[2:]}; \
+  bad = [p for p, h in heads.items() if h[:4] != bytes([127, 69, 76, 70]) or int.from_bytes(h[18:20], "little") != want]; \
+  sys.exit("built for the wrong architecture (want " + sys.argv[1] + "; a cached build? rm -rf infra/.aws-sam): " + ", ".join(bad) if bad else 0)
 deploy: build-tools
-	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check aws-sam-cli==1.150.0
-	cd infra && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" sam build --beta-features && \
-	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" sam deploy --guided
+	@case "$(ARCH)" in x86_64|arm64) ;; *) echo "ARCH must be x86_64 or arm64, not '$(ARCH)'" >&2; exit 2;; esac
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(SAM_CLI)
+	cd infra && $(SAM) build --beta-features --parameter-overrides Architecture=$(ARCH)
+	$(VENV)/bin/python -c '$(CHECK_ARCH)' $(ARCH) infra/.aws-sam/build/{Sender,Scheduler,Redrive}Function/bootstrap
+	@echo "==> deploying with Architecture=$(ARCH) (binaries checked); keep that answer if prompted"
+	overrides=$$($(VENV)/bin/python -c '$(SAVED_OVERRIDES)' $(ARCH)) && \
+	  cd infra && $(SAM) deploy $(DEPLOY_FLAGS) --parameter-overrides "$$overrides"
 
 ## The same integration suite against LocalStack (Docker, on your machine; not here):
 ##   docker run -p 4566:4566 localstack/localstack && make localstack-test

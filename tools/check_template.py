@@ -1,9 +1,13 @@
 """Invariants of infra/template.yaml that cfn-lint cannot know (the design's, not the schema's).
 
 Run by `make test` after cfn-lint. Prints one line per invariant and `N passed, N failed`;
-exits 1 when any fails.
+exits 1 when any fails. Some invariants compare the template with the code: the parameter and
+variable bounds and the DynamoDB key prefixes are read from the Rust source (crates/ in the
+repository this script belongs to), so a change on either side that makes them disagree fails.
 """
+import fnmatch
 import json
+import pathlib
 import re
 import sys
 
@@ -304,6 +308,418 @@ for lane, label in LANES.items():
 outputs = template.get("Outputs", {})
 for lane in LANES:
     check(f"an output gives {lane}'s URL", any(ref_name(o.get("Value")) == lane for o in outputs.values()))
+
+# ============================================================================================
+# Issue 17: a deploy that cannot fail silently. Each block below checks one decision the
+# template comments explain; each was shown to fail on a broken copy of the template.
+# ============================================================================================
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+by_binary = {f.get("Metadata", {}).get("BuildProperties", {}).get("Binary"): (name, f) for name, f in functions.items()}
+conditions = template.get("Conditions", {})
+
+
+def rust(rel):
+    """The text of a Rust source file (read-only: the code is the authority on its limits)."""
+    try:
+        return (ROOT / rel).read_text()
+    except OSError:
+        return ""
+
+
+def metric_of(p):
+    """(namespace, metric, {dimension: value}) of a single-metric alarm."""
+    dims = {d.get("Name"): d.get("Value") for d in p.get("Dimensions", [])}
+    return p.get("Namespace"), p.get("MetricName"), dims
+
+
+# --- 1. Alarms that fire when the pipeline stops --------------------------------------------
+def lambda_alarms(metric):
+    """Function logical ids that an AWS/Lambda `metric` alarm watches."""
+    out = {}
+    for name, a in alarms.items():
+        ns, m, dims = metric_of(a["Properties"])
+        if ns == "AWS/Lambda" and m == metric and "FunctionName" in dims:
+            out.setdefault(ref_name(dims["FunctionName"]), []).append(name)
+    return out
+
+
+for metric in ["Errors", "Throttles"]:
+    watched = lambda_alarms(metric)
+    for name in functions:
+        check(f"an AWS/Lambda {metric} alarm watches {name}", name in watched)
+sched_name = by_binary.get("scheduler", (None, {}))[0]
+heartbeats = [
+    a["Properties"] for a in alarms.values()
+    if metric_of(a["Properties"])[:2] == ("AWS/Lambda", "Invocations")
+    and ref_name(metric_of(a["Properties"])[2].get("FunctionName")) == sched_name
+]
+check(
+    "a heartbeat alarm fires when the scheduler is not invoked (Invocations < 1, missing data breaching)",
+    any(
+        h.get("ComparisonOperator") == "LessThanThreshold"
+        and float(h.get("Threshold", 0)) >= 1
+        and h.get("TreatMissingData") == "breaching"
+        and int(h.get("Period", 0)) * int(h.get("EvaluationPeriods", 0)) <= 900
+        for h in heartbeats
+    ),
+    json.dumps(heartbeats),
+)
+
+# How each alarm behaves when its metric disappears: the deliberate value, and for
+# notBreaching alarms which other alarms fire when the metric's *producer* stops. The README
+# ("infra/", "When a metric disappears") lists the same table. A new alarm must be added here.
+MISSING_DATA = {
+    "SchedulerErrorsAlarm": ("notBreaching", ["SchedulerNotTickingAlarm"]),
+    "SenderErrorsAlarm": ("notBreaching", ["OldestMessageAgeAlarm", "UrgentOldestMessageAgeAlarm"]),
+    "RedriveErrorsAlarm": ("notBreaching", []),  # absent = no operator run: nothing to watch
+    "SchedulerThrottlesAlarm": ("notBreaching", ["SchedulerNotTickingAlarm"]),
+    "SenderThrottlesAlarm": ("notBreaching", ["OldestMessageAgeAlarm", "UrgentOldestMessageAgeAlarm"]),
+    "RedriveThrottlesAlarm": ("notBreaching", []),
+    "SchedulerNotTickingAlarm": ("breaching", []),
+    "SenderInfrastructureFailuresAlarm": ("notBreaching", ["SenderErrorsAlarm", "OldestMessageAgeAlarm"]),
+    "OldestMessageAgeAlarm": ("notBreaching", ["SenderErrorsAlarm", "SchedulerNotTickingAlarm"]),
+    "UrgentOldestMessageAgeAlarm": ("notBreaching", ["SenderErrorsAlarm", "SchedulerNotTickingAlarm"]),
+    "DlqNotEmptyAlarm": ("notBreaching", []),  # SQS keeps a queue with messages active
+    "ProjectedDeadlineBreachAlarm": ("notBreaching", ["OldestDueUndeliveredAlarm", "SchedulerNotTickingAlarm"]),
+    "OldestDueUndeliveredAlarm": ("breaching", []),
+    "ThrottleRatioAlarm": ("notBreaching", ["SenderErrorsAlarm", "OldestMessageAgeAlarm"]),
+}
+unlisted = sorted(set(alarms) - set(MISSING_DATA))
+check("every alarm's missing-data behaviour is a listed decision", not unlisted, ", ".join(unlisted))
+for name, a in sorted(alarms.items()):
+    if name not in MISSING_DATA:
+        continue
+    want, covered_by = MISSING_DATA[name]
+    got = a["Properties"].get("TreatMissingData")
+    check(f"{name}: TreatMissingData is {want}", got == want, f"got {got}")
+    gone = [c for c in covered_by if c not in alarms]
+    check(f"{name}: the alarms covering its producer's silence exist", not gone, ", ".join(gone))
+
+
+def custom_namespace(p):
+    ns = p.get("Namespace")
+    return ns is not None and ns != "AWS/Lambda" and not (isinstance(ns, str) and ns.startswith("AWS/"))
+
+
+# No alarm on the code's own metrics may stay silent when its producer stops: either missing
+# data breaches, or a listed alarm fires instead (above), and a breaching one on the scheduler
+# covers the scheduler's metrics.
+custom = {n: a["Properties"] for n, a in alarms.items() if custom_namespace(a["Properties"]) or "Metrics" in a["Properties"]}
+for name, p in sorted(custom.items()):
+    want, covered_by = MISSING_DATA.get(name, (None, []))
+    check(
+        f"{name} (a custom metric) is not silent when its producer stops",
+        p.get("TreatMissingData") == "breaching" or bool(covered_by),
+        f"{p.get('TreatMissingData')}, covered by {covered_by}",
+    )
+
+# The scheduler's metrics arrive once per completed tick, at most (timeout + 60 s interval)
+# apart. A breaching alarm needs a tick in every period; a notBreaching M-of-N alarm needs its
+# DatapointsToAlarm ticks to fit in its window.
+sched_timeout = int(by_binary.get("scheduler", (None, {}))[1].get("Properties", {}).get("Timeout", 3))
+tick_gap = sched_timeout + 60
+for name, p in sorted(custom.items()):
+    dims = metric_of(p)[2]
+    if dims.get("Function") != "scheduler":
+        continue
+    period, n = int(p.get("Period", 0)), int(p.get("EvaluationPeriods", 0))
+    m = int(p.get("DatapointsToAlarm", n))
+    if p.get("TreatMissingData") == "breaching":
+        check(f"{name}: every {period} s period holds a tick ({tick_gap} s apart at worst)", period >= tick_gap)
+    else:
+        check(
+            f"{name}: {m} of {n} × {period} s fit ticks {tick_gap} s apart",
+            period * n >= m * tick_gap,
+            f"{period} × {n} < {m} × {tick_gap}",
+        )
+oldest = alarms.get("OldestDueUndeliveredAlarm", {}).get("Properties", {})
+check("OldestDueUndeliveredAlarm is evaluated over >= 300 s periods", int(oldest.get("Period", 0)) >= 300)
+
+# The 429 ratio: FILL on the sparse Provider429 (written only when non-zero), and M-of-N over
+# a few minutes so bursts alarm.
+ratio = alarms.get("ThrottleRatioAlarm", {}).get("Properties", {})
+expr = " ".join(m.get("Expression", "") for m in ratio.get("Metrics", []) if m.get("ReturnData"))
+ids = {m["MetricStat"]["Metric"]["MetricName"]: m["Id"] for m in ratio.get("Metrics", []) if "MetricStat" in m}
+check(
+    "the 429 ratio FILLs both Provider429 and ProviderAttempts with 0",
+    all(re.search(rf"FILL\(\s*{re.escape(ids.get(k, '?'))}\s*,\s*0\s*\)", expr) for k in ["Provider429", "ProviderAttempts"]),
+    expr,
+)
+r_n = int(ratio.get("EvaluationPeriods", 0))
+r_m = int(ratio.get("DatapointsToAlarm", r_n))
+r_period = max([int(m["MetricStat"].get("Period", 0)) for m in ratio.get("Metrics", []) if "MetricStat" in m] or [0])
+check(
+    "the 429 ratio alarms on a burst (M < N, window <= 5 minutes)",
+    r_m < r_n and r_n * r_period <= 300,
+    f"{r_m} of {r_n} × {r_period} s",
+)
+
+# --- 3. One metrics namespace per stack, used everywhere -------------------------------------
+NAMESPACE = {"Fn::Sub": "punctual/${AWS::StackName}"}
+glob_env = template.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {})
+check("METRICS_NAMESPACE is punctual/${AWS::StackName} for every function (Globals)", glob_env.get("METRICS_NAMESPACE") == NAMESPACE, json.dumps(glob_env.get("METRICS_NAMESPACE")))
+overridden = [n for n, f in functions.items() if "METRICS_NAMESPACE" in f.get("Properties", {}).get("Environment", {}).get("Variables", {})]
+check("no function overrides METRICS_NAMESPACE", not overridden, ", ".join(overridden))
+wrong_ns = []
+for name, a in alarms.items():
+    p = a["Properties"]
+    spaces = [p.get("Namespace")] + [m["MetricStat"]["Metric"].get("Namespace") for m in p.get("Metrics", []) if "MetricStat" in m]
+    wrong_ns += [f"{name}: {json.dumps(ns)}" for ns in spaces if ns is not None and not (isinstance(ns, str) and ns.startswith("AWS/")) and ns != NAMESPACE]
+check("every alarm on the code's metrics reads the stack's namespace", not wrong_ns, "; ".join(wrong_ns))
+dash_body = next(iter(dashboards.values()), {}).get("Properties", {}).get("DashboardBody", {})
+dash_sub = dash_body.get("Fn::Sub") if isinstance(dash_body, dict) else None
+dash_text, dash_vars = (dash_sub if isinstance(dash_sub, list) and len(dash_sub) == 2 else [str(dash_sub), {}])
+bare = re.findall(r'"punctual"|\{punctual,', dash_text)
+check("the dashboard reads the stack's namespace (no bare \"punctual\")", not bare and dash_vars.get("Namespace") == NAMESPACE and "${Namespace}" in dash_text, f"{bare} {json.dumps(dash_vars.get('Namespace'))}")
+
+# --- 2. What outlives the stack -------------------------------------------------------------
+STATEFUL = ["AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::Logs::LogGroup"]
+for name, r in sorted(res.items()):
+    if r.get("Type") in STATEFUL:
+        check(
+            f"{name} is retained on delete and on replacement",
+            r.get("DeletionPolicy") == "Retain" and r.get("UpdateReplacePolicy") == "Retain",
+            f"DeletionPolicy {r.get('DeletionPolicy')}, UpdateReplacePolicy {r.get('UpdateReplacePolicy')}",
+        )
+for name, t in sorted(tables.items()):
+    check(f"{name} has deletion protection", t["Properties"].get("DeletionProtectionEnabled") is True)
+
+
+# --- 4. Parameters bounded by what the code accepts -------------------------------------------
+def rust_call(text, var):
+    """The argument list of the `.parse("VAR", …)` call, split at top-level commas."""
+    m = re.search(r'\.parse(?:::<[^>]+>)?\(\s*"' + re.escape(var) + '"', text)
+    if not m:
+        return None
+    i, depth, args, cur = text.index("(", m.start()) + 1, 1, [], ""
+    while i < len(text) and depth:
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if c == "," and depth == 1:
+            args.append(cur.strip())
+            cur = ""
+        elif depth:
+            cur += c
+        i += 1
+    args.append(cur.strip())
+    return [a for a in args if a]
+
+
+def number(s):
+    return float(re.sub(r"(f32|f64|u8|u16|u32|u64|usize)$", "", s.replace("_", "")))
+
+
+def code_bounds(rel, var):
+    """(lo, lo_inclusive, hi, hi_inclusive) the Rust parser of `var` accepts, from its source;
+    None when it cannot be read (the check then fails: a parser that moved must be re-read)."""
+    text = rust(rel)
+    args = rust_call(text, var)
+    if not args or len(args) < 4:
+        return None
+    default, predicate = args[1], args[3]
+    if re.fullmatch(r"\w+", predicate):  # a named closure: `let share = |v: &f64| …;`
+        m = re.search(r"let\s+" + predicate + r"\s*=\s*(\|[^;]+);", text)
+        if not m:
+            return None
+        predicate = m.group(1)
+    integer = "f64" not in predicate and not re.fullmatch(r"[\d_]+\.[\d_]*", default)
+    lo, lo_inc, hi, hi_inc = (0.0, True, None, True) if integer else (None, True, None, True)
+    for op, val in re.findall(r"\*v\s*(>=|>|<=|<)\s*([\d_.]+)", predicate):
+        if op in (">", ">="):
+            lo, lo_inc = number(val), op == ">="
+        else:
+            hi, hi_inc = number(val), op == "<="
+    m = re.search(r"\(([\d_]+)\.\.=([\d_]+)\)\.contains\(v\)", predicate)
+    if m:
+        lo, lo_inc, hi, hi_inc = number(m.group(1)), True, number(m.group(2)), True
+    m = re.search(r"Duration::from_secs\(\*v\)\s*<=\s*(\w+)", predicate)
+    if m:  # a named Duration constant, in core
+        c = re.search(m.group(1) + r":\s*Duration\s*=\s*Duration::from_secs\(([\d_]+)\)", rust("crates/core/src/scheduler.rs"))
+        if not c:
+            return None
+        hi, hi_inc = number(c.group(1)), True
+    if lo is None and hi is None:
+        return None
+    return lo, lo_inc, hi, hi_inc
+
+
+# Which parser reads each variable the template sets (the file the bound is read from).
+PARSERS = {
+    "PROVIDER_RATE_PER_SEC": "crates/lambda/src/config.rs",
+    "REDRIVE_SHARE": "crates/lambda/src/config.rs",
+    "SUSTAINABLE_RATE_PER_SEC": "crates/scheduler/src/config.rs",
+    "LOOKAHEAD_SECS": "crates/scheduler/src/config.rs",
+    "REDRIVE_MAX_MESSAGES": "crates/redrive/src/config.rs",
+    "REDRIVE_MAX_PER_SECOND": "crates/redrive/src/config.rs",
+}
+# The template's expected bounds for every numeric parameter, and where each comes from. Where
+# the code's lower bound is exclusive (> 0) a Number parameter cannot say so: the MinValue is
+# the smallest value the template admits, chosen here and in the template together.
+BOUNDS = {
+    # crates/lambda/src/config.rs, limiter_settings: PROVIDER_RATE_PER_SEC in (0, 100000]
+    # (also SUSTAINABLE_RATE_PER_SEC, crates/scheduler/src/config.rs: > 0). 0.01 chosen.
+    "ProviderRatePerSecond": (0.01, 100000),
+    # crates/lambda/src/config.rs, limiter_settings: REDRIVE_SHARE in (0, 1]. 0.01 chosen.
+    "RedriveShare": (0.01, 1),
+    # Not read by the code: the event source mapping's limits (BatchSize 1..10 without a
+    # window is SQS's; kept at 10 with a window, the sender's 60 s timeout is sized for 10).
+    "SenderBatchSize": (1, 10),
+    "SenderBatchingWindowSeconds": (0, 300),
+    "SenderMaximumConcurrency": (2, 1000),
+    "SenderUrgentMaximumConcurrency": (2, 1000),
+}
+for pname, (lo, hi) in sorted(BOUNDS.items()):
+    p = parameters.get(pname, {})
+    got = (p.get("MinValue"), p.get("MaxValue"))
+    check(
+        f"parameter {pname} is bounded to [{lo}, {hi}]",
+        got[0] is not None and got[1] is not None and float(got[0]) == lo and float(got[1]) == hi,
+        f"template {got}",
+    )
+unbounded = sorted(n for n, p in parameters.items() if p.get("Type") == "Number" and n not in BOUNDS and "AllowedValues" not in p)
+check("every Number parameter is bounded (a BOUNDS entry or AllowedValues)", not unbounded, ", ".join(unbounded))
+
+
+def within(lo, hi, b):
+    """[lo, hi] ⊆ the code's interval b."""
+    clo, clo_inc, chi, chi_inc = b
+    ok_lo = clo is None or (lo >= clo if clo_inc else lo > clo)
+    ok_hi = chi is None or (hi <= chi if chi_inc else hi < chi)
+    return ok_lo and ok_hi
+
+
+# Every variable the template sets, from a parameter or a literal, lies within its parser's
+# range, and a parameter's bounds are the code's: the same inclusive bounds, and just inside
+# an exclusive one (the BOUNDS choice).
+for fname, f in sorted(functions.items()):
+    env = f.get("Properties", {}).get("Environment", {}).get("Variables", {})
+    for var, value in sorted(env.items()):
+        if var not in PARSERS:
+            continue
+        b = code_bounds(PARSERS[var], var)
+        check(f"the bound of {var} is read from {PARSERS[var]}", b is not None)
+        if b is None:
+            continue
+        clo, clo_inc, chi, chi_inc = b
+        pname = ref_name(value)
+        if pname in parameters:
+            p = parameters[pname]
+            lo, hi = float(p.get("MinValue", float("-inf"))), float(p.get("MaxValue", float("inf")))
+            same_lo = clo is None or (lo == clo if clo_inc else lo > clo)
+            same_hi = chi is None or (hi == chi if chi_inc else hi < chi)
+            check(
+                f"{fname}: {pname} → {var}: the template's bounds are the code's",
+                within(lo, hi, b) and same_lo and same_hi,
+                f"template [{lo}, {hi}], code {'[' if clo_inc else '('}{clo}, {chi}{']' if chi_inc else ')'} in {PARSERS[var]}",
+            )
+        else:
+            v = float(value)
+            check(f"{fname}: {var}={value} is within the code's range", within(v, v, b), f"code {b}")
+
+# PROVIDER_URL: the template's pattern accepts only what the sender's prefix check accepts.
+sender_cfg = rust("crates/sender/src/config.rs")
+prefixes = re.findall(r'provider_url\.starts_with\("([^"]+)"\)', sender_cfg)
+check("the sender's PROVIDER_URL prefixes are read from crates/sender/src/config.rs", len(prefixes) >= 1, str(prefixes))
+url_pattern = parameters.get("ProviderUrl", {}).get("AllowedPattern")
+if url_pattern and prefixes:
+    rx = re.compile(url_pattern)
+    samples = ["https://api.provider.example/v1/messages", "http://127.0.0.1:9/v1/messages", "api.provider.example",
+               "ftp://x", "", "https//x", "HTTPS://x", " https://x", "https://"]
+    lies = [s for s in samples if rx.fullmatch(s) and not s.startswith(tuple(prefixes))]
+    refused = [p + "host/path" for p in prefixes if not rx.fullmatch(p + "host/path")]
+    check("ProviderUrl's AllowedPattern accepts only URLs the sender accepts", not lies and not refused, f"accepts {lies}, refuses {refused}")
+else:
+    check("ProviderUrl has an AllowedPattern", False)
+arn_pattern = parameters.get("ProviderTokenSecretArn", {}).get("AllowedPattern")
+if arn_pattern:
+    rx = re.compile(arn_pattern)
+    good = ["arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/provider-token-AbC123"]
+    bad = ["prod/provider-token", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/provider-token",
+           "arn:aws:secretsmanager:eu-west-1:123456789012:secret:", "arn:aws:ssm:eu-west-1:123456789012:parameter/x-AbC123"]
+    check(
+        "ProviderTokenSecretArn accepts only a complete secret ARN (with its 6-character suffix)",
+        all(rx.fullmatch(s) for s in good) and not any(rx.fullmatch(s) for s in bad),
+        f"{[s for s in good if not rx.fullmatch(s)]} refused, {[s for s in bad if rx.fullmatch(s)]} accepted",
+    )
+else:
+    check("ProviderTokenSecretArn has an AllowedPattern", False)
+
+# --- 5. Async invocation, reserved concurrency, log retention --------------------------------
+for binary, (age_lo, age_hi, retries_max) in {"scheduler": (60, 120, 1), "redrive": (60, 21600, 0)}.items():
+    p = by_binary.get(binary, (None, {}))[1].get("Properties", {})
+    eic = p.get("EventInvokeConfig", {})
+    age, retries = eic.get("MaximumEventAgeInSeconds"), eic.get("MaximumRetryAttempts")
+    check(
+        f"{binary}: EventInvokeConfig (event age {age_lo}..{age_hi} s, at most {retries_max} retries)",
+        age is not None and retries is not None and age_lo <= int(age) <= age_hi and int(retries) <= retries_max,
+        json.dumps(eic),
+    )
+    rce = p.get("ReservedConcurrentExecutions")
+    cond = rce.get("Fn::If") if isinstance(rce, dict) else None
+    pname = ref_name(cond[1]) if isinstance(cond, list) and len(cond) == 3 else None
+    param = parameters.get(pname, {})
+    check(
+        f"{binary}: reserved concurrency is a parameter that defaults to none (deploys on small accounts)",
+        cond is not None and cond[2] == {"Ref": "AWS::NoValue"} and cond[0] in conditions
+        and conditions[cond[0]] == {"Fn::Equals": [{"Ref": pname}, "1"]}
+        and str(param.get("Default")) == "0" and [str(v) for v in param.get("AllowedValues", [])] == ["0", "1"],
+        json.dumps(rce),
+    )
+log_groups = of_type("AWS::Logs::LogGroup")
+used = []
+for name, f in sorted(functions.items()):
+    lg = ref_name(f.get("Properties", {}).get("LoggingConfig", {}).get("LogGroup"))
+    used.append(lg)
+    props = log_groups.get(lg, {}).get("Properties", {})
+    ret = default(props.get("RetentionInDays"))
+    check(f"{name} logs to its own log group with a retention", lg in log_groups and ret is not None, f"{lg}, retention {ret}")
+check("no two functions share a log group", len(set(used)) == len(used), str(used))
+check("log retention defaults to 30 days", str(parameters.get("LogRetentionInDays", {}).get("Default")) == "30")
+
+# --- 6. Least privilege on ledger writes (dynamodb:LeadingKeys) -------------------------------
+WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem"}
+# The keys each function writes, each read back from the Rust source that builds it.
+KEY_SOURCES = {
+    "sender": [("reminder:", "crates/aws/src/ledger.rs"), ("limiter:", "crates/aws/src/limiter.rs")],
+    "redrive": [("redrive:", "crates/aws/src/control.rs")],
+}
+control = rust("crates/aws/src/control.rs")
+OPERATOR_KEYS = [k for k in re.findall(r'PAUSE_PK: &str = "([^"]+)"', control)] + [
+    p + "1" for p in re.findall(r'format!\("(audit:pause:)\{', control)
+]
+check("the operator's keys (pause switch, its audit) are read from crates/aws/src/control.rs", len(OPERATOR_KEYS) == 2, str(OPERATOR_KEYS))
+
+
+def ledger_writes(f):
+    """The Allow statements granting a write action on the ledger table."""
+    out = []
+    for policy in f.get("Properties", {}).get("Policies", []):
+        for st in policy.get("Statement", []) if isinstance(policy, dict) else []:
+            acts = set(as_list(st.get("Action", [])))
+            if st.get("Effect") == "Allow" and acts & WRITES and "LedgerTable" in [ref_name(r) for r in as_list(st.get("Resource", []))]:
+                out.append(st)
+    return out
+
+
+for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
+    for st in ledger_writes(f):
+        patterns = st.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+        check(f"{binary}: its ledger writes are restricted by dynamodb:LeadingKeys (ForAllValues:StringLike)", bool(patterns), json.dumps(st.get("Condition")))
+        patterns = as_list(patterns or [])
+        allowed = lambda key: any(fnmatch.fnmatchcase(key, p) for p in patterns)
+        for prefix, rel in KEY_SOURCES.get(binary, []):
+            in_code = f'format!("{prefix}{{' in rust(rel)
+            check(f"{binary}: writes {prefix}… ({rel}) and the condition allows it", in_code and allowed(prefix + "x"), f"in code: {in_code}, patterns {patterns}")
+        # Only operators write the pause switch and its audit; only the redrive its records.
+        keep_out = OPERATOR_KEYS + ([] if binary == "redrive" else ["redrive:x"])
+        forbidden = [k for k in keep_out if allowed(k)]
+        check(f"{binary}: may not write {', '.join(keep_out)}", not forbidden, ", ".join(forbidden))
+        extra = [p for p in patterns if not any(p == prefix + "*" for prefix, _ in KEY_SOURCES.get(binary, []))]
+        check(f"{binary}: LeadingKeys allow nothing but the keys it writes", not extra, ", ".join(extra))
+check("the sender has a ledger write statement (claims, settles, limiter)", bool(ledger_writes(by_binary.get("sender", (None, {}))[1])))
 
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:
