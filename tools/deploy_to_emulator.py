@@ -52,7 +52,7 @@ def main(path):
             res.pop("Metadata", None)
     params = {
         "ProviderUrl": "http://127.0.0.1:9/v1/messages",
-        "ProviderTokenSecretArn": f"arn:aws:secretsmanager:{REGION}:123456789012:secret:{STACK}-token",
+        "ProviderTokenSecretArn": f"arn:aws:secretsmanager:{REGION}:123456789012:secret:{STACK}-token-AbC123",  # the full ARN the template demands (6-character suffix)
         "AlarmTopicArn": f"arn:aws:sns:{REGION}:123456789012:{STACK}-alarms",
     }
     translated = transform(template, params, StubPolicies())
