@@ -38,6 +38,21 @@ async fn the_provider_token_is_read_from_secrets_manager_in_both_shapes() {
     assert!(matches!(missing, TokenError::SecretsManager { .. }));
 }
 
+/// After a rotation (a new secret value), the token source the sender hands the provider client
+/// reads the new token through the real SDK.
+#[tokio::test]
+async fn the_token_source_reads_a_rotated_secret() {
+    use punctual_core::secret::TokenSource;
+    let config = sdk_config().await;
+    let sm = aws_sdk_secretsmanager::Client::new(&config);
+    let secret = sm.create_secret().name(unique("punctual-token")).secret_string("tok-before").send().await.unwrap();
+    let arn = secret.arn().unwrap();
+    let source = punctual_aws::secrets::SecretsManagerToken::new(&config, arn);
+    assert_eq!(source.fetch().await.unwrap().expose(), "tok-before");
+    sm.put_secret_value().secret_id(arn).secret_string("{\"token\":\"tok-after\"}").send().await.unwrap();
+    assert_eq!(source.fetch().await.unwrap().expose(), "tok-after");
+}
+
 #[tokio::test]
 async fn the_renewals_table_answers_each_status() {
     let config = sdk_config().await;

@@ -49,6 +49,40 @@ pub async fn provider_token(config: &SdkConfig) -> Result<Secret, TokenError> {
     from_secrets_manager(config, &arn).await
 }
 
+/// The token's secret in Secrets Manager as a [`TokenSource`]: the provider client reads it
+/// again after a 401/403 (a rotation), at most once per instance per interval.
+#[derive(Debug, Clone)]
+pub struct SecretsManagerToken {
+    config: SdkConfig,
+    arn: String,
+}
+
+impl SecretsManagerToken {
+    /// `PROVIDER_TOKEN_SECRET_ARN` when the token came from it; `None` when `PROVIDER_TOKEN` is
+    /// set (an environment token cannot rotate under a running instance).
+    pub fn from_env(config: &SdkConfig) -> Option<Self> {
+        if std::env::var("PROVIDER_TOKEN").is_ok_and(|t| !t.is_empty()) {
+            return None;
+        }
+        let arn = std::env::var("PROVIDER_TOKEN_SECRET_ARN").ok().filter(|a| !a.is_empty())?;
+        Some(Self { config: config.clone(), arn })
+    }
+
+    /// The secret `arn`.
+    pub fn new(config: &SdkConfig, arn: impl Into<String>) -> Self {
+        Self { config: config.clone(), arn: arn.into() }
+    }
+}
+
+impl punctual_core::secret::TokenSource for SecretsManagerToken {
+    fn fetch(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Secret, punctual_core::ports::BoxError>> + Send + '_>>
+    {
+        Box::pin(async move { from_secrets_manager(&self.config, &self.arn).await.map_err(Into::into) })
+    }
+}
+
 /// Reads the token from one Secrets Manager secret.
 pub async fn from_secrets_manager(config: &SdkConfig, arn: &str) -> Result<Secret, TokenError> {
     let client = aws_sdk_secretsmanager::Client::new(config);

@@ -30,6 +30,16 @@ impl fmt::Display for Secret {
     }
 }
 
+/// Where a fresh provider token comes from when the provider refuses the one in use (401/403):
+/// the secret store after a rotation. The client asks rarely (at most once per instance per
+/// interval), so an implementation may simply read the store.
+pub trait TokenSource: Send + Sync + fmt::Debug {
+    /// Reads the current token.
+    fn fetch(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Secret, crate::ports::BoxError>> + Send + '_>>;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

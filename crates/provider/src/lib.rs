@@ -7,12 +7,20 @@
 //! fails after the request may have been sent — a timeout, a dropped connection, an unreadable
 //! answer — is indeterminate and retried with the same key. Redirects are never followed: a
 //! 3xx is a permanent answer (`classified_permanent` with its status), never a delivery.
+//!
+//! A 401 or 403 is first a credential event, not the reminder's fault: with a [`TokenSource`]
+//! (the secret store), the client reads the token again — at most once per instance per
+//! [`REFRESH_EVERY`] — and, if it changed, repeats the call once under the same
+//! `Idempotency-Key` within what is left of the call's timeout (a refused call was not
+//! processed, and the key makes the repeat safe anyway). So a rotation does not dead-letter a
+//! morning. A 401/403 that survives a fresh token is returned as it is (permanent).
 
-use std::time::Duration;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use punctual_core::ports::{Provider, ProviderError, ProviderRequest};
 use punctual_core::provider::{ProviderOutcome, RetryAfter};
-use punctual_core::secret::Secret;
+use punctual_core::secret::{Secret, TokenSource};
 use reqwest::header::{HeaderValue, RETRY_AFTER};
 
 /// Why the client could not be built.
@@ -29,12 +37,25 @@ pub enum ClientError {
     Build(#[source] reqwest::Error),
 }
 
+/// The longest a refused token is kept before the token source is asked again; also the
+/// fewest seconds between two reads of the source by one instance.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(60);
+
 /// The provider client.
 #[derive(Debug, Clone)]
 pub struct HttpProvider {
     client: reqwest::Client,
     url: String,
-    auth: HeaderValue,
+    auth: Arc<RwLock<HeaderValue>>,
+    source: Option<Arc<dyn TokenSource>>,
+    /// When the source was last read (one read at a time per instance).
+    refreshed: Arc<futures_util::lock::Mutex<Option<Instant>>>,
+}
+
+fn bearer(token: &Secret) -> Result<HeaderValue, ClientError> {
+    let mut auth = HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| ClientError::BadToken)?;
+    auth.set_sensitive(true);
+    Ok(auth)
 }
 
 impl HttpProvider {
@@ -43,9 +64,7 @@ impl HttpProvider {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(ClientError::BadUrl(url.to_owned()));
         }
-        let mut auth =
-            HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| ClientError::BadToken)?;
-        auth.set_sensitive(true);
+        let auth = bearer(token)?;
         let client = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
@@ -56,7 +75,54 @@ impl HttpProvider {
             .user_agent(concat!("punctual/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(ClientError::Build)?;
-        Ok(Self { client, url: url.to_owned(), auth })
+        Ok(Self {
+            client,
+            url: url.to_owned(),
+            auth: Arc::new(RwLock::new(auth)),
+            source: None,
+            refreshed: Arc::new(futures_util::lock::Mutex::new(None)),
+        })
+    }
+
+    /// Reads the token again from `source` after a 401/403 (see the module docs).
+    pub fn with_token_source(mut self, source: Arc<dyn TokenSource>) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    fn current(&self) -> HeaderValue {
+        self.auth.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// A token other than `refused`, if one can be had: another record of this instance may
+    /// have refreshed already; else the source is read, unless it was read within
+    /// [`REFRESH_EVERY`]. `None`: no fresh token (no source, read too recently, unreadable, or
+    /// unchanged — then the refusal stands).
+    async fn fresh_token(&self, refused: &HeaderValue) -> Option<HeaderValue> {
+        let source = self.source.as_ref()?;
+        let mut last = self.refreshed.lock().await;
+        let current = self.current();
+        if current != *refused {
+            return Some(current);
+        }
+        if last.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+            return None;
+        }
+        *last = Some(Instant::now());
+        let fetched = match source.fetch().await {
+            Ok(token) => bearer(&token).ok(),
+            Err(e) => {
+                tracing::warn!(error = %e, "the provider refused the token and the token source could not be read");
+                None
+            }
+        }?;
+        if fetched == *refused {
+            tracing::warn!("the provider refused the token and the token source holds the same one");
+            return None;
+        }
+        tracing::info!("the provider refused the token; using the token source's new one");
+        *self.auth.write().unwrap_or_else(PoisonError::into_inner) = fetched.clone();
+        Some(fetched)
     }
 
     /// Opens a connection (TLS handshake included) so the first real call does not pay for it.
@@ -68,6 +134,29 @@ impl HttpProvider {
 
 impl Provider for HttpProvider {
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
+        let started = Instant::now();
+        let auth = self.current();
+        let outcome = self.call(req, auth.clone(), req.timeout).await?;
+        if matches!(outcome.status(), Some(401 | 403))
+            && let Some(fresh) = self.fresh_token(&auth).await
+        {
+            // Only within the call's own budget: the sender sized it to its deadlines.
+            let left = req.timeout.saturating_sub(started.elapsed());
+            if left >= Duration::from_millis(200) {
+                return self.call(req, fresh, left).await;
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+impl HttpProvider {
+    async fn call(
+        &self,
+        req: &ProviderRequest<'_>,
+        auth: HeaderValue,
+        timeout: Duration,
+    ) -> Result<ProviderOutcome, ProviderError> {
         let m = req.message;
         let body = serde_json::json!({
             "reminder_id": m.reminder_id.as_str(),
@@ -81,9 +170,9 @@ impl Provider for HttpProvider {
         let sent = self
             .client
             .post(&self.url)
-            .header(reqwest::header::AUTHORIZATION, self.auth.clone())
+            .header(reqwest::header::AUTHORIZATION, auth)
             .header("Idempotency-Key", m.reminder_id.idempotency_key().as_str())
-            .timeout(req.timeout)
+            .timeout(timeout)
             .json(&body)
             .send()
             .await;

@@ -214,3 +214,59 @@ async fn a_redirect_is_not_followed_and_never_counts_as_delivered() {
         assert_eq!(seen, ["POST /v1/messages HTTP/1.1"], "{status}: the redirect target must never be requested");
     }
 }
+
+/// A token source that counts its reads and hands out whatever it holds now (a secret store
+/// after a rotation).
+#[derive(Debug, Default)]
+struct Rotated {
+    token: std::sync::Mutex<String>,
+    reads: std::sync::atomic::AtomicU32,
+}
+
+impl punctual_core::secret::TokenSource for Rotated {
+    fn fetch(
+        &self,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Secret, punctual_core::ports::BoxError>> + Send + '_>>
+    {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let t = self.token.lock().unwrap().clone();
+        Box::pin(async move { Ok(Secret::new(t)) })
+    }
+}
+
+/// The secret was rotated: the provider now wants the new token while the client still holds
+/// the old one. The first 401 makes the client read the source and repeat the call under the
+/// same key: delivered once, not dead-lettered; later calls use the new token directly.
+#[tokio::test]
+async fn a_401_after_a_rotation_is_retried_once_with_the_rotated_token() {
+    let double = Double::start(Config { token: Some("new-token".into()), ..Config::default() }, 0).await.unwrap();
+    let source = std::sync::Arc::new(Rotated { token: "new-token".to_owned().into(), ..Rotated::default() });
+    let client = HttpProvider::new(&double.url(), &Secret::new("old-token"), Duration::from_secs(1))
+        .unwrap()
+        .with_token_source(source.clone());
+    let first = send(&client, &message(70), Duration::from_secs(2)).await;
+    assert!(matches!(first, ProviderOutcome::Accepted { .. }), "{first:?}");
+    let second = send(&client, &message(71), Duration::from_secs(2)).await;
+    assert!(matches!(second, ProviderOutcome::Accepted { .. }), "{second:?}");
+    let s = double.stats();
+    assert_eq!((s.accepted, s.unauthorized), (2, 1), "one refusal, then the new token: {s:?}");
+    assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 1, "the source is read once");
+}
+
+/// A refusal that survives a fresh token stands (permanent), and the source is not read again
+/// within the interval: a wrong token cannot make every call read the secret store.
+#[tokio::test]
+async fn a_401_with_the_same_token_in_the_source_stands_and_the_source_is_not_hammered() {
+    let double = Double::start(Config { token: Some("right".into()), ..Config::default() }, 0).await.unwrap();
+    let source = std::sync::Arc::new(Rotated { token: "wrong".to_owned().into(), ..Rotated::default() });
+    let client = HttpProvider::new(&double.url(), &Secret::new("wrong"), Duration::from_secs(1))
+        .unwrap()
+        .with_token_source(source.clone());
+    for n in 0..5 {
+        let o = send(&client, &message(80 + n), Duration::from_secs(2)).await;
+        assert_eq!(o.status(), Some(401), "{o:?}");
+        assert!(matches!(o, ProviderOutcome::Permanent { .. }), "{o:?}");
+    }
+    assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(double.stats().accepted, 0);
+}

@@ -20,7 +20,12 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let config = SenderConfig::from_env(&process_env())?;
     let sdk = punctual_aws::config::load().await;
     let token = provider_token(&sdk).await?;
-    let provider = HttpProvider::new(&config.provider_url, &token, Duration::from_secs(2))?;
+    let mut provider = HttpProvider::new(&config.provider_url, &token, Duration::from_secs(2))?;
+    // A token from Secrets Manager is read again after a 401/403: a rotation must not
+    // dead-letter the morning on instances that started before it (README, "Provider token").
+    if let Some(source) = punctual_aws::secrets::SecretsManagerToken::from_env(&sdk) {
+        provider = provider.with_token_source(Arc::new(source));
+    }
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
 
     // Warm the connections during init so the first invocation does not pay TLS handshakes.
