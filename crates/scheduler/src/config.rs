@@ -49,9 +49,23 @@ impl SchedulerConfig {
                     Duration::from_secs(300),
                     "milliseconds in 500..=300000",
                 )?,
+                // Default: 97 % of the provider's quota when the scheduler is told the quota
+                // (the template passes PROVIDER_RATE_PER_SEC): the full quota gave an optimistic
+                // drain and a late projected-breach alarm; 429s, deferrals and idle slots keep
+                // the real rate a few percent under it (simulator: 0.97–0.999 utilisation).
                 sustainable_rate: env.parse(
                     "SUSTAINABLE_RATE_PER_SEC",
-                    d.sustainable_rate,
+                    match env.optional("PROVIDER_RATE_PER_SEC") {
+                        Some(_) => {
+                            0.97 * env.parse(
+                                "PROVIDER_RATE_PER_SEC",
+                                100.0,
+                                "calls per second in (0, 100000]",
+                                |v: &f64| *v > 0.0 && *v <= 100_000.0,
+                            )?
+                        }
+                        None => d.sustainable_rate,
+                    },
                     "calls per second > 0",
                     |v: &f64| *v > 0.0,
                 )?,
@@ -65,5 +79,30 @@ impl SchedulerConfig {
                 )?,
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(pairs: &[(&str, &str)]) -> Result<SchedulerConfig, ConfigError> {
+        let mut map: HashMap<String, String> =
+            [("RENEWALS_TABLE", "r"), ("SEND_QUEUE_URL", "http://127.0.0.1:1/q"), ("LEDGER_TABLE", "l")]
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+        map.extend(pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        SchedulerConfig::from_env(&Env::new(move |k: &str| map.get(k).cloned()))
+    }
+
+    #[test]
+    fn the_sustainable_rate_is_97_percent_of_the_quota_unless_set() {
+        let rate = |pairs: &[(&str, &str)]| config(pairs).unwrap().settings.sustainable_rate;
+        assert!((rate(&[("PROVIDER_RATE_PER_SEC", "200")]) - 194.0).abs() < 1e-9);
+        assert!((rate(&[("PROVIDER_RATE_PER_SEC", "200"), ("SUSTAINABLE_RATE_PER_SEC", "150")]) - 150.0).abs() < 1e-9);
+        assert!((rate(&[]) - 97.0).abs() < 1e-9);
+        assert!(config(&[("PROVIDER_RATE_PER_SEC", "0")]).is_err(), "a zero quota is refused by name");
     }
 }
