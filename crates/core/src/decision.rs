@@ -394,6 +394,26 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         ProviderOutcome::Accepted { receipt, .. } => {
             return Decision::Done(Disposition::Delivered { attempt, receipt: receipt.clone() });
         }
+        // A credential refusal (the client already read the token source again): nothing is
+        // wrong with the reminder. Deferred without spending the attempt; the sender pauses the
+        // fleet, so the whole morning waits for an operator instead of being dead-lettered.
+        ProviderOutcome::Permanent { status: status @ (401 | 403) } => {
+            let next = add(now, crate::pause::PAUSE_RECHECK);
+            if add(next, inputs.observed.queue_delay) >= msg.deliver_by {
+                return quarantine(
+                    ReasonCode::NoSafeRetryWindow,
+                    prior_attempts,
+                    Some(*status),
+                    format!("provider refused the credentials ({status}); no time left to wait for a fix"),
+                );
+            }
+            return Decision::Done(Disposition::Defer {
+                until: next,
+                reason: ReasonCode::ProviderCredentials,
+                attempts_made: prior_attempts,
+                provider_status: Some(*status),
+            });
+        }
         ProviderOutcome::Permanent { status } => {
             return quarantine(
                 ReasonCode::ClassifiedPermanent,

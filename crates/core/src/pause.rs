@@ -9,18 +9,23 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 use crate::clock::{Clock, add};
-use crate::ports::{Control, ControlError};
+use crate::ports::{Control, ControlError, Pause};
 
 /// How long a message held by an operator pause waits before it is looked at again.
 pub const PAUSE_RECHECK: Duration = Duration::from_secs(60);
 
 type Probe = Box<dyn Fn() -> BoxFuture<'static, Result<bool, ControlError>> + Send + Sync>;
+type Trip = Box<dyn Fn(Pause) -> BoxFuture<'static, Result<(), ControlError>> + Send + Sync>;
+
+/// Who a pause set by the sender itself names as its owner (`punctual status` shows it).
+pub const SENDER_OWNER: &str = "punctual-sender";
 
 /// The pause switch as a hot path reads it: one read per `ttl` per instance (time from the
 /// [`Clock`] port), the last answer kept when a read fails — a failing read never pauses or
 /// unpauses delivery by itself.
 pub struct PauseGate<C> {
     probe: Probe,
+    trip: Trip,
     clock: C,
     ttl: Duration,
     cache: Mutex<Option<(DateTime<Utc>, bool)>>,
@@ -36,11 +41,28 @@ impl<C: Clock> PauseGate<C> {
     /// A gate over `control`, re-read at most every `ttl` of `clock`'s time (`ZERO`: every
     /// call reads it).
     pub fn new<K: Control + Clone + 'static>(control: K, clock: C, ttl: Duration) -> Self {
+        let reader = control.clone();
         let probe: Probe = Box::new(move || {
-            let control = control.clone();
+            let control = reader.clone();
             Box::pin(async move { control.pause().await.map(|p| p.is_some()) })
         });
-        Self { probe, clock, ttl, cache: Mutex::new(None) }
+        let trip: Trip = Box::new(move |pause| {
+            let control = control.clone();
+            Box::pin(async move { control.set_pause(Some(&pause), SENDER_OWNER).await })
+        });
+        Self { probe, trip, clock, ttl, cache: Mutex::new(None) }
+    }
+
+    /// Pauses the fleet (audited as [`SENDER_OWNER`]) unless a pause is already in force; only
+    /// an operator lifts it. For a fault no single reminder can fix (credentials).
+    pub async fn trip(&self, reason: &str) -> Result<(), ControlError> {
+        if self.paused().await {
+            return Ok(());
+        }
+        let pause = Pause { reason: reason.to_owned(), owner: SENDER_OWNER.to_owned(), since: self.clock.now() };
+        (self.trip)(pause).await?;
+        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some((self.clock.now(), true));
+        Ok(())
     }
 
     /// True while an operator pause is in force.

@@ -128,6 +128,10 @@ closed_enum! {
         SuppressedDuplicate => "suppressed_duplicate",
         /// An operator paused delivery (`punctual pause`); deferred without spending an attempt.
         OperatorPause => "operator_pause",
+        /// The provider refused the credentials (401/403) even with a freshly read token: the
+        /// sender paused the fleet (audited) and deferred the reminder without spending an
+        /// attempt — a credential problem is not the reminder's fault.
+        ProviderCredentials => "provider_credentials",
     }
 }
 

@@ -405,6 +405,21 @@ where
             }
             Disposition::Acknowledge { .. } => {}
             Disposition::Defer { until: at, reason, attempts_made, provider_status } => {
+                if *reason == ReasonCode::ProviderCredentials
+                    && let Some(gate) = &self.pause
+                {
+                    // Every other message would meet the same refusal: pause the fleet for an
+                    // operator (who lifts it with `punctual resume` once the credential is
+                    // fixed) rather than spend the morning's attempts. A failed write leaves
+                    // this reminder deferred all the same.
+                    let why = format!(
+                        "provider refused the credentials ({}) with a freshly read token; fix the secret, then resume",
+                        provider_status.map_or_else(|| "401/403".to_owned(), |s| s.to_string())
+                    );
+                    if let Err(e) = gate.trip(&why).await {
+                        tracing::error!(error = %e, "could not pause the fleet after a credential refusal");
+                    }
+                }
                 if let Some(m) = msg {
                     let copy = ReminderMessage { attempt: *attempts_made, ..m.clone() };
                     self.queue.requeue(&copy, until(now, *at), self.lane_at(&copy, *at)).await?;

@@ -256,3 +256,46 @@ async fn a_503_with_retry_after_slows_the_shared_limiter_too() {
         "the shared schedule is not paused by the 503's Retry-After: {view:?}"
     );
 }
+
+/// A 401 that survives the client's fresh token read is not the reminder's fault: nothing is
+/// dead-lettered, no attempt is spent, and the fleet is paused (audited, owned by the sender)
+/// for an operator; the next message is then held by the pause without reaching the provider.
+#[tokio::test]
+async fn a_persistent_401_pauses_the_fleet_and_dead_letters_nothing() {
+    use punctual_core::pause::{PauseGate, SENDER_OWNER};
+    use punctual_core::ports::Control;
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let control = punctual_core::testing::MemoryControl::default();
+    let (sender, queue, provider) = punctual_core::testing::scripted_sender(
+        MemoryLedger::new(),
+        &clock,
+        Duration::from_millis(100),
+        vec![ProviderOutcome::Permanent { status: 401 }],
+        7,
+    );
+    let sender = sender.with_pause(PauseGate::new(control.clone(), clock.clone(), Duration::ZERO));
+    let deadline = clock.now() + TimeDelta::seconds(30);
+    let m = message();
+    let p = sender.process(Received { message_id: "m-1", body: &m.encode() }, deadline).await.unwrap();
+    let Disposition::Defer { reason, attempts_made, provider_status, .. } = p.disposition else {
+        panic!("deferred, not {:?}", p.disposition);
+    };
+    assert_eq!((reason, attempts_made, provider_status), (ReasonCode::ProviderCredentials, 0, Some(401)));
+    assert!(queue.dead().is_empty(), "nothing dead-lettered");
+    let pause = control.pause().await.unwrap().expect("the fleet is paused");
+    assert_eq!(pause.owner, SENDER_OWNER);
+    assert!(pause.reason.contains("401"), "{}", pause.reason);
+    // The next message is held by the pause: the provider is not called again.
+    let other = punctual_core::testing::message("2", t0(), t0() + TimeDelta::hours(2));
+    let p = sender.process(Received { message_id: "m-2", body: &other.encode() }, deadline).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Defer { reason: ReasonCode::OperatorPause, .. }), "{p:?}");
+    assert_eq!(provider.calls().len(), 1);
+}
+
+/// Other permanent answers still quarantine: only the credential statuses pause.
+#[tokio::test]
+async fn a_400_is_still_classified_permanent() {
+    let r = rig(vec![ProviderOutcome::Permanent { status: 400 }]);
+    let p = r.process(&message().encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::ClassifiedPermanent, .. }), "{p:?}");
+}
