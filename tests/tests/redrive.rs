@@ -353,7 +353,7 @@ async fn a_message_moved_by_max_receive_count_is_selectable_as_receive_count_bac
             .unwrap();
     }
     let dlq = SqsDeadLetters::new(stack.queues.clone());
-    let got = dlq.receive().await.unwrap();
+    let got = dlq.receive(Duration::from_secs(60)).await.unwrap();
     assert_eq!(got.len(), 1, "SQS moved the message to the DLQ");
     assert_eq!(got[0].reason.as_deref(), Some("receive_count_backstop"), "{:?}", got[0]);
     assert_eq!(got[0].first_enqueued.map(|t| t.timestamp_millis()), Some(m.first_enqueued.timestamp_millis()));
@@ -381,5 +381,24 @@ async fn a_message_moved_by_max_receive_count_is_selectable_as_receive_count_bac
     };
     let sum = redriver.run(&req, Utc::now() + TimeDelta::minutes(2)).await.unwrap();
     assert_eq!((sum.selected, sum.moved), (1, 1), "{sum:?}");
+    stack.destroy().await;
+}
+
+/// A letter a run received is invisible only for the hold the run asks (its remaining time and
+/// a little more): were the run killed before releasing it, it is back in seconds, not after
+/// the 15-minute cap.
+#[tokio::test]
+async fn a_received_letter_comes_back_after_the_runs_hold_without_a_release() {
+    use punctual_core::ports::DeadLetters;
+    let config = punctual_tests::sdk_config().await;
+    let stack = Stack::create(&config, "hold").await.unwrap();
+    let now = Utc::now();
+    let m = message("held", now - TimeDelta::minutes(1), now + TimeDelta::hours(2));
+    stack.sqs.send_message().queue_url(stack.queues.dlq_url()).message_body(m.encode()).send().await.unwrap();
+    let dlq = SqsDeadLetters::new(stack.queues.clone());
+    assert_eq!(dlq.receive(Duration::from_secs(1)).await.unwrap().len(), 1);
+    assert!(dlq.receive(Duration::from_secs(1)).await.unwrap().is_empty(), "held for now");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(dlq.receive(Duration::from_secs(1)).await.unwrap().len(), 1, "back after the hold, unreleased");
     stack.destroy().await;
 }

@@ -157,11 +157,14 @@ impl SqsDeadLetters {
 }
 
 impl DeadLetters for SqsDeadLetters {
-    async fn receive(&self) -> Result<Vec<DeadLetter>, DeadLettersError> {
+    async fn receive(&self, hold: Duration) -> Result<Vec<DeadLetter>, DeadLettersError> {
         // Invisible while this run decides (released or deleted before it ends).
         let dlq = self.queues.dlq_url();
-        let got =
-            self.queues.receive_holding(dlq, 10, Duration::from_secs(1), Some(self.hold)).await.map_err(dlq_queue)?;
+        let got = self
+            .queues
+            .receive_holding(dlq, 10, Duration::from_secs(1), Some(hold.min(self.hold)))
+            .await
+            .map_err(dlq_queue)?;
         let mut out = Vec::with_capacity(got.len());
         for m in got {
             let get = |k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());

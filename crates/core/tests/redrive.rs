@@ -43,7 +43,7 @@ impl Dlq {
 }
 
 impl DeadLetters for Dlq {
-    async fn receive(&self) -> Result<Vec<DeadLetter>, DeadLettersError> {
+    async fn receive(&self, _hold: std::time::Duration) -> Result<Vec<DeadLetter>, DeadLettersError> {
         // Each message is handed out once (the redrive deletes or releases it).
         Ok(std::mem::take(&mut *self.waiting.lock().unwrap()))
     }

@@ -93,7 +93,7 @@ mod tests {
     struct Dlq(Arc<Mutex<Vec<String>>>);
 
     impl DeadLetters for Dlq {
-        async fn receive(&self) -> Result<Vec<DeadLetter>, DeadLettersError> {
+        async fn receive(&self, _hold: std::time::Duration) -> Result<Vec<DeadLetter>, DeadLettersError> {
             Ok(Vec::new())
         }
         async fn send_back(&self, body: &str, _: punctual_core::lanes::QueueLane) -> Result<(), DeadLettersError> {

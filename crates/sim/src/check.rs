@@ -468,7 +468,7 @@ struct Dlq {
 }
 
 impl DeadLetters for Dlq {
-    async fn receive(&self) -> Result<Vec<DeadLetter>, DeadLettersError> {
+    async fn receive(&self, _hold: std::time::Duration) -> Result<Vec<DeadLetter>, DeadLettersError> {
         let now = self.sqs.clock.truth().timestamp_millis();
         let mut s = lock(&self.sqs.state);
         let QueueState { dlq, dlq_held, .. } = &mut *s;

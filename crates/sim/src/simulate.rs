@@ -640,7 +640,10 @@ struct SimDeadLetters {
 }
 
 impl punctual_core::ports::DeadLetters for SimDeadLetters {
-    async fn receive(&self) -> Result<Vec<punctual_core::ports::DeadLetter>, punctual_core::ports::DeadLettersError> {
+    async fn receive(
+        &self,
+        _hold: std::time::Duration,
+    ) -> Result<Vec<punctual_core::ports::DeadLetter>, punctual_core::ports::DeadLettersError> {
         Usage::add(&self.queue.normal.usage.sqs_requests, 1);
         let mut items = lock(&self.items);
         Ok(items

@@ -124,8 +124,10 @@ pub struct DeadLetter {
 
 /// The DLQ as the redrive sees it.
 pub trait DeadLetters: Send + Sync {
-    /// Receives up to 10; each stays invisible until deleted or released.
-    fn receive(&self) -> impl Future<Output = Result<Vec<DeadLetter>, DeadLettersError>> + Send;
+    /// Receives up to 10; each stays invisible for `hold` (the run's remaining time and a
+    /// little more) unless deleted or released first: a run killed mid-way leaves nothing
+    /// invisible much past its own deadline.
+    fn receive(&self, hold: Duration) -> impl Future<Output = Result<Vec<DeadLetter>, DeadLettersError>> + Send;
     /// Sends `body` to `lane`.
     fn send_back(&self, body: &str, lane: QueueLane) -> impl Future<Output = Result<(), DeadLettersError>> + Send;
     /// Deletes a moved message from the DLQ.

@@ -169,7 +169,10 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     sum.aborted.get_or_insert_with(|| "stopped before the invocation deadline".into());
                     break;
                 }
-                let batch = self.dlq.receive().await.map_err(port("receiving from the DLQ"))?;
+                // Held for what is left of the run and a little more (SQS's own limit is 12 h):
+                // a run killed mid-way leaves its letters invisible for seconds, not 15 minutes.
+                let hold = until(self.clock.now(), stop_at) + DLQ_HOLD_SLACK;
+                let batch = self.dlq.receive(hold).await.map_err(port("receiving from the DLQ"))?;
                 if batch.is_empty() {
                     break;
                 }
@@ -372,6 +375,10 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
         }
     }
 }
+
+/// How long past the run's stop time a received letter stays invisible if the run dies
+/// before releasing it (its margin before the invocation deadline is 5 s).
+pub const DLQ_HOLD_SLACK: Duration = Duration::from_secs(30);
 
 /// The redrive's pacing: sends go out in groups of up to ten (a second's worth at the rate,
 /// at least one) sent back to back, the groups `group / rate` apart. The rate over any group
