@@ -31,6 +31,16 @@ pub mod name {
     pub const OLDEST_DUE: &str = "OldestDueUndeliveredSeconds";
     /// 1 when the tick stopped before finishing its window.
     pub const UNFINISHED: &str = "SchedulerUnfinished";
+    /// 1 when the tick failed (store, queue): written on the failure path too, so a scheduler
+    /// that fails on every tick is a series of 1s, not silence (0 on every good tick).
+    pub const TICK_FAILED: &str = "SchedulerTickFailed";
+}
+
+/// The metrics of a tick that failed: a heartbeat on the failure path.
+pub fn failure_metrics() -> Metrics {
+    let mut m = Metrics::new();
+    m.count(name::TICK_FAILED, 1.0);
+    m
 }
 
 /// The tick's metrics.
@@ -48,6 +58,7 @@ pub fn metrics(r: &TickReport) -> Metrics {
     m.count(name::BREACH, if r.projected_breach { 1.0 } else { 0.0 });
     m.count(name::OLDEST_DUE, r.oldest_due_age.as_secs_f64());
     m.count(name::UNFINISHED, if r.finished { 0.0 } else { 1.0 });
+    m.count(name::TICK_FAILED, 0.0);
     m
 }
 

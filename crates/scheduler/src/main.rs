@@ -9,7 +9,7 @@ use punctual_lambda::error::HandlerError;
 use punctual_lambda::init_tracing;
 use punctual_scheduler::app;
 use punctual_scheduler::config::SchedulerConfig;
-use punctual_scheduler::handler::{handle, metrics};
+use punctual_scheduler::handler::{failure_metrics, handle, metrics};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
@@ -27,12 +27,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         let scheduler = Arc::clone(&scheduler);
         let namespace = Arc::clone(&namespace);
         async move {
-            let report = handle(&scheduler, event).await?;
+            let handled = handle(&scheduler, event).await;
             let now_ms = chrono::Utc::now().timestamp_millis();
-            if let Err(e) = metrics(&report).flush(&mut std::io::stdout().lock(), &namespace, "scheduler", now_ms) {
+            let m = handled.as_ref().map_or_else(|_| failure_metrics(), metrics);
+            if let Err(e) = m.flush(&mut std::io::stdout().lock(), &namespace, "scheduler", now_ms) {
                 tracing::warn!(error = %e, "could not write EMF metrics");
             }
-            Ok::<_, HandlerError>(tick_summary(&report))
+            Ok::<_, HandlerError>(tick_summary(&handled?))
         }
     }))
     .await
