@@ -396,9 +396,10 @@ async fn a_received_letter_comes_back_after_the_runs_hold_without_a_release() {
     let m = message("held", now - TimeDelta::minutes(1), now + TimeDelta::hours(2));
     stack.sqs.send_message().queue_url(stack.queues.dlq_url()).message_body(m.encode()).send().await.unwrap();
     let dlq = SqsDeadLetters::new(stack.queues.clone());
-    assert_eq!(dlq.receive(Duration::from_secs(1)).await.unwrap().len(), 1);
-    assert!(dlq.receive(Duration::from_secs(1)).await.unwrap().is_empty(), "held for now");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(dlq.receive(Duration::from_secs(1)).await.unwrap().len(), 1, "back after the hold, unreleased");
+    // Held 4 s; a receive long-polls up to 1 s, so the second one ends well inside the hold.
+    assert_eq!(dlq.receive(Duration::from_secs(4)).await.unwrap().len(), 1);
+    assert!(dlq.receive(Duration::from_secs(4)).await.unwrap().is_empty(), "held for now");
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(dlq.receive(Duration::from_secs(4)).await.unwrap().len(), 1, "back after the hold, unreleased");
     stack.destroy().await;
 }

@@ -394,23 +394,26 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         ProviderOutcome::Accepted { receipt, .. } => {
             return Decision::Done(Disposition::Delivered { attempt, receipt: receipt.clone() });
         }
-        // A credential refusal (the client already read the token source again): nothing is
-        // wrong with the reminder. Deferred without spending the attempt; the sender pauses the
-        // fleet, so the whole morning waits for an operator instead of being dead-lettered.
-        ProviderOutcome::Permanent { status: status @ (401 | 403) } => {
+        // A credential refusal the client confirmed against the token source: the sender
+        // pauses the fleet, so the morning waits for an operator instead of being
+        // dead-lettered. Only 401: a 403 is as often about the request (a recipient, a
+        // channel) as about the token, and one bad renewal must not stop every delivery. The
+        // attempt counts, so a reminder that meets 401 after every resume still ends at its
+        // attempt limit instead of pausing the fleet again until its deadline.
+        ProviderOutcome::Permanent { status: status @ 401 } => {
             let next = add(now, crate::pause::PAUSE_RECHECK);
-            if add(next, inputs.observed.queue_delay) >= msg.deliver_by {
+            if add(next, inputs.observed.queue_delay) >= msg.deliver_by || attempt >= attempt_limit(policy, msg) {
                 return quarantine(
-                    ReasonCode::NoSafeRetryWindow,
-                    prior_attempts,
+                    ReasonCode::ClassifiedPermanent,
+                    attempt,
                     Some(*status),
-                    format!("provider refused the credentials ({status}); no time left to wait for a fix"),
+                    format!("provider refused the credentials ({status}) with a fresh token; no attempt or time left"),
                 );
             }
             return Decision::Done(Disposition::Defer {
                 until: next,
                 reason: ReasonCode::ProviderCredentials,
-                attempts_made: prior_attempts,
+                attempts_made: attempt,
                 provider_status: Some(*status),
             });
         }

@@ -128,9 +128,8 @@ closed_enum! {
         SuppressedDuplicate => "suppressed_duplicate",
         /// An operator paused delivery (`punctual pause`); deferred without spending an attempt.
         OperatorPause => "operator_pause",
-        /// The provider refused the credentials (401/403) even with a freshly read token: the
-        /// sender paused the fleet (audited) and deferred the reminder without spending an
-        /// attempt — a credential problem is not the reminder's fault.
+        /// The provider refused the credentials (401) even with a freshly read token: the sender
+        /// paused the fleet (audited) and deferred the reminder for after an operator's fix.
         ProviderCredentials => "provider_credentials",
     }
 }

@@ -280,7 +280,7 @@ async fn a_persistent_401_pauses_the_fleet_and_dead_letters_nothing() {
     let Disposition::Defer { reason, attempts_made, provider_status, .. } = p.disposition else {
         panic!("deferred, not {:?}", p.disposition);
     };
-    assert_eq!((reason, attempts_made, provider_status), (ReasonCode::ProviderCredentials, 0, Some(401)));
+    assert_eq!((reason, attempts_made, provider_status), (ReasonCode::ProviderCredentials, 1, Some(401)));
     assert!(queue.dead().is_empty(), "nothing dead-lettered");
     let pause = control.pause().await.unwrap().expect("the fleet is paused");
     assert_eq!(pause.owner, SENDER_OWNER);
@@ -292,10 +292,18 @@ async fn a_persistent_401_pauses_the_fleet_and_dead_letters_nothing() {
     assert_eq!(provider.calls().len(), 1);
 }
 
-/// Other permanent answers still quarantine: only the credential statuses pause.
+/// Other permanent answers still quarantine: only 401 pauses. A 403 is as often about the
+/// request (a recipient, a channel) as about the token: one bad renewal must not stop every
+/// delivery.
 #[tokio::test]
-async fn a_400_is_still_classified_permanent() {
-    let r = rig(vec![ProviderOutcome::Permanent { status: 400 }]);
-    let p = r.process(&message().encode()).await.unwrap();
-    assert!(matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::ClassifiedPermanent, .. }), "{p:?}");
+async fn a_400_or_a_403_is_still_classified_permanent() {
+    for status in [400, 403] {
+        let r = rig(vec![ProviderOutcome::Permanent { status }]);
+        let p = r.process(&message().encode()).await.unwrap();
+        let reason = match p.disposition {
+            Disposition::Quarantine { reason, .. } => Some(reason),
+            _ => None,
+        };
+        assert_eq!(reason, Some(ReasonCode::ClassifiedPermanent), "{status}: {p:?}");
+    }
 }

@@ -10,10 +10,12 @@
 //!
 //! A 401 or 403 is first a credential event, not the reminder's fault: with a [`TokenSource`]
 //! (the secret store), the client reads the token again — at most once per instance per
-//! [`REFRESH_EVERY`] — and, if it changed, repeats the call once under the same
-//! `Idempotency-Key` within what is left of the call's timeout (a refused call was not
-//! processed, and the key makes the repeat safe anyway). So a rotation does not dead-letter a
-//! morning. A 401/403 that survives a fresh token is returned as it is (permanent).
+//! [`REFRESH_EVERY`], within the call's budget — and, if it changed, repeats the call once
+//! under the same `Idempotency-Key` within what is left of the call's timeout (a refused call
+//! was not processed, and the key makes the repeat safe anyway). So a rotation does not
+//! dead-letter a morning. A refusal the source confirms (it holds the same token, or there is
+//! no source) is returned as it is; one it cannot judge (unreadable, no time left) comes back
+//! as transient, to be retried — never as a verdict on the credentials.
 
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
@@ -39,7 +41,7 @@ pub enum ClientError {
 
 /// The longest a refused token is kept before the token source is asked again; also the
 /// fewest seconds between two reads of the source by one instance.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(60);
+pub const REFRESH_EVERY: Duration = Duration::from_secs(10);
 
 /// The provider client.
 #[derive(Debug, Clone)]
@@ -94,35 +96,50 @@ impl HttpProvider {
         self.auth.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// A token other than `refused`, if one can be had: another record of this instance may
-    /// have refreshed already; else the source is read, unless it was read within
-    /// [`REFRESH_EVERY`]. `None`: no fresh token (no source, read too recently, unreadable, or
-    /// unchanged — then the refusal stands).
-    async fn fresh_token(&self, refused: &HeaderValue) -> Option<HeaderValue> {
-        let source = self.source.as_ref()?;
+    /// What the token source says about a refused token, within `budget`: another record of
+    /// this instance may have refreshed already; else the source is read, unless it was read
+    /// within [`REFRESH_EVERY`] (then the refusal is confirmed by that read).
+    async fn fresh_token(&self, refused: &HeaderValue, budget: Duration) -> Refresh {
+        let Some(source) = self.source.as_ref() else {
+            // A configured token cannot change under a running instance: confirmed.
+            return Refresh::Confirmed;
+        };
         let mut last = self.refreshed.lock().await;
         let current = self.current();
         if current != *refused {
-            return Some(current);
+            return Refresh::Fresh(current);
         }
         if last.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
-            return None;
+            return Refresh::Confirmed;
         }
+        // Bounded by the call's own budget (the other records of the batch wait on the lock).
+        let fetched =
+            match futures_util::future::select(Box::pin(source.fetch()), Box::pin(tokio::time::sleep(budget))).await {
+                futures_util::future::Either::Left((Ok(token), _)) => match bearer(&token) {
+                    Ok(v) => v,
+                    Err(_) => {
+                        tracing::warn!("the token source holds a value that is not a valid header");
+                        *last = Some(Instant::now());
+                        return Refresh::Confirmed;
+                    }
+                },
+                futures_util::future::Either::Left((Err(e), _)) => {
+                    tracing::warn!(error = %e, "the provider refused the token and the token source could not be read");
+                    return Refresh::Unknown;
+                }
+                futures_util::future::Either::Right(_) => {
+                    tracing::warn!("the provider refused the token and the token source did not answer in time");
+                    return Refresh::Unknown;
+                }
+            };
         *last = Some(Instant::now());
-        let fetched = match source.fetch().await {
-            Ok(token) => bearer(&token).ok(),
-            Err(e) => {
-                tracing::warn!(error = %e, "the provider refused the token and the token source could not be read");
-                None
-            }
-        }?;
         if fetched == *refused {
             tracing::warn!("the provider refused the token and the token source holds the same one");
-            return None;
+            return Refresh::Confirmed;
         }
         tracing::info!("the provider refused the token; using the token source's new one");
         *self.auth.write().unwrap_or_else(PoisonError::into_inner) = fetched.clone();
-        Some(fetched)
+        Refresh::Fresh(fetched)
     }
 
     /// Opens a connection (TLS handshake included) so the first real call does not pay for it.
@@ -132,21 +149,33 @@ impl HttpProvider {
     }
 }
 
+/// What the token source says about a refused token.
+enum Refresh {
+    /// A different token: retry with it.
+    Fresh(HeaderValue),
+    /// The source holds the refused token (or was read within [`REFRESH_EVERY`], or there is
+    /// no source): the refusal stands.
+    Confirmed,
+    /// The source could not be read in time: nothing is known; retry later.
+    Unknown,
+}
+
 impl Provider for HttpProvider {
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
         let started = Instant::now();
         let auth = self.current();
         let outcome = self.call(req, auth.clone(), req.timeout).await?;
-        if matches!(outcome.status(), Some(401 | 403))
-            && let Some(fresh) = self.fresh_token(&auth).await
-        {
-            // Only within the call's own budget: the sender sized it to its deadlines.
-            let left = req.timeout.saturating_sub(started.elapsed());
-            if left >= Duration::from_millis(200) {
-                return self.call(req, fresh, left).await;
-            }
+        let Some(status @ (401 | 403)) = outcome.status() else { return Ok(outcome) };
+        // Only within the call's own budget: the sender sized it to its deadlines.
+        let left = || req.timeout.saturating_sub(started.elapsed());
+        let transient = ProviderOutcome::Transient { status: Some(status), retry_after: None };
+        match self.fresh_token(&auth, left()).await {
+            Refresh::Fresh(fresh) if left() >= Duration::from_millis(200) => self.call(req, fresh, left()).await,
+            // A new token and no time to use it, or no answer from the source: not a verdict
+            // on the credentials, so a retry (backoff), never the pause.
+            Refresh::Fresh(_) | Refresh::Unknown => Ok(transient),
+            Refresh::Confirmed => Ok(outcome),
         }
-        Ok(outcome)
     }
 }
 

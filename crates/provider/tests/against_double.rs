@@ -270,3 +270,26 @@ async fn a_401_with_the_same_token_in_the_source_stands_and_the_source_is_not_ha
     assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 1);
     assert_eq!(double.stats().accepted, 0);
 }
+
+/// A token source that cannot be read is no verdict on the credentials: the refusal comes back
+/// transient (retried with backoff), never as a permanent answer that would pause the fleet.
+#[tokio::test]
+async fn a_401_with_an_unreadable_token_source_is_transient() {
+    #[derive(Debug)]
+    struct Broken;
+    impl punctual_core::secret::TokenSource for Broken {
+        fn fetch(
+            &self,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Secret, punctual_core::ports::BoxError>> + Send + '_>,
+        > {
+            Box::pin(async { Err("secrets manager throttled".into()) })
+        }
+    }
+    let double = Double::start(Config { token: Some("right".into()), ..Config::default() }, 0).await.unwrap();
+    let client = HttpProvider::new(&double.url(), &Secret::new("old"), Duration::from_secs(1))
+        .unwrap()
+        .with_token_source(std::sync::Arc::new(Broken));
+    let o = send(&client, &message(90), Duration::from_secs(2)).await;
+    assert_eq!(o, ProviderOutcome::Transient { status: Some(401), retry_after: None });
+}

@@ -263,14 +263,19 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                         // writing its audit record, instead of being killed mid-wait.
                         let left = until(self.clock.now(), stop_at);
                         let o = self.watch(&id, &sum.moved_ids, &mut settled, Some(wanted.min(left))).await?;
-                        if wanted > left && o.settled < sum.moved {
+                        // Failures already settled count even when the deadline cuts the wait.
+                        let settled_failed = o.failed.saturating_sub(sum.moved.saturating_sub(o.settled));
+                        if wanted > left
+                            && o.settled < sum.moved
+                            && settled_failed as f64 <= req.abort_if.failure_ratio * sum.canary_moved as f64
+                        {
                             sum.aborted = Some(format!(
                                 "stopped before the invocation deadline: the canary was still settling ({} of {} settled)",
                                 o.settled, sum.moved
                             ));
                             continue;
                         }
-                        let failed = o.failed;
+                        let failed = if wanted > left { settled_failed } else { o.failed };
                         sum.canary_failed = failed;
                         if failed as f64 > req.abort_if.failure_ratio * sum.canary_moved as f64 {
                             sum.aborted = Some(format!("canary: {failed} of {} failed again", sum.canary_moved));
