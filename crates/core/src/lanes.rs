@@ -94,14 +94,6 @@ impl LaneDepths {
         self.normal + self.urgent
     }
 
-    /// One lane.
-    pub fn of(self, lane: QueueLane) -> u64 {
-        match lane {
-            QueueLane::Normal => self.normal,
-            QueueLane::Urgent => self.urgent,
-        }
-    }
-
     /// Counts `n` more on `lane`.
     pub fn add(&mut self, lane: QueueLane, n: u64) {
         match lane {
@@ -137,11 +129,11 @@ impl LanePolicy {
         Self { urgent_below: URGENT_BELOW, lead: URGENT_LEAD, reserve: URGENT_RESERVE, rate }
     }
 
-    /// The lane of `msg` released at `now` (it becomes visible at its `deliver_after`): the
-    /// same rule as every other copy's ([`lane_at`]), so the lane a reminder travels on and the
-    /// limiter class the sender gives it agree.
-    pub fn lane(&self, msg: &ReminderMessage, now: DateTime<Utc>) -> QueueLane {
-        lane_at(msg.deliver_by, now.max(msg.deliver_after), self.urgent_below)
+    /// The lane of a reminder released at `now` (it becomes visible at its `deliver_after`):
+    /// the same rule as every other copy's ([`lane_at`]), so the lane a reminder travels on and
+    /// the limiter class the sender gives it agree.
+    pub fn lane(&self, deliver_after: DateTime<Utc>, deliver_by: DateTime<Utc>, now: DateTime<Utc>) -> QueueLane {
+        lane_at(deliver_by, now.max(deliver_after), self.urgent_below)
     }
 }
 
@@ -263,9 +255,13 @@ mod tests {
         let policy = LanePolicy::new(100.0);
         let mut p = ReleasePlanner::new(policy, t0(), LaneDepths::default());
         let m = message("later", t0() + TimeDelta::minutes(10), t0() + TimeDelta::minutes(12));
-        assert_eq!(policy.lane(&m, t0()), QueueLane::Urgent);
+        assert_eq!(policy.lane(m.deliver_after, m.deliver_by, t0()), QueueLane::Urgent);
         assert_eq!(p.pace(&m, t0()), Duration::from_secs(600), "never before deliver_after");
         let roomy = message("roomy", t0() + TimeDelta::minutes(10), t0() + TimeDelta::minutes(40));
-        assert_eq!(policy.lane(&roomy, t0()), QueueLane::Normal, "30 minutes of slack when visible");
+        assert_eq!(
+            policy.lane(roomy.deliver_after, roomy.deliver_by, t0()),
+            QueueLane::Normal,
+            "30 minutes of slack when visible"
+        );
     }
 }

@@ -17,9 +17,10 @@
 //! Deadline-near work arrives on its own queue (the urgent lane, [`crate::lanes`]), served by
 //! its own pollers; the limiter gives it the slots first:
 //! - **Deadline-near** work (slack below the sender's `deadline_near`) may book as far ahead as
-//!   its wait budget allows, in blocks like everyone (its instance keeps them in a pool of its
-//!   own, so spare near slots never go to normal work), and marks the schedule *near-active*
-//!   for `near_hold`.
+//!   its wait budget allows, in blocks like everyone (its instance keeps them in a pool near
+//!   work draws from first; normal work of the instance takes only near slots already due,
+//!   which would otherwise expire unused), and marks the schedule *near-active* for
+//!   `near_hold`.
 //! - **Normal** work books at most `normal_ahead` ahead, and while the schedule is near-active
 //!   it may only book slots that start within `normal_fill` (slots that would otherwise go
 //!   idle). Otherwise it **waits in-process**, holding its message, until the mark lapses, and
@@ -273,12 +274,12 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
     }
 
     /// Takes one slot of `key`'s schedule before `deadline_ms`, waiting in-process for it.
-    /// `pool` names this instance's pool of booked slots: deadline-near and normal work keep
-    /// separate pools, so the spare slots of a near block never go to normal work.
+    /// Deadline-near work of the main schedule keeps its booked slots in a pool of its own
+    /// (`{key}|near`), which it draws from first; normal work takes from it only slots already
+    /// due, which would otherwise expire unused.
     async fn take(
         &self,
         key: &str,
-        pool_key: &str,
         cap_rate: Option<f64>,
         class: LimiterClass,
         deadline_ms: i64,
@@ -288,18 +289,17 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
         let pool_validity = if cap_rate.is_some() { s.cap_validity } else { s.validity }.as_millis() as i64;
         let near = cap_rate.is_none() && class == LimiterClass::DeadlineNear;
         let normal = cap_rate.is_none() && !near;
+        let near_pool = format!("{key}|near");
+        let pool_key = if near { near_pool.as_str() } else { key };
         // Every pass books, takes a slot or sleeps at least 1 ms towards `deadline_ms`; the
         // bound is a backstop against a store that answers nonsense.
-        let spare = format!("{key}|near");
         for _ in 0..10_000 {
             if let Some(t) = self.pooled(pool_key, deadline_ms) {
                 return Ok(Take::Slot(t));
             }
-            // Normal work uses the near slots of this instance that would otherwise go unused
-            // (near work drew first; these are booked already).
             // A near slot due now or already past (still valid): near callers of this instance
-            // passed it by, so it would expire unused.
-            if normal && let Some(t) = self.pooled(&spare, self.clock.now().timestamp_millis()) {
+            // passed it by, so it would expire unused; it is booked already.
+            if normal && let Some(t) = self.pooled(&near_pool, self.clock.now().timestamp_millis()) {
                 return Ok(Take::Slot(t));
             }
             // One booking in flight per instance: the callers behind it usually find the
@@ -327,7 +327,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
                 // Normal work yields to deadline-near work without a write while the last view
                 // (at most one booking old) shows it active and the schedule busy: it waits
                 // here, holding its message, and books again when the mark lapses.
-                if normal && v_near_busy(&view, now, s.normal_fill.as_millis() as i64) {
+                if normal && near_busy(&view, now, s.normal_fill.as_millis() as i64) {
                     sleep = Some(self.yield_for(view.near_until_ms - now));
                 }
                 let rate = cap_rate.unwrap_or_else(|| s.rate(&view, now));
@@ -406,10 +406,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
         class: LimiterClass,
         deadline_ms: i64,
     ) -> Result<Option<Duration>, LimiterError> {
-        let near = cap_rate.is_none() && class == LimiterClass::DeadlineNear;
-        let pool_key = if near { format!("{key}|near") } else { key.to_owned() };
-
-        match self.take(key, &pool_key, cap_rate, class, deadline_ms).await? {
+        match self.take(key, cap_rate, class, deadline_ms).await? {
             Take::Slot(t) => {
                 let now = self.clock.now().timestamp_millis();
                 if t > now {
@@ -494,7 +491,7 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
 }
 
 /// Deadline-near work is active and the schedule is booked beyond what normal work may fill.
-fn v_near_busy(view: &SlotView, now: i64, fill_ms: i64) -> bool {
+fn near_busy(view: &SlotView, now: i64, fill_ms: i64) -> bool {
     view.near_until_ms >= now && view.next_ms > now + fill_ms
 }
 

@@ -307,7 +307,7 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                 min_by = Some(min_by.map_or(p.deliver_by, |m| m.min(p.deliver_by)));
             }
             let (tight, rest): (Vec<_>, Vec<_>) =
-                live.into_iter().partition(|p| policy.lane(&message_for(p, now), now) == QueueLane::Urgent);
+                live.into_iter().partition(|p| policy.lane(p.deliver_after, p.deliver_by, now) == QueueLane::Urgent);
             urgent.extend(tight);
             roomy.extend(rest);
         }

@@ -233,22 +233,32 @@ async fn a_redriven_letter_goes_back_to_the_lane_its_slack_calls_for() {
     assert!(routed.contains(&(roomy.reminder_id.to_string(), QueueLane::Normal)), "{routed:?}");
 }
 
-/// A run whose deadline falls inside its canary wait stops in time: it does not sleep past its
-/// margin, the letters it did not move become visible again (released), and its audit record
-/// is finished. An unsettled canary at the deadline is not reported as a failed canary.
-#[tokio::test]
-async fn a_deadline_inside_the_canary_wait_stops_the_run_in_time_with_its_audit_record() {
+/// `n` reminders (5 h of slack) dead-lettered after one attempt, their letters in a DLQ, and a
+/// redriver over them at `t0()`.
+async fn dead_letter_rig(
+    name: &str,
+    n: usize,
+) -> (ManualClock, Dlq, MemoryControl, Redriver<MemoryLedger, Dlq, MemoryControl, ManualClock>) {
     let clock = ManualClock::new(t0());
     let ledger = MemoryLedger::new();
     let mut letters = Vec::new();
-    for i in 0..5 {
-        let m = punctual_core::testing::message(&format!("canary-{i}"), t0(), t0() + TimeDelta::hours(5));
+    for i in 0..n {
+        let m = punctual_core::testing::message(&format!("{name}-{i}"), t0(), t0() + TimeDelta::hours(5));
         dead_lettered(&ledger, &m, 1, clock.now()).await;
         letters.push(DeadLetter { handle: format!("h-{i}"), ..letter(m.encode(), ReasonCode::AttemptLimit) });
     }
     let dlq = Dlq::holding(letters);
     let control = MemoryControl::default();
     let redriver = Redriver::new(ledger, dlq.clone(), control.clone(), clock.clone());
+    (clock, dlq, control, redriver)
+}
+
+/// A run whose deadline falls inside its canary wait stops in time: it does not sleep past its
+/// margin, the letters it did not move become visible again (released), and its audit record
+/// is finished. An unsettled canary at the deadline is not reported as a failed canary.
+#[tokio::test]
+async fn a_deadline_inside_the_canary_wait_stops_the_run_in_time_with_its_audit_record() {
+    let (clock, dlq, control, redriver) = dead_letter_rig("canary", 5).await;
     // Canary of 1 with a 300 s wait; the invocation ends in 60 s (the service keeps 5 s).
     let req = RedriveRequest { canary: 1, canary_timeout: Some(Duration::from_secs(300)), ..request() };
     let deadline = t0() + TimeDelta::seconds(60);
@@ -267,17 +277,7 @@ async fn a_deadline_inside_the_canary_wait_stops_the_run_in_time_with_its_audit_
 /// after the first, beyond a 30 s invocation.
 #[tokio::test]
 async fn the_pacing_stops_at_the_deadline_instead_of_sleeping_past_it() {
-    let clock = ManualClock::new(t0());
-    let ledger = MemoryLedger::new();
-    let mut letters = Vec::new();
-    for i in 0..3 {
-        let m = punctual_core::testing::message(&format!("slow-{i}"), t0(), t0() + TimeDelta::hours(5));
-        dead_lettered(&ledger, &m, 1, clock.now()).await;
-        letters.push(DeadLetter { handle: format!("h-{i}"), ..letter(m.encode(), ReasonCode::AttemptLimit) });
-    }
-    let dlq = Dlq::holding(letters);
-    let control = MemoryControl::default();
-    let redriver = Redriver::new(ledger, dlq.clone(), control.clone(), clock.clone());
+    let (clock, dlq, _, redriver) = dead_letter_rig("slow", 3).await;
     let req = RedriveRequest { max_per_second: 0.02, ..request() };
     let deadline = t0() + TimeDelta::seconds(30);
     let sum = redriver.run(&req, deadline).await.unwrap();

@@ -744,14 +744,6 @@ pub fn run(config: &SimConfig, worker: Worker) -> SimReport {
     std::thread::scope(|sc| sc.spawn(|| run_here(config, worker)).join().unwrap_or_default())
 }
 
-fn rss(at: &str) {
-    if std::env::var_os("SIM_DEBUG_RSS").is_some() {
-        let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let l: Vec<_> = s.lines().filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM")).collect();
-        eprintln!("{at}: {l:?}");
-    }
-}
-
 fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
     let Ok(runtime) = runtime else { return SimReport::default() };
@@ -810,7 +802,6 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             Err(body) => (body, None),
         });
     }
-    rss("population");
     let mut deadlines: Vec<DateTime<Utc>> = msgs.iter().filter_map(|(_, m)| m.as_ref().map(|m| m.deliver_by)).collect();
     let healthy = deadlines.len();
     let edf = edf_late(&mut deadlines, t0(), config.quota);
@@ -835,7 +826,6 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             Scheduler::new(due, MemoryRelease::default(), clock.clone(), settings).tick(t0() + TimeDelta::hours(1)),
         ),
     };
-    rss("tick");
     let alarm = tick.as_ref().is_ok_and(|r| r.projected_breach).then_some(0.0);
     let released_urgent = tick.as_ref().map_or(0, |r| r.released_urgent);
 
@@ -1022,7 +1012,6 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         Shared { rng: SplitMix64::new(0), delivered_at: sh.delivered_at.clone(), backlog: sh.backlog.clone() }
     });
 
-    rss("run");
     // What the run asked of the ledger (before the accounting reads it).
     Usage::add(&usage.ddb_writes, memory.writes());
     Usage::add(&usage.ddb_reads, memory.reads());
