@@ -53,7 +53,7 @@ pub enum DynamoError {
     Unknown(#[source] BoxError),
 }
 
-fn classify<E, R>(e: SdkError<E, R>) -> DynamoError
+pub(crate) fn classify<E, R>(e: SdkError<E, R>) -> DynamoError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,

@@ -261,6 +261,7 @@ fn parse_record(id: &ReminderId, item: &Item) -> Result<LedgerRecord, LedgerErro
         history,
         history_dropped: get_i64(item, "history_dropped").and_then(|d| u64::try_from(d).ok()).unwrap_or(0),
         release_id: get_s(item, "release_id").map(str::to_owned),
+        call_owner: get_s(item, "call_owner").map(str::to_owned),
     })
 }
 
@@ -348,7 +349,11 @@ impl Ledger for DynamoLedger {
             ConditionalUpdate::Written(new) => {
                 let prior_attempts =
                     new.as_ref().and_then(|i| get_i64(i, "attempts")).and_then(|a| u32::try_from(a).ok()).unwrap_or(0);
-                Ok(ClaimView::Claimed { prior_attempts })
+                // The claim leaves `call_owner` as it was: another owner's mark is a call whose
+                // outcome nobody recorded.
+                let unsettled_call =
+                    new.as_ref().and_then(|i| get_s(i, "call_owner")).is_some_and(|o| o != owner.as_str());
+                Ok(ClaimView::Claimed { prior_attempts, unsettled_call })
             }
             ConditionalUpdate::ConditionFailed(old) => {
                 let old = old.ok_or_else(|| LedgerError::Corrupt {
@@ -390,6 +395,10 @@ impl Ledger for DynamoLedger {
             "ttl_epoch_s = :ttl",
         ];
         let mut remove = vec!["#owner", "lease_until_ms"];
+        // The mark of an unknown call outlives only the quarantine that is about it.
+        if x.reason != Some(ReasonCode::ProviderIndeterminate) {
+            remove.push("call_owner");
+        }
         let mut update = self
             .update(msg)
             .expression_attribute_names("#state", "state")
@@ -457,6 +466,36 @@ impl Ledger for DynamoLedger {
                 Some(ended) if owner.is_none() && ended.is_terminal() => Ok(SettleOutcome::AlreadyEnded(ended)),
                 _ => Ok(SettleOutcome::LeaseLost),
             },
+        }
+    }
+
+    async fn mark_call(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+    ) -> Result<bool, LedgerError> {
+        let update = self
+            .update(msg)
+            .update_expression("SET call_owner = :owner")
+            .condition_expression("#state = :leased AND #owner = :owner AND lease_until_ms > :now")
+            .expression_attribute_names("#state", "state")
+            .expression_attribute_names("#owner", "owner")
+            .expression_attribute_values(":leased", s(ReminderState::Leased.as_str()))
+            .expression_attribute_values(":owner", s(owner.as_str()))
+            .expression_attribute_values(":now", ms(now));
+        // No value is needed back either way: ask for none (smaller answers).
+        match update.send().await {
+            Ok(_) => Ok(true),
+            Err(aws_sdk_dynamodb::error::SdkError::ServiceError(e))
+                if matches!(
+                    e.err(),
+                    aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_)
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(from_dynamo(crate::dynamodb::classify(e))),
         }
     }
 

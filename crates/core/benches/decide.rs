@@ -33,11 +33,12 @@ fn bench(c: &mut Criterion) {
         recorded: None,
         renewal: None,
         limiter: None,
+        call_marked: None,
         provider: None,
     };
     let after_429 = Inputs {
         observed: Observed { queue_delay: Duration::from_secs(5), call_latency: Duration::from_millis(200) },
-        claim: Some(ClaimView::Claimed { prior_attempts: 2 }),
+        claim: Some(ClaimView::Claimed { prior_attempts: 2, unsettled_call: false }),
         renewal: Some(RenewalView::Active),
         limiter: Some(LimiterAnswer::Granted),
         provider: Some(&throttled),

@@ -63,6 +63,11 @@ pub struct RedriveStamp {
     /// so the budget does not move with every requeued copy's `attempt`. Optional on the wire:
     /// a stamp written before the field existed decodes with the message's `attempt`.
     pub base_attempt: u32,
+    /// The operator chose to resend reminders whose last call's outcome is unknown (the
+    /// request named `provider_indeterminate`): the copy may call a provider without keys
+    /// again. Absent on the wire means false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resend_unknown: bool,
 }
 
 /// What is wrong with a message body. Each case names its class; the `Display` text is what
@@ -257,6 +262,17 @@ impl ReminderMessage {
                 reason: redrive_text(r, "reason")?,
                 owner: redrive_text(r, "owner")?,
                 base_attempt: base_attempt(r, attempt)?,
+                resend_unknown: match r.get("resend_unknown") {
+                    None | Some(Value::Null) => false,
+                    Some(Value::Bool(b)) => *b,
+                    Some(v) => {
+                        return Err(MalformedMessage::WrongType {
+                            field: "redrive.resend_unknown",
+                            expected: "a boolean",
+                            found: json_type(v),
+                        });
+                    }
+                },
             }),
             Some(other) => {
                 return Err(MalformedMessage::WrongType {

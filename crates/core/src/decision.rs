@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use crate::backoff::{Backoff, Jitter};
 use crate::clock::{add, until};
 use crate::contract::{MalformedMessage, ReminderMessage};
-use crate::provider::ProviderOutcome;
+use crate::provider::{IndeterminatePolicy, ProviderOutcome};
 use crate::reason::{ReasonCode, ReminderState};
 
 /// Tunables of the sender's decision.
@@ -30,6 +30,20 @@ pub struct SenderPolicy {
     pub min_call_timeout: Duration,
     /// The longest a provider call may take.
     pub max_call_timeout: Duration,
+    /// The provider honours idempotency keys (from its adapter's profile, set by the sender at
+    /// composition). When it does not, every call is first marked in the ledger
+    /// ([`Step::MarkCall`]) so a call whose outcome was lost is known to the next claim.
+    pub provider_keys: bool,
+    /// What an indeterminate outcome leads to when the provider does not honour keys.
+    pub indeterminate: IndeterminatePolicy,
+}
+
+impl SenderPolicy {
+    /// An indeterminate outcome may be followed by another call: always with a provider that
+    /// honours keys (the repeat replays the first answer), and under `at_least_once` otherwise.
+    pub fn resends_indeterminate(&self) -> bool {
+        self.provider_keys || self.indeterminate == IndeterminatePolicy::AtLeastOnce
+    }
 }
 
 impl Default for SenderPolicy {
@@ -41,6 +55,8 @@ impl Default for SenderPolicy {
             invocation_margin: Duration::from_secs(2),
             min_call_timeout: Duration::from_secs(1),
             max_call_timeout: Duration::from_secs(10),
+            provider_keys: true,
+            indeterminate: IndeterminatePolicy::AtMostOnce,
         }
     }
 }
@@ -61,6 +77,10 @@ pub enum ClaimView {
     Claimed {
         /// Provider attempts recorded before this one.
         prior_attempts: u32,
+        /// An earlier holder marked a provider call ([`Step::MarkCall`]) and its lease ended
+        /// without a settle: that call's outcome is unknown (only ever set for a provider that
+        /// does not honour keys, the only kind whose calls are marked).
+        unsettled_call: bool,
     },
     /// The reminder is already delivered.
     AlreadyDelivered,
@@ -135,6 +155,9 @@ pub struct Inputs<'a> {
     pub renewal: Option<RenewalView>,
     /// The limiter's answer, once asked.
     pub limiter: Option<LimiterAnswer>,
+    /// The ledger's answer to the call mark (true: marked under this worker's lease), once
+    /// asked (only for a provider that does not honour keys).
+    pub call_marked: Option<bool>,
     /// The provider call's classified result, once called.
     pub provider: Option<&'a ProviderOutcome>,
 }
@@ -156,6 +179,10 @@ pub enum Step {
         /// Longest wait that still leaves time for the call.
         max_wait: Duration,
     },
+    /// Record in the ledger, under this worker's lease, that a provider call is about to start
+    /// (a provider without idempotency keys only): if the worker dies or loses the answer, the
+    /// next claim learns that a call may have reached the provider.
+    MarkCall,
     /// Call the provider with this timeout; this is provider attempt number `attempt`.
     CallProvider {
         /// Ends before the invocation margin and before `deliver_by`.
@@ -247,7 +274,7 @@ fn past_deadline(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision {
     let duplicate = Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
     match (inputs.claim, inputs.recorded) {
         // This worker holds the lease (it claimed before the deadline passed): not delivered.
-        (Some(ClaimView::Claimed { prior_attempts }), _) => {
+        (Some(ClaimView::Claimed { prior_attempts, .. }), _) => {
             Decision::Done(Disposition::Expire { attempts_made: prior_attempts.max(msg.attempt) })
         }
         (Some(ClaimView::AlreadyDelivered | ClaimView::Ended { .. } | ClaimView::Superseded), _) => duplicate,
@@ -323,8 +350,9 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
                 provider_status: None,
             });
         }
-        Some(ClaimView::Claimed { prior_attempts }) => prior_attempts,
+        Some(ClaimView::Claimed { prior_attempts, unsettled_call }) => (prior_attempts, unsettled_call),
     };
+    let (prior_attempts, unsettled_call) = prior_attempts;
     let limit = attempt_limit(policy, msg);
     if prior_attempts >= limit {
         return quarantine(
@@ -339,6 +367,19 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         None => return Decision::Next(Step::CheckRenewal),
         Some(RenewalView::Active) => {}
         Some(renewal) => return Decision::Done(Disposition::Cancel { renewal }),
+    }
+    // 5b. An earlier call whose outcome is unknown, at a provider that would apply a resend as
+    //     a second effect: under `at_most_once` an operator decides (a redrive resends).
+    let operator_resends = msg.redrive.as_ref().is_some_and(|r| r.resend_unknown);
+    if unsettled_call && !policy.resends_indeterminate() && !operator_resends {
+        return quarantine(
+            ReasonCode::ProviderIndeterminate,
+            prior_attempts.max(msg.attempt),
+            None,
+            "an earlier call's outcome is unknown (its worker stopped before recording it) and the provider does not \
+             honour idempotency keys; not resent under at_most_once"
+                .into(),
+        );
     }
     let call_room = until(now, inputs.invocation_deadline).saturating_sub(policy.invocation_margin);
     // 6. A token from the shared limiter.
@@ -386,6 +427,22 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
                 provider_status: None,
             });
         }
+        match inputs.call_marked {
+            None if !policy.provider_keys => return Decision::Next(Step::MarkCall),
+            // The lease passed to another worker meanwhile (this one waited past it): never
+            // acknowledged while another holds it (see `HeldElsewhere`); rechecked instead.
+            Some(false) => {
+                let recheck = add(now, policy.max_call_timeout + policy.invocation_margin);
+                let last = msg.deliver_by - chrono::TimeDelta::milliseconds(1);
+                return Decision::Done(Disposition::Defer {
+                    until: recheck.min(last).max(now),
+                    reason: ReasonCode::ClaimedElsewhere,
+                    attempts_made: prior_attempts,
+                    provider_status: None,
+                });
+            }
+            _ => {}
+        }
         let timeout = policy.max_call_timeout.min(call_room).min(to_deadline);
         return Decision::Next(Step::CallProvider { timeout, attempt });
     };
@@ -429,6 +486,18 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             let reason =
                 if retry_after.is_some() { ReasonCode::ProviderRetryAfter } else { ReasonCode::ProviderTransient };
             (*status, *retry_after, reason)
+        }
+        ProviderOutcome::Indeterminate { status } if !policy.resends_indeterminate() => {
+            return quarantine(
+                ReasonCode::ProviderIndeterminate,
+                attempt,
+                *status,
+                format!(
+                    "the call's outcome is unknown ({}) and the provider does not honour idempotency keys; not resent \
+                     under at_most_once",
+                    status.map_or_else(|| "no answer".to_owned(), |s| format!("status {s}"))
+                ),
+            );
         }
         ProviderOutcome::Indeterminate { status } => (*status, None, ReasonCode::ProviderIndeterminate),
     };

@@ -163,6 +163,10 @@ pub struct LimiterStats {
     pub stranded: u64,
     /// Bookings that succeeded.
     pub bookings: u64,
+    /// Pauses taken because the provider said its window had nothing left (before a 429).
+    pub budget_pauses: u64,
+    /// Rate cuts taken because the provider's remaining budget would not last its window.
+    pub budget_cuts: u64,
 }
 
 #[derive(Debug, Default)]
@@ -462,29 +466,76 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
         if view.cut_rate.is_none() || view.cut_at_ms + gap < now {
             self.store.cut(&key, now, cut, gap).await?;
         }
-        // Capped: the shared schedule serves every class and tenant (see `max_shared_pause`).
-        let until = retry_after.map(|ra| now + ra.min(s.max_shared_pause).as_millis() as i64);
-        if let Some(until) = until
-            && until > view.paused_until_ms + 1000
         {
-            self.store.pause(&key, until).await?;
+            let mut pools = lock(&self.pools);
+            let pool = pools.entry(key.clone()).or_default();
+            if pool.view.cut_at_ms + (s.cut_gap.as_millis() as i64) < now || pool.view.cut_rate.is_none() {
+                pool.view.cut_rate = Some(cut);
+                pool.view.cut_at_ms = now;
+            }
         }
+        match retry_after {
+            Some(ra) => self.pause_for(&key, &view, now, ra).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn budget(&self, remaining: u64, reset: Duration) -> Result<(), LimiterError> {
+        let now = self.clock.now().timestamp_millis();
+        let key = self.main_key();
+        let s = &self.settings;
+        let view = lock(&self.pools).get(&key).map(|p| p.view).unwrap_or_default();
+        if remaining == 0 {
+            // The next call would be refused: no slot before the window resets.
+            lock(&self.stats).budget_pauses += 1;
+            return self.pause_for(&key, &view, now, reset).await;
+        }
+        // Only a long window is worth a cut: near the end of a short (1 s) window `remaining`
+        // is small by construction, and a cut recovers slowly (`recover_per_sec`).
+        let reset_s = reset.min(s.max_shared_pause).as_secs_f64();
+        let rate = s.rate(&view, now);
+        let fits = remaining as f64 / reset_s.max(f64::MIN_POSITIVE);
+        if reset < BUDGET_WINDOW_MIN || fits >= rate * 0.5 {
+            return Ok(());
+        }
+        let gap = s.cut_gap.as_millis() as i64;
+        if view.cut_rate.is_some() && view.cut_at_ms + gap >= now {
+            return Ok(());
+        }
+        let cut = fits.max(s.quota / 100.0);
+        self.store.cut(&key, now, cut, gap).await?;
+        lock(&self.stats).budget_cuts += 1;
         let mut pools = lock(&self.pools);
         let pool = pools.entry(key).or_default();
-        if pool.view.cut_at_ms + (s.cut_gap.as_millis() as i64) < now || pool.view.cut_rate.is_none() {
-            pool.view.cut_rate = Some(cut);
-            pool.view.cut_at_ms = now;
+        pool.view.cut_rate = Some(cut);
+        pool.view.cut_at_ms = now;
+        Ok(())
+    }
+}
+
+/// The shortest provider window whose remaining budget can cut the rate (see
+/// [`Limiter::budget`]); shorter windows only pause when nothing is left.
+pub const BUDGET_WINDOW_MIN: Duration = Duration::from_secs(2);
+
+impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
+    /// No slot before `now + wait` (capped: the shared schedule serves every class and tenant,
+    /// see `max_shared_pause`), written unless this instance knows a pause at least as long
+    /// (give or take the second that is `Retry-After`'s resolution) was made.
+    async fn pause_for(&self, key: &str, view: &SlotView, now: i64, wait: Duration) -> Result<(), LimiterError> {
+        let until = now + wait.min(self.settings.max_shared_pause).as_millis() as i64;
+        if until > view.paused_until_ms + 1000 {
+            self.store.pause(key, until).await?;
         }
-        if let Some(until) = until {
-            pool.view.paused_until_ms = pool.view.paused_until_ms.max(until);
-            // Every pool drawn from this schedule (normal and deadline-near) loses its slots
-            // before the pause.
-            let main = self.main_key();
-            for p in pools.iter_mut().filter(|(k, _)| k.starts_with(&main)).map(|(_, p)| p) {
-                let before = p.slots.len();
-                p.slots.retain(|t| *t >= until);
-                lock(&self.stats).stranded += (before - p.slots.len()) as u64;
-            }
+        let mut pools = lock(&self.pools);
+        let pool = pools.entry(key.to_owned()).or_default();
+        pool.view.paused_until_ms = pool.view.paused_until_ms.max(until);
+        // Every pool drawn from this schedule (normal and deadline-near) loses its slots
+        // before the pause.
+        let main = self.main_key();
+        for p in pools.iter_mut().filter(|(k, _)| k.starts_with(&main)).map(|(_, p)| p) {
+            let before = p.slots.len();
+            p.slots.retain(|t| *t >= until);
+            lock(&self.stats).stranded += (before - p.slots.len()) as u64;
         }
         Ok(())
     }

@@ -43,6 +43,65 @@ impl RetryAfter {
     }
 }
 
+/// What a provider said about its remaining quota (`RateLimit-Remaining` / `X-RateLimit-Remaining`
+/// with the matching reset), so the shared limiter slows down *before* a 429.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateBudget {
+    /// Requests left in the provider's current window.
+    pub remaining: u64,
+    /// Until the window resets, from when the answer was read.
+    pub reset: Duration,
+}
+
+/// What an indeterminate outcome (timeout after send, a 5xx, a connection lost after the
+/// request left, a worker that died holding a lease mid-call) leads to when the provider does
+/// **not** honour idempotency keys. With a provider that does, the answer is always "resend
+/// under the same key": the provider replays its first answer, so there is nothing to choose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IndeterminatePolicy {
+    /// No automatic resend: the reminder goes to the DLQ as `provider_indeterminate` with what
+    /// is known, for an operator to decide (a redrive resends; nothing else does). Never two
+    /// effects; possibly none.
+    #[default]
+    AtMostOnce,
+    /// Resend like any transient failure, counting each resend that may double an effect
+    /// (`PossibleDoubleEffect`). Never none while there is time; possibly two.
+    AtLeastOnce,
+}
+
+impl IndeterminatePolicy {
+    /// `at_most_once` or `at_least_once`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim() {
+            "at_most_once" => Some(Self::AtMostOnce),
+            "at_least_once" => Some(Self::AtLeastOnce),
+            _ => None,
+        }
+    }
+
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AtMostOnce => "at_most_once",
+            Self::AtLeastOnce => "at_least_once",
+        }
+    }
+}
+
+/// What a provider adapter promises, read by the sender at composition (the port carries it, so
+/// configuration cannot claim keys the adapter does not send).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProviderProfile {
+    /// A repeated `Idempotency-Key` gets the first answer replayed, not a second effect.
+    pub honours_keys: bool,
+}
+
+impl Default for ProviderProfile {
+    fn default() -> Self {
+        Self { honours_keys: true }
+    }
+}
+
 /// The result of one provider call, classified (DESIGN §4 step 8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderOutcome {
@@ -52,6 +111,8 @@ pub enum ProviderOutcome {
         status: u16,
         /// The provider's receipt (message id), if it returned one.
         receipt: Option<String>,
+        /// What the answer said of the remaining quota, if anything.
+        budget: Option<RateBudget>,
     },
     /// Determinate transient: 429, 503, or the connection was refused — the request was not
     /// processed and may be retried after `retry_after` (if given).
@@ -80,7 +141,7 @@ impl ProviderOutcome {
     /// Classifies an HTTP answer by its status.
     pub fn from_status(status: u16, retry_after: Option<RetryAfter>, receipt: Option<String>) -> Self {
         match status {
-            200..=299 => Self::Accepted { status, receipt },
+            200..=299 => Self::Accepted { status, receipt, budget: None },
             429 | 503 => Self::Transient { status: Some(status), retry_after },
             // 408: the server timed out reading our request; it may or may not act on it.
             408 => Self::Indeterminate { status: Some(status) },

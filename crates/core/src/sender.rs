@@ -57,6 +57,9 @@ pub struct Processed {
     pub slack: Option<Duration>,
     /// The ledger said the lease was lost or the reminder already delivered at settle time.
     pub settle_conflict: Option<SettleOutcome>,
+    /// A call was made after an indeterminate outcome to a provider that does not honour
+    /// idempotency keys (`at_least_once`): its effect may be the reminder's second.
+    pub possible_double: bool,
 }
 
 /// Infrastructure failed while processing one message; the message is retried.
@@ -167,6 +170,9 @@ where
         seed: u64,
     ) -> Self {
         let latency = settings.initial_call_latency.as_secs_f64();
+        // What the provider promises comes from its adapter, never from configuration alone.
+        let mut settings = settings;
+        settings.policy.provider_keys = provider.profile().honours_keys;
         Self {
             ledger,
             renewals,
@@ -250,6 +256,7 @@ where
             delivery_lag: None,
             slack: Some(until(now, msg.deliver_by)),
             settle_conflict: None,
+            possible_double: false,
         })
     }
 
@@ -286,6 +293,8 @@ where
         let mut limiter = None;
         let mut provider: Option<ProviderOutcome> = None;
         let mut provider_calls = 0;
+        let mut call_marked = None;
+        let mut possible_double = false;
         let mut now = self.clock.now();
         let disposition = loop {
             let inputs = Inputs {
@@ -297,6 +306,7 @@ where
                 recorded,
                 renewal: renewal.as_ref().map(|r| r.view),
                 limiter,
+                call_marked,
                 provider: provider.as_ref(),
             };
             let decision = {
@@ -330,7 +340,14 @@ where
                     let req = LimiterRequest { class, tenant: &msg.tenant_id };
                     limiter = Some(self.limiter.acquire(req, max_wait).await?);
                 }
+                Decision::Next(Step::MarkCall) => {
+                    call_marked = Some(self.ledger.mark_call(msg, &owner, now).await?);
+                }
                 Decision::Next(Step::CallProvider { timeout, .. }) => {
+                    // A call after one whose outcome is unknown, to a provider that may apply it as
+                    // a second effect (`at_least_once`): counted, never hidden.
+                    possible_double |= !self.settings.policy.provider_keys
+                        && matches!(claim, Some(ClaimView::Claimed { unsettled_call: true, .. }));
                     let r = renewal.as_ref();
                     let req = ProviderRequest {
                         message: msg,
@@ -353,12 +370,24 @@ where
                         let ra = retry_after.map(|r| r.delay_from(self.clock.now()));
                         self.limiter.throttled(ra).await?;
                     }
+                    // The provider said its window is nearly spent: slow down before a 429.
+                    if let ProviderOutcome::Accepted { budget: Some(b), .. } = &outcome {
+                        self.limiter.budget(b.remaining, b.reset).await?;
+                    }
                     provider = Some(outcome);
                 }
             }
             now = self.clock.now();
         };
-        self.apply(received, &decoded, &owner, claim, now, disposition, provider_calls, provider.as_ref()).await
+        // An unknown outcome that will be resent (a deferral, not a quarantine) at a provider
+        // without keys: the resend may double the effect.
+        possible_double |= !self.settings.policy.provider_keys
+            && matches!(provider, Some(ProviderOutcome::Indeterminate { .. }))
+            && matches!(disposition, Disposition::Defer { .. });
+        let mut processed =
+            self.apply(received, &decoded, &owner, claim, now, disposition, provider_calls, provider.as_ref()).await?;
+        processed.possible_double = possible_double;
+        Ok(processed)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -485,7 +514,7 @@ where
             }
             Disposition::Cancel { .. } => {
                 let attempts = match claim {
-                    Some(ClaimView::Claimed { prior_attempts }) => prior_attempts,
+                    Some(ClaimView::Claimed { prior_attempts, .. }) => prior_attempts,
                     _ => 0,
                 };
                 settle(
@@ -511,6 +540,7 @@ where
             delivery_lag,
             slack: msg.map(|m| until(now, m.deliver_by)),
             settle_conflict,
+            possible_double: false,
         };
         Ok(processed)
     }

@@ -189,6 +189,7 @@ fn fresh_record(msg: &ReminderMessage) -> LedgerRecord {
         history: Vec::new(),
         history_dropped: 0,
         release_id: None,
+        call_owner: None,
     }
 }
 
@@ -249,8 +250,9 @@ impl Ledger for MemoryLedger {
         r.lease_until = Some(lease_until);
         append(&mut r, entry(msg, now, ReminderState::Leased, None));
         let prior_attempts = r.attempts;
+        let unsettled_call = r.call_owner.as_deref().is_some_and(|o| o != owner.as_str());
         store(&mut records, msg, r)?;
-        Ok(ClaimView::Claimed { prior_attempts })
+        Ok(ClaimView::Claimed { prior_attempts, unsettled_call })
     }
 
     async fn settle(
@@ -285,12 +287,31 @@ impl Ledger for MemoryLedger {
         r.attempts = s.attempts;
         r.owner = None;
         r.lease_until = None;
+        if s.reason != Some(ReasonCode::ProviderIndeterminate) {
+            r.call_owner = None;
+        }
         r.receipt = s.receipt.clone().or(r.receipt.take());
         r.last_reason = s.reason;
         r.next_at = s.next_at;
         append(&mut r, entry(msg, now, s.state, Some(s)));
         store(&mut records, msg, r)?;
         Ok(SettleOutcome::Recorded)
+    }
+
+    async fn mark_call(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+    ) -> Result<bool, LedgerError> {
+        self.count(0);
+        let mut records = lock(&self.records);
+        let Some(r) = records.get_mut(&msg.reminder_id) else { return Ok(false) };
+        if r.state != ReminderState::Leased || r.owner.as_deref() != Some(owner.as_str()) || !lease_live(r, now) {
+            return Ok(false);
+        }
+        r.call_owner = Some(owner.as_str().to_owned());
+        Ok(true)
     }
 
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
@@ -430,6 +451,22 @@ impl<L: Ledger> Ledger for FaultyLedger<L> {
             return Err(injected(Fault::UncertainSettle));
         }
         Ok(outcome)
+    }
+
+    async fn mark_call(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+    ) -> Result<bool, LedgerError> {
+        if self.fire(Fault::ClaimRefused) {
+            return Err(injected(Fault::ClaimRefused));
+        }
+        let marked = self.inner.mark_call(msg, owner, now).await?;
+        if self.fire(Fault::UncertainClaim) {
+            return Err(injected(Fault::UncertainClaim));
+        }
+        Ok(marked)
     }
 
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
@@ -589,7 +626,11 @@ impl<C: Clock> Provider for ScriptedProvider<C> {
         lock(&self.calls).push((key.clone(), req.timeout));
         self.clock.sleep(self.latency).await;
         let next = lock(&self.script).pop_front();
-        Ok(next.unwrap_or(ProviderOutcome::Accepted { status: 202, receipt: Some(format!("receipt-{key}")) }))
+        Ok(next.unwrap_or(ProviderOutcome::Accepted {
+            status: 202,
+            receipt: Some(format!("receipt-{key}")),
+            budget: None,
+        }))
     }
 }
 
@@ -654,7 +695,10 @@ pub mod ledger_contract {
         // uncertain write; expired lease reclaimable.
         let m = msg(1, base);
         let lease = base + s(30);
-        assert_eq!(must("claim", ledger.claim(&m, &a, base, lease)).await, ClaimView::Claimed { prior_attempts: 0 });
+        assert_eq!(
+            must("claim", ledger.claim(&m, &a, base, lease)).await,
+            ClaimView::Claimed { prior_attempts: 0, unsettled_call: false }
+        );
         assert_eq!(
             must("rival claim", ledger.claim(&m, &b, base + s(1), base + s(60))).await,
             ClaimView::HeldElsewhere { lease_until: lease },
@@ -662,12 +706,12 @@ pub mod ledger_contract {
         );
         assert_eq!(
             must("own re-claim", ledger.claim(&m, &a, base + s(2), lease)).await,
-            ClaimView::Claimed { prior_attempts: 0 },
+            ClaimView::Claimed { prior_attempts: 0, unsettled_call: false },
             "a retry by the same owner must recognise its own claim"
         );
         assert_eq!(
             must("claim at lease end", ledger.claim(&m, &b, lease, lease + s(30))).await,
-            ClaimView::Claimed { prior_attempts: 0 },
+            ClaimView::Claimed { prior_attempts: 0, unsettled_call: false },
             "a lease ending at `now` is expired"
         );
         // The old owner lost its lease: its settle writes nothing.
@@ -683,12 +727,13 @@ pub mod ledger_contract {
         );
         assert_eq!(
             must("claim after release", ledger.claim(&m, &a, lease + s(3), lease + s(33))).await,
-            ClaimView::Claimed { prior_attempts: 1 }
+            ClaimView::Claimed { prior_attempts: 1, unsettled_call: false }
         );
 
         // Each group of cases is its own boxed future: inlined, the suite's state machine
         // outgrows a test thread's stack in a debug build.
         Box::pin(ended_reminders(ledger, base)).await;
+        Box::pin(call_marks(ledger, base)).await;
 
         // complete with receipt; then every claim and settle sees delivered.
         assert_eq!(
@@ -782,6 +827,77 @@ pub mod ledger_contract {
         Box::pin(bounded_history(ledger, base, cycles.max(HISTORY_MAX as u32))).await;
     }
 
+    /// The call mark (a provider without idempotency keys): only the lease holder marks, a
+    /// claim that takes the record over reports another owner's mark, and a settle clears it.
+    async fn call_marks<L: Ledger>(ledger: &L, base: DateTime<Utc>) {
+        let s = TimeDelta::seconds;
+        let (a, b, c) = (OwnerToken::new("mark-a"), OwnerToken::new("mark-b"), OwnerToken::new("mark-c"));
+        let m = msg(40, base);
+        assert!(!must("mark unclaimed", ledger.mark_call(&m, &a, base)).await, "no record: nothing to mark");
+        let lease = base + s(30);
+        must("claim", ledger.claim(&m, &a, base, lease)).await;
+        assert!(!must("mark by a non-holder", ledger.mark_call(&m, &b, base + s(1))).await);
+        assert!(must("mark by the holder", ledger.mark_call(&m, &a, base + s(1))).await);
+        let rec = must("get", ledger.get(&m.reminder_id)).await.expect("record");
+        assert_eq!(rec.call_owner.as_deref(), Some("mark-a"));
+        assert!(!must("mark after the lease", ledger.mark_call(&m, &a, lease)).await, "an ended lease marks nothing");
+        // The holder's own retried claim (an answer lost) is not an unknown call.
+        assert_eq!(
+            must("own re-claim", ledger.claim(&m, &a, base + s(2), lease)).await,
+            ClaimView::Claimed { prior_attempts: 0, unsettled_call: false }
+        );
+        // a died mid-call: b takes over and learns of it, and so does c if b dies too.
+        assert_eq!(
+            must("take over", ledger.claim(&m, &b, lease, lease + s(30))).await,
+            ClaimView::Claimed { prior_attempts: 0, unsettled_call: true }
+        );
+        assert_eq!(
+            must("take over again", ledger.claim(&m, &c, lease + s(30), lease + s(60))).await,
+            ClaimView::Claimed { prior_attempts: 0, unsettled_call: true },
+            "a claim keeps the mark it found"
+        );
+        // A settle clears it.
+        assert_eq!(
+            must("settle", ledger.settle(&m, Some(&c), lease + s(31), &deferred(1, lease + s(40)))).await,
+            SettleOutcome::Recorded
+        );
+        assert_eq!(must("get", ledger.get(&m.reminder_id)).await.expect("record").call_owner, None);
+        assert_eq!(
+            must("claim after settle", ledger.claim(&m, &a, lease + s(41), lease + s(70))).await,
+            ClaimView::Claimed { prior_attempts: 1, unsettled_call: false }
+        );
+        // A quarantine *about* the unknown call keeps the mark: a redrive's copy learns of it.
+        assert!(must("mark again", ledger.mark_call(&m, &a, lease + s(42))).await);
+        let unknown = Settlement {
+            state: ReminderState::DeadLettered,
+            reason: Some(ReasonCode::ProviderIndeterminate),
+            attempts: 2,
+            receipt: None,
+            provider_status: None,
+            next_at: None,
+        };
+        assert_eq!(
+            must("quarantine", ledger.settle(&m, Some(&a), lease + s(43), &unknown)).await,
+            SettleOutcome::Recorded
+        );
+        assert_eq!(
+            must("get", ledger.get(&m.reminder_id)).await.expect("record").call_owner.as_deref(),
+            Some("mark-a")
+        );
+        let mut redriven = m.clone();
+        redriven.redrive = Some(crate::contract::RedriveStamp {
+            id: crate::ids::RedriveId::parse("rd-marks").unwrap_or_else(|e| panic!("{e}")),
+            reason: "contract".into(),
+            owner: "contract".into(),
+            base_attempt: 2,
+            resend_unknown: false,
+        });
+        assert_eq!(
+            must("redriven claim", ledger.claim(&redriven, &b, lease + s(44), lease + s(74))).await,
+            ClaimView::Claimed { prior_attempts: 2, unsettled_call: true }
+        );
+    }
+
     /// A stale copy never revives an ended reminder, and copies from before the latest
     /// redrive are superseded.
     async fn ended_reminders<L: Ledger>(ledger: &L, base: DateTime<Utc>) {
@@ -796,7 +912,7 @@ pub mod ledger_contract {
             let e = msg(n, base);
             assert_eq!(
                 must("claim to end", ledger.claim(&e, &a, base, base + s(30))).await,
-                ClaimView::Claimed { prior_attempts: 0 }
+                ClaimView::Claimed { prior_attempts: 0, unsettled_call: false }
             );
             let end = Settlement {
                 state: ended,
@@ -821,6 +937,7 @@ pub mod ledger_contract {
                     reason: "contract".into(),
                     owner: "contract".into(),
                     base_attempt: 1,
+                    resend_unknown: false,
                 });
                 assert!(
                     matches!(
@@ -892,7 +1009,7 @@ pub mod ledger_contract {
         let mut t = base;
         for i in 0..cycles {
             let view = must("cycle claim", ledger.claim(&m, &owner, t, t + TimeDelta::seconds(30))).await;
-            assert_eq!(view, ClaimView::Claimed { prior_attempts: 0 }, "cycle {i}");
+            assert_eq!(view, ClaimView::Claimed { prior_attempts: 0, unsettled_call: false }, "cycle {i}");
             let out = must("cycle settle", ledger.settle(&m, Some(&owner), t + ms(1), &deferred(0, t + ms(2)))).await;
             assert_eq!(out, SettleOutcome::Recorded, "cycle {i}");
             t += ms(2);

@@ -13,7 +13,7 @@ use punctual_core::decision::{
     ClaimView, Decision, Disposition, Inputs, LimiterAnswer, Observed, RecordView, RenewalView, SenderPolicy, Step,
     decide,
 };
-use punctual_core::provider::{ProviderOutcome, RetryAfter};
+use punctual_core::provider::{IndeterminatePolicy, ProviderOutcome, RetryAfter};
 use punctual_core::{ReasonCode, ReminderState};
 
 /// A jitter source that always returns the same sample, so table rows are exact.
@@ -45,7 +45,14 @@ fn policy() -> SenderPolicy {
         invocation_margin: Duration::from_secs(2),
         min_call_timeout: Duration::from_secs(1),
         max_call_timeout: Duration::from_secs(10),
+        provider_keys: true,
+        indeterminate: IndeterminatePolicy::AtMostOnce,
     }
+}
+
+/// A provider without idempotency keys, under `policy`.
+fn keyless(indeterminate: IndeterminatePolicy) -> SenderPolicy {
+    SenderPolicy { provider_keys: false, indeterminate, ..policy() }
 }
 
 /// One row's world, owned; `inputs()` borrows it the way the sender service does.
@@ -59,6 +66,7 @@ struct World {
     recorded: Option<RecordView>,
     renewal: Option<RenewalView>,
     limiter: Option<LimiterAnswer>,
+    call_marked: Option<bool>,
     provider: Option<ProviderOutcome>,
 }
 
@@ -71,10 +79,11 @@ impl World {
             now,
             invocation_deadline: now + secs(60),
             observed: Observed { queue_delay: Duration::from_secs(1), call_latency: Duration::from_millis(200) },
-            claim: Some(ClaimView::Claimed { prior_attempts: 0 }),
+            claim: Some(ClaimView::Claimed { prior_attempts: 0, unsettled_call: false }),
             recorded: None,
             renewal: Some(RenewalView::Active),
             limiter: Some(LimiterAnswer::Granted),
+            call_marked: None,
             provider: None,
         }
     }
@@ -91,6 +100,7 @@ impl World {
             recorded: self.recorded,
             renewal: self.renewal,
             limiter: self.limiter,
+            call_marked: self.call_marked,
             provider: self.provider.as_ref(),
         }
     }
@@ -239,7 +249,7 @@ fn decision_table_covers_every_branch() {
         // 5. renewal
         (
             "claimed asks for the renewal",
-            World { claim: Some(ClaimView::Claimed { prior_attempts: 2 }), ..World::fresh() },
+            World { claim: Some(ClaimView::Claimed { prior_attempts: 2, unsettled_call: false }), ..World::fresh() },
             Decision::Next(Step::CheckRenewal),
         ),
         (
@@ -288,7 +298,7 @@ fn decision_table_covers_every_branch() {
             "too little invocation time left defers to the next invocation at once",
             World {
                 invocation_deadline: now + secs(2),
-                claim: Some(ClaimView::Claimed { prior_attempts: 1 }),
+                claim: Some(ClaimView::Claimed { prior_attempts: 1, unsettled_call: false }),
                 ..World::ready()
             },
             defer(now, ReasonCode::InvocationBudget, 1, None),
@@ -296,7 +306,11 @@ fn decision_table_covers_every_branch() {
         // 8. classify
         (
             "2xx is delivered with its receipt",
-            World::ready().called(ProviderOutcome::Accepted { status: 202, receipt: Some("msg-9".into()) }),
+            World::ready().called(ProviderOutcome::Accepted {
+                status: 202,
+                receipt: Some("msg-9".into()),
+                budget: None,
+            }),
             Decision::Done(Disposition::Delivered { attempt: 1, receipt: Some("msg-9".into()) }),
         ),
         (
@@ -306,7 +320,7 @@ fn decision_table_covers_every_branch() {
         ),
         (
             "backoff wins when later than Retry-After",
-            World { claim: Some(ClaimView::Claimed { prior_attempts: 3 }), ..World::ready() }
+            World { claim: Some(ClaimView::Claimed { prior_attempts: 3, unsettled_call: false }), ..World::ready() }
                 .called(transient(Some(429), Some(RetryAfter::Seconds(1)))),
             // attempt 4: ceiling 2 s · 2^3 = 16 s, jitter 0.5 → 8 s
             defer(now + secs(8), ReasonCode::ProviderRetryAfter, 4, Some(429)),
@@ -342,7 +356,7 @@ fn decision_table_covers_every_branch() {
         (
             "attempts already spent (a crash after the last attempt) are dead-lettered before any token",
             World {
-                claim: Some(ClaimView::Claimed { prior_attempts: 5 }),
+                claim: Some(ClaimView::Claimed { prior_attempts: 5, unsettled_call: false }),
                 renewal: None,
                 limiter: None,
                 ..World::ready()
@@ -370,13 +384,13 @@ fn decision_table_covers_every_branch() {
         ),
         (
             "the last allowed attempt failing transiently spends the budget",
-            World { claim: Some(ClaimView::Claimed { prior_attempts: 4 }), ..World::ready() }
+            World { claim: Some(ClaimView::Claimed { prior_attempts: 4, unsettled_call: false }), ..World::ready() }
                 .called(transient(Some(429), None)),
             (ReasonCode::AttemptLimit, 5, Some(429)),
         ),
         (
             "an indeterminate last attempt spends the budget too, never permanent",
-            World { claim: Some(ClaimView::Claimed { prior_attempts: 4 }), ..World::ready() }
+            World { claim: Some(ClaimView::Claimed { prior_attempts: 4, unsettled_call: false }), ..World::ready() }
                 .called(ProviderOutcome::Indeterminate { status: None }),
             (ReasonCode::AttemptLimit, 5, None),
         ),
@@ -427,7 +441,7 @@ fn retry_after_as_an_http_date_is_honoured() {
 
 fn arb_outcome() -> impl Strategy<Value = ProviderOutcome> {
     prop_oneof![
-        (200u16..300).prop_map(|status| ProviderOutcome::Accepted { status, receipt: None }),
+        (200u16..300).prop_map(|status| ProviderOutcome::Accepted { status, receipt: None, budget: None }),
         (prop::option::of(prop_oneof![Just(429u16), Just(503u16)]), prop::option::of(0u64..100_000))
             .prop_map(|(status, ra)| ProviderOutcome::Transient { status, retry_after: ra.map(RetryAfter::Seconds) }),
         prop::option::of(500u16..600).prop_map(|status| ProviderOutcome::Indeterminate { status }),
@@ -437,7 +451,8 @@ fn arb_outcome() -> impl Strategy<Value = ProviderOutcome> {
 
 fn arb_claim() -> impl Strategy<Value = ClaimView> {
     prop_oneof![
-        (0u32..8).prop_map(|prior_attempts| ClaimView::Claimed { prior_attempts }),
+        (0u32..8, any::<bool>())
+            .prop_map(|(prior_attempts, unsettled_call)| ClaimView::Claimed { prior_attempts, unsettled_call }),
         Just(ClaimView::AlreadyDelivered),
         (-100i64..20_000).prop_map(|s| ClaimView::HeldElsewhere { lease_until: t(AFTER) + secs(s) }),
     ]
@@ -508,6 +523,7 @@ fn drive(run: &Run) -> (World, Disposition, Option<(DateTime<Utc>, Duration)>) {
         recorded: None,
         renewal: None,
         limiter: None,
+        call_marked: None,
         provider: None,
     };
     let mut rng = SplitMix64::new(run.seed);
@@ -522,6 +538,7 @@ fn drive(run: &Run) -> (World, Disposition, Option<(DateTime<Utc>, Duration)>) {
             }
             Decision::Next(Step::CheckRenewal) => world.renewal = Some(run.renewal),
             Decision::Next(Step::TakeToken { .. }) => world.limiter = Some(run.limiter),
+            Decision::Next(Step::MarkCall) => world.call_marked = Some(true),
             Decision::Next(Step::CallProvider { timeout, .. }) => {
                 call = Some((world.now, timeout));
                 world.provider = Some(run.outcome.clone());
@@ -584,5 +601,93 @@ proptest! {
         let delivered = matches!(disposition, Disposition::Delivered { .. });
         prop_assert!(!delivered);
         prop_assert_ne!(disposition.reason(), Some(ReasonCode::ClassifiedPermanent));
+    }
+}
+
+// ---- a provider without idempotency keys (the profile, issue #18) -------------------------
+
+#[test]
+fn without_keys_every_call_is_marked_in_the_ledger_first() {
+    let w = World::ready();
+    let p = keyless(IndeterminatePolicy::AtMostOnce);
+    assert_eq!(decide(&p, &w.inputs(), &mut Fixed(0.5)), Decision::Next(Step::MarkCall));
+    let marked = World { call_marked: Some(true), ..w.clone() };
+    assert!(matches!(decide(&p, &marked.inputs(), &mut Fixed(0.5)), Decision::Next(Step::CallProvider { .. })));
+    // The lease passed to another worker while this one waited: rechecked, never acknowledged.
+    let lost = World { call_marked: Some(false), ..w.clone() };
+    match decide(&p, &lost.inputs(), &mut Fixed(0.5)) {
+        Decision::Done(Disposition::Defer { reason: ReasonCode::ClaimedElsewhere, until, .. }) => {
+            assert!(until > w.now && until < t(BY));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A provider that honours keys needs no mark: straight to the call.
+    assert!(matches!(w.decide(), Decision::Next(Step::CallProvider { .. })));
+}
+
+#[test]
+fn an_indeterminate_answer_is_resent_only_where_a_resend_cannot_double_the_effect() {
+    for status in [None, Some(500), Some(408), Some(504)] {
+        let w = World { call_marked: Some(true), ..World::ready() }.called(ProviderOutcome::Indeterminate { status });
+        // Keys: resent under the same key.
+        assert!(matches!(
+            w.decide(),
+            Decision::Done(Disposition::Defer { reason: ReasonCode::ProviderIndeterminate, .. })
+        ));
+        // No keys, at_most_once: to the DLQ for an operator, with what is known.
+        let d = decide(&keyless(IndeterminatePolicy::AtMostOnce), &w.inputs(), &mut Fixed(0.5));
+        assert_eq!(quarantined(&d), Some((ReasonCode::ProviderIndeterminate, 1, status)), "{d:?}");
+        // No keys, at_least_once: resent like any transient failure.
+        let d = decide(&keyless(IndeterminatePolicy::AtLeastOnce), &w.inputs(), &mut Fixed(0.5));
+        assert!(
+            matches!(d, Decision::Done(Disposition::Defer { reason: ReasonCode::ProviderIndeterminate, .. })),
+            "{d:?}"
+        );
+    }
+}
+
+#[test]
+fn a_call_left_unsettled_by_a_dead_worker_is_not_repeated_under_at_most_once() {
+    let w = World {
+        claim: Some(ClaimView::Claimed { prior_attempts: 2, unsettled_call: true }),
+        limiter: None,
+        ..World::ready()
+    };
+    let d = decide(&keyless(IndeterminatePolicy::AtMostOnce), &w.inputs(), &mut Fixed(0.5));
+    assert_eq!(quarantined(&d), Some((ReasonCode::ProviderIndeterminate, 2, None)), "{d:?}");
+    // Before spending a token; and a cancelled renewal is still just cancelled.
+    let cancelled = World { renewal: Some(RenewalView::Cancelled), ..w.clone() };
+    let d = decide(&keyless(IndeterminatePolicy::AtMostOnce), &cancelled.inputs(), &mut Fixed(0.5));
+    assert!(matches!(d, Decision::Done(Disposition::Cancel { .. })), "{d:?}");
+    // at_least_once, or a provider with keys: carry on to the token.
+    for p in [keyless(IndeterminatePolicy::AtLeastOnce), policy()] {
+        assert!(matches!(decide(&p, &w.inputs(), &mut Fixed(0.5)), Decision::Next(Step::TakeToken { .. })));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// Without keys and under at_most_once, nothing that may have reached the provider is ever
+    /// followed by a deferral (which would resend it).
+    #[test]
+    fn at_most_once_never_defers_after_an_unknown_outcome(run in arb_run()) {
+        let mut world = World {
+            message: Ok(message(t(AFTER), t(BY))),
+            now: t(AFTER) + secs(60),
+            invocation_deadline: t(AFTER) + secs(120),
+            claim: Some(run.claim),
+            provider: Some(run.outcome.clone()),
+            ..World::fresh()
+        };
+        world.call_marked = Some(true);
+        world.renewal = Some(RenewalView::Active);
+        world.limiter = Some(LimiterAnswer::Granted);
+        let d = decide(&keyless(IndeterminatePolicy::AtMostOnce), &world.inputs(), &mut Fixed(0.5));
+        let unknown = matches!(run.outcome, ProviderOutcome::Indeterminate { .. })
+            || matches!(run.claim, ClaimView::Claimed { unsettled_call: true, .. });
+        if unknown && matches!(run.claim, ClaimView::Claimed { .. }) {
+            prop_assert!(!matches!(d, Decision::Done(Disposition::Defer { .. }) | Decision::Next(_)), "{d:?}");
+        }
     }
 }

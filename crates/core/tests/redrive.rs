@@ -178,6 +178,7 @@ async fn a_redrive_watches_its_own_outcomes_not_an_earlier_redrives() {
         reason: "earlier attempt".into(),
         owner: "oncall".into(),
         base_attempt: 0,
+        resend_unknown: false,
     };
     let mut letters = Vec::new();
     for name in ["a", "b"] {

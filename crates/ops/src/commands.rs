@@ -425,6 +425,7 @@ mod tests {
         LedgerRecord {
             history_dropped: 0,
             release_id: None,
+            call_owner: None,
             reminder_id: ReminderId::parse("rem_0123456789abcdef0123456789abcdef").unwrap(),
             state,
             attempts: 2,

@@ -37,7 +37,7 @@ async fn a_2xx_is_accepted_with_the_receipt_and_a_repeat_is_a_duplicate_attempt(
     let (double, client) = setup().await;
     let m = message(1);
     let first = send(&client, &m, Duration::from_secs(2)).await;
-    assert_eq!(first, ProviderOutcome::Accepted { status: 202, receipt: Some("msg-1".into()) });
+    assert_eq!(first, ProviderOutcome::Accepted { status: 202, receipt: Some("msg-1".into()), budget: None });
     let again = send(&client, &m, Duration::from_secs(2)).await;
     assert_eq!(again, first, "a repeated key returns the first result");
     let s = double.stats();

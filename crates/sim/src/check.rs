@@ -52,7 +52,7 @@ use punctual_core::ports::{
     Control, DeadLetter, DeadLetters, DeadLettersError, Ledger, Pause, Pending, Provider, ProviderError,
     ProviderRequest, Quarantine, QueueError, Release, ReleaseQueue, SendQueue,
 };
-use punctual_core::provider::{ProviderOutcome, RetryAfter};
+use punctual_core::provider::{IndeterminatePolicy, ProviderOutcome, ProviderProfile, RetryAfter};
 use punctual_core::reason::{ReasonCode, ReminderState};
 use punctual_core::redrive::{RedriveRequest, Redriver, Selection};
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
@@ -134,12 +134,16 @@ pub struct CheckConfig {
     /// false: every acceptance is another effect — a provider without keys, where I1 can only
     /// hold if nothing is ever retried after an indeterminate answer).
     pub honours_keys: bool,
+    /// What the sender does after an indeterminate outcome when the provider does not honour
+    /// keys: under `at_most_once` I1 must hold; under `at_least_once` the double effects are
+    /// counted (as I1 violations: the policy trades them for never losing a reminder).
+    pub indeterminate: IndeterminatePolicy,
 }
 
 impl CheckConfig {
     /// `seeds` seeds from `first_seed`, 40 reminders each, a provider that honours keys.
     pub fn new(seeds: u64, first_seed: u64) -> Self {
-        Self { seeds, first_seed, reminders: 40, honours_keys: true }
+        Self { seeds, first_seed, reminders: 40, honours_keys: true, indeterminate: IndeterminatePolicy::AtMostOnce }
     }
 }
 
@@ -163,10 +167,17 @@ pub struct Violation {
 pub struct CheckReport {
     /// Seeds run.
     pub seeds: u64,
+    /// The provider in this run honours idempotency keys.
+    pub provider_keys: bool,
+    /// The sender's policy after an indeterminate outcome (matters only without keys).
+    pub indeterminate: &'static str,
     /// The first seed.
     pub first_seed: u64,
     /// Reminders per seed.
     pub reminders: usize,
+    /// Reminders the provider applied more than once (the cost of `at_least_once` without
+    /// keys; each is also an I1 violation).
+    pub double_effects: u64,
     /// Violations by invariant (every invariant listed, 0 when it held).
     pub violations: BTreeMap<String, u64>,
     /// Faults injected by class over all seeds (every class listed).
@@ -192,6 +203,8 @@ pub struct SeedOutcome {
     pub faults: BTreeMap<&'static str, u64>,
     /// How the reminders ended.
     pub outcomes: BTreeMap<String, u64>,
+    /// Reminders the provider applied more than once.
+    pub double_effects: u64,
 }
 
 /// Runs every seed and checks the invariants after each.
@@ -204,15 +217,22 @@ pub fn check(config: &CheckConfig, mut progress: impl FnMut(u64, &CheckReport)) 
         violations: INVARIANTS.iter().map(|i| ((*i).to_owned(), 0)).collect(),
         faults_injected: FAULT_CLASSES.iter().map(|c| ((*c).to_owned(), 0)).collect(),
         skew_bound_ms: SKEW.as_millis() as u64,
+        provider_keys: config.honours_keys,
+        indeterminate: config.indeterminate.as_str(),
         ..CheckReport::default()
     };
     for (done, seed) in (config.first_seed..config.first_seed.saturating_add(config.seeds)).enumerate() {
-        let o = run_seed(seed, config.reminders, config.honours_keys);
+        let o = run_seed(seed, config.reminders, config.honours_keys, config.indeterminate);
         for v in &o.violations {
             *report.violations.entry(v.invariant.to_owned()).or_default() += 1;
         }
         if report.first_violation.is_none() {
-            report.first_violation = o.violations.first().cloned();
+            report.first_violation = o.violations.first().cloned().map(|mut v| {
+                if !config.honours_keys {
+                    v.replay.push_str(&format!(" --no-keys --indeterminate {}", config.indeterminate.as_str()));
+                }
+                v
+            });
         }
         if !o.violations.is_empty() && report.violating_seeds.len() < 50 {
             report.violating_seeds.push(seed);
@@ -220,6 +240,7 @@ pub fn check(config: &CheckConfig, mut progress: impl FnMut(u64, &CheckReport)) 
         for (k, n) in o.faults {
             *report.faults_injected.entry(k.to_owned()).or_default() += n;
         }
+        report.double_effects += o.double_effects;
         for (k, n) in o.outcomes {
             *report.outcomes.entry(k).or_default() += n;
         }
@@ -675,13 +696,13 @@ impl ChaosProvider {
                 }
                 _ => {
                     apply(&mut s);
-                    ProviderOutcome::Accepted { status: 202, receipt: Some(format!("r-{rid}")) }
+                    ProviderOutcome::Accepted { status: 202, receipt: Some(format!("r-{rid}")), budget: None }
                 }
             }
         } else {
             s.tokens -= 1.0;
             effect(&mut s, &rid, self.honours_keys);
-            ProviderOutcome::Accepted { status: 202, receipt: Some(format!("r-{rid}")) }
+            ProviderOutcome::Accepted { status: 202, receipt: Some(format!("r-{rid}")), budget: None }
         };
         trace(&msg.encode(), || format!("{now} provider answered {outcome:?}"));
         s.calls.push(call);
@@ -698,6 +719,10 @@ fn effect(s: &mut ProviderState, rid: &str, honours_keys: bool) {
 }
 
 impl Provider for ChaosProvider {
+    fn profile(&self) -> ProviderProfile {
+        ProviderProfile { honours_keys: self.honours_keys }
+    }
+
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
         let delivered = self
             .ledger
@@ -715,8 +740,10 @@ impl Provider for ChaosProvider {
 // ---- one seed --------------------------------------------------------------------------------
 
 /// Runs one seed (on its own thread: it drives its own virtual-time runtime).
-pub fn run_seed(seed: u64, reminders: usize, honours_keys: bool) -> SeedOutcome {
-    std::thread::scope(|sc| sc.spawn(|| run_here(seed, reminders, honours_keys)).join().unwrap_or_default())
+pub fn run_seed(seed: u64, reminders: usize, honours_keys: bool, indeterminate: IndeterminatePolicy) -> SeedOutcome {
+    std::thread::scope(|sc| {
+        sc.spawn(|| run_here(seed, reminders, honours_keys, indeterminate)).join().unwrap_or_default()
+    })
 }
 
 type CheckSender = Sender<
@@ -728,7 +755,7 @@ type CheckSender = Sender<
     SkewedClock,
 >;
 
-fn run_here(seed: u64, n: usize, honours_keys: bool) -> SeedOutcome {
+fn run_here(seed: u64, n: usize, honours_keys: bool, indeterminate: IndeterminatePolicy) -> SeedOutcome {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
     let Ok(runtime) = runtime else { return SeedOutcome::default() };
     let _entered = runtime.enter();
@@ -776,6 +803,7 @@ fn run_here(seed: u64, n: usize, honours_keys: bool) -> SeedOutcome {
         policy: SenderPolicy {
             backoff: Backoff { base: Duration::from_millis(200), cap: Duration::from_secs(5) },
             max_attempts: MAX_ATTEMPTS,
+            indeterminate,
             ..SenderPolicy::default()
         },
         deadline_near: Duration::from_secs(60),
@@ -1046,6 +1074,7 @@ fn verify(
 ) -> SeedOutcome {
     let replay = format!("punctual check --seeds 1 --first-seed {seed}");
     let mut out = SeedOutcome::default();
+    let mut double_effects = 0;
     let mut flag = |invariant: &'static str, reminder: &str, detail: String| {
         out.violations.push(Violation {
             seed,
@@ -1107,6 +1136,7 @@ fn verify(
             && n > 1
         {
             flag("I1", &rid, format!("{n} accepted effects at the provider"));
+            double_effects += 1;
         }
         // I1: a reminder recorded delivered has its effect at the provider.
         if record.as_ref().is_some_and(|r| r.state == ReminderState::Delivered) && !p.effects.contains_key(&rid) {
@@ -1206,5 +1236,6 @@ fn verify(
         }
     }
     out.outcomes = outcomes;
+    out.double_effects = double_effects;
     out
 }

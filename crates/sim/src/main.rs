@@ -41,6 +41,19 @@ struct CheckArgs {
     /// Print the report as JSON (progress still goes to stderr).
     #[arg(long)]
     json: bool,
+    /// The provider does not honour idempotency keys (like Amazon SES): every acceptance is
+    /// another effect.
+    #[arg(long)]
+    no_keys: bool,
+    /// After an indeterminate outcome with a provider without keys: at_most_once (quarantine,
+    /// I1 must hold) or at_least_once (resend; the double effects are counted under I1).
+    #[arg(long, default_value = "at_most_once", value_parser = parse_indeterminate)]
+    indeterminate: punctual_core::provider::IndeterminatePolicy,
+}
+
+fn parse_indeterminate(v: &str) -> Result<punctual_core::provider::IndeterminatePolicy, String> {
+    punctual_core::provider::IndeterminatePolicy::parse(v)
+        .ok_or_else(|| format!("{v:?} is not a policy: at_most_once or at_least_once"))
 }
 
 /// `punctual simulate`.
@@ -112,7 +125,12 @@ fn check_command(a: CheckArgs) -> ExitCode {
         eprintln!("punctual check: --seeds and --reminders must be positive");
         return ExitCode::from(2);
     }
-    let config = CheckConfig { reminders: a.reminders, ..CheckConfig::new(a.seeds, a.first_seed) };
+    let config = CheckConfig {
+        reminders: a.reminders,
+        honours_keys: !a.no_keys,
+        indeterminate: a.indeterminate,
+        ..CheckConfig::new(a.seeds, a.first_seed)
+    };
     let every = (a.seeds / 100).max(1);
     let report = check(&config, |done, r| {
         if done % every == 0 || done == a.seeds {
@@ -135,6 +153,8 @@ fn check_command(a: CheckArgs) -> ExitCode {
         println!("faults injected  {}", f.join(" "));
         let o: Vec<String> = report.outcomes.iter().map(|(k, n)| format!("{k}={n}")).collect();
         println!("outcomes         {}", o.join(" "));
+        let keys = if report.provider_keys { "honours idempotency keys" } else { "no idempotency keys" };
+        println!("provider         {keys}, {}; double effects {}", report.indeterminate, report.double_effects);
         if let Some(v) = &report.first_violation {
             println!("first violation  {} seed {} reminder {}: {}", v.invariant, v.seed, v.reminder_id, v.detail);
             println!("replay           {}", v.replay);

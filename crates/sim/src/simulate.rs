@@ -559,7 +559,7 @@ impl SimProvider {
             && s.accepted.contains_key(k)
         {
             s.duplicate_key_attempts += 1;
-            return ProviderOutcome::Accepted { status: 200, receipt: None };
+            return ProviderOutcome::Accepted { status: 200, receipt: None, budget: None };
         }
         if s.tokens < 1.0 {
             s.throttled += 1;
@@ -577,7 +577,7 @@ impl SimProvider {
         s.first_accept.get_or_insert(now);
         s.last_accept = Some(now);
         *s.per_second.entry(until(self.t0, now).as_secs() as i64).or_default() += 1;
-        ProviderOutcome::Accepted { status: 202, receipt: None }
+        ProviderOutcome::Accepted { status: 202, receipt: None, budget: None }
     }
 }
 

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
 
+use punctual_core::provider::IndeterminatePolicy;
 use punctual_sim::check::{CheckConfig, FAULT_CLASSES, INVARIANTS, check, run_seed};
 
 #[test]
@@ -15,20 +16,36 @@ fn punctual_keeps_every_invariant_while_every_fault_class_is_injected() {
     }
 }
 
+fn keyless(indeterminate: IndeterminatePolicy, seeds: u64) -> CheckConfig {
+    CheckConfig { honours_keys: false, indeterminate, ..CheckConfig::new(seeds, 1) }
+}
+
 #[test]
-fn a_provider_without_idempotency_keys_shows_up_as_double_effects_with_a_replayable_seed() {
-    let r = check(&CheckConfig { honours_keys: false, ..CheckConfig::new(60, 1) }, |_, _| {});
+fn without_idempotency_keys_at_most_once_keeps_every_invariant() {
+    let r = check(&keyless(IndeterminatePolicy::AtMostOnce, 150), |_, _| {});
+    assert!(r.violations.values().all(|n| *n == 0), "{:#?}", r.first_violation);
+    // The quarantines it trades for that are there to see, with their reason.
+    assert!(r.faults_injected["provider_timeout"] > 0 && r.faults_injected["provider_accept_then_drop"] > 0);
+}
+
+#[test]
+fn without_idempotency_keys_at_least_once_shows_up_as_double_effects_with_a_replayable_seed() {
+    let r = check(&keyless(IndeterminatePolicy::AtLeastOnce, 60), |_, _| {});
     assert!(r.violations["I1"] > 0, "{:#?}", r.violations);
     let v = r.first_violation.expect("a violation");
     assert!(v.replay.contains(&format!("--first-seed {}", v.seed)), "{v:?}");
+    assert!(v.replay.ends_with("--no-keys --indeterminate at_least_once"), "{v:?}");
     // The seed replays exactly.
-    let again = run_seed(v.seed, 40, false);
+    let again = run_seed(v.seed, 40, false, IndeterminatePolicy::AtLeastOnce);
     assert!(again.violations.iter().any(|w| w.invariant == v.invariant && w.reminder_id == v.reminder_id));
 }
 
 #[test]
 fn the_same_seed_gives_the_same_run() {
-    let (a, b) = (run_seed(7, 40, true), run_seed(7, 40, true));
+    let (a, b) = (
+        run_seed(7, 40, true, IndeterminatePolicy::AtMostOnce),
+        run_seed(7, 40, true, IndeterminatePolicy::AtMostOnce),
+    );
     assert_eq!(a.faults, b.faults);
     assert_eq!(a.outcomes, b.outcomes);
 }

@@ -105,6 +105,9 @@ pub struct LedgerRecord {
     /// The latest redrive whose copy claimed the reminder: copies released before it (a stale
     /// pre-redrive copy, or one of an earlier redrive) are superseded and claim nothing.
     pub release_id: Option<String>,
+    /// The owner that marked a provider call ([`Ledger::mark_call`]) not yet settled: while its
+    /// lease lives, a call may be in flight; after, that call's outcome is unknown.
+    pub call_owner: Option<String>,
 }
 
 /// A transition to record when settling a reminder.
@@ -179,6 +182,11 @@ impl LedgerError {
 ///   ended (`cancelled`, `dead_lettered`, `expired`: answered `AlreadyEnded`); neither ever
 ///   overwrites `delivered`, except that `delivered` itself is recorded whoever holds the
 ///   lease — the provider accepted it;
+/// - `mark_call` records `call_owner = owner` only while `owner` holds a live lease (else it
+///   answers false and writes nothing); a claim that takes the record over reports a mark
+///   left by another owner as `unsettled_call` (and keeps it); every settle clears it except
+///   one whose reason is `provider_indeterminate` (the call's outcome stays unknown until an
+///   operator's redrive that names that reason resends it, or a delivery ends it);
 /// - every claim and settle appends one history entry in the same write, compacting the
 ///   history to the first and the last [`HISTORY_RECENT`] entries when it holds
 ///   [`HISTORY_MAX`], so a record stays bounded.
@@ -200,6 +208,16 @@ pub trait Ledger: Send + Sync {
         now: DateTime<Utc>,
         settlement: &Settlement,
     ) -> impl Future<Output = Result<SettleOutcome, LedgerError>> + Send;
+
+    /// Marks, under `owner`'s lease, that a provider call is about to start (used only with a
+    /// provider that does not honour idempotency keys). False: the lease is no longer
+    /// `owner`'s; nothing was written. One conditional write, no history entry.
+    fn mark_call(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<bool, LedgerError>> + Send;
 
     /// Reads a reminder's record and history.
     fn get(&self, id: &ReminderId) -> impl Future<Output = Result<Option<LedgerRecord>, LedgerError>> + Send;

@@ -71,6 +71,10 @@ pub trait Limiter: Send + Sync {
     ) -> impl Future<Output = Result<LimiterAnswer, LimiterError>> + Send;
     /// Tells the limiter the provider throttled (it slows down; `retry_after` pauses it).
     fn throttled(&self, retry_after: Option<Duration>) -> impl Future<Output = Result<(), LimiterError>> + Send;
+    /// Tells the limiter what an accepting answer said of the provider's window: `remaining`
+    /// requests until `reset`. When that is less than the admitted rate would spend by then,
+    /// the limiter slows to it (none left: no slot before the reset), so the 429 never comes.
+    fn budget(&self, remaining: u64, reset: Duration) -> impl Future<Output = Result<(), LimiterError>> + Send;
 }
 
 // ---- the slot schedule -----------------------------------------------------------------

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{BoxError, Certainty};
 use crate::contract::ReminderMessage;
-use crate::provider::ProviderOutcome;
+use crate::provider::{ProviderOutcome, ProviderProfile};
 
 /// One provider call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +40,12 @@ impl ProviderError {
 
 /// The downstream provider.
 pub trait Provider: Send + Sync {
+    /// What this adapter promises (whether it honours idempotency keys). The sender reads it
+    /// once, at composition, to decide what an indeterminate outcome may lead to.
+    fn profile(&self) -> ProviderProfile {
+        ProviderProfile::default()
+    }
+
     /// Sends one reminder.
     fn send(&self, req: &ProviderRequest<'_>) -> impl Future<Output = Result<ProviderOutcome, ProviderError>> + Send;
 }

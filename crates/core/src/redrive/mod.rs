@@ -151,8 +151,14 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
         let mut audit =
             AuditRecord { id: id.clone(), request: req.clone(), started_at: started, finished_at: None, summary: None };
         self.control.put_audit(&audit).await.map_err(port("writing the audit record"))?;
-        let stamp =
-            RedriveStamp { id: id.clone(), reason: req.reason.clone(), owner: req.owner.clone(), base_attempt: 0 };
+        let stamp = RedriveStamp {
+            id: id.clone(),
+            reason: req.reason.clone(),
+            owner: req.owner.clone(),
+            base_attempt: 0,
+            // Naming the reason is the operator's decision that those calls took no effect.
+            resend_unknown: req.selection.failure_reasons.contains(&ReasonCode::ProviderIndeterminate),
+        };
         let mut sum = RedriveSummary { redrive_id: id.to_string(), dry_run: req.dry_run, ..RedriveSummary::default() };
         let mut held: Vec<String> = Vec::new();
         let stop_at = deadline - TimeDelta::from_std(self.margin).unwrap_or_default();
