@@ -104,8 +104,10 @@ $(BUILD_STAMP): tools/requirements-build.txt $(VENV_STAMP)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r tools/requirements-build.txt
 	@touch $@
 
+# AWS-LC's CPU jitter entropy costs up to ~1 s per cold start (lambda_runtime README); build-time only, so every Lambda build sets it.
+LAMBDA_BUILD_ENV := AWS_LC_SYS_NO_JITTER_ENTROPY=1
 build: build-tools
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/cargo-lambda lambda build --release --locked \
+	$(LAMBDA_BUILD_ENV) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/cargo-lambda lambda build --release --locked \
 	  $(if $(filter arm64,$(ARCH)),--arm64,--x86-64) --bin sender --bin scheduler --bin redrive
 	@ls -l target/lambda/*/bootstrap
 
@@ -154,7 +156,7 @@ CHECK_ARCH := import sys; \
 deploy: build-tools
 	@case "$(ARCH)" in x86_64|arm64) ;; *) echo "ARCH must be x86_64 or arm64, not '$(ARCH)'" >&2; exit 2;; esac
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(SAM_CLI)
-	cd infra && $(SAM) build --beta-features --parameter-overrides Architecture=$(ARCH)
+	cd infra && $(LAMBDA_BUILD_ENV) $(SAM) build --beta-features --parameter-overrides Architecture=$(ARCH)
 	$(VENV)/bin/python -c '$(CHECK_ARCH)' $(ARCH) infra/.aws-sam/build/{Sender,Scheduler,Redrive}Function/bootstrap
 	@echo "==> deploying with Architecture=$(ARCH) (binaries checked); keep that answer if prompted"
 	overrides=$$($(VENV)/bin/python -c '$(SAVED_OVERRIDES)' $(ARCH)) && \

@@ -4,6 +4,8 @@ Run by `make test` after cfn-lint. Prints one line per invariant and `N passed, 
 exits 1 when any fails. Some invariants compare the template with the code: the parameter and
 variable bounds and the DynamoDB key prefixes are read from the Rust source (crates/ in the
 repository this script belongs to), so a change on either side that makes them disagree fails.
+Where the template depends on Conditions (provider kind, poller mode, …), an invariant is checked
+on what each combination of those parameters deploys (SCENARIOS), not on the raw Fn::If tree.
 """
 import fnmatch
 import json
@@ -21,6 +23,7 @@ if matches:
     sys.exit(1)
 res = template["Resources"]
 parameters = template.get("Parameters", {})
+conditions = template.get("Conditions", {})
 
 
 def of_type(t):
@@ -49,6 +52,82 @@ def as_list(v):
     return v if isinstance(v, list) else [v]
 
 
+# --- Conditions (issues 15 and 18): the template is checked once per scenario ------------------
+# A scenario gives every parameter a value (its Default unless overridden); Fn::If is resolved
+# with the template's own Conditions and AWS::NoValue dropped, so an invariant is checked on
+# what CloudFormation would deploy for that choice of parameters, not on the raw Fn::If tree.
+NO_VALUE = {"Ref": "AWS::NoValue"}
+
+
+def scenario(**overrides):
+    values = {n: str(p.get("Default", "")) for n, p in parameters.items()}
+    values.update({k: str(v) for k, v in overrides.items()})
+    return values
+
+
+def cond_value(expr, params):
+    """The truth of a condition expression for the parameter values `params`."""
+    if isinstance(expr, dict) and len(expr) == 1:
+        (fn, arg), = expr.items()
+        if fn == "Condition":
+            return cond_value(conditions[arg], params)
+        if fn == "Fn::Equals":
+            a, b = (params.get(x["Ref"]) if isinstance(x, dict) and "Ref" in x else str(x) for x in arg)
+            return a == b
+        if fn == "Fn::Not":
+            return not cond_value(arg[0], params)
+        if fn == "Fn::And":
+            return all(cond_value(x, params) for x in arg)
+        if fn == "Fn::Or":
+            return any(cond_value(x, params) for x in arg)
+    raise ValueError(f"cannot evaluate condition {json.dumps(expr)}")
+
+
+def resolve(node, params):
+    """`node` with every Fn::If decided for `params`, and AWS::NoValue removed."""
+    if isinstance(node, dict):
+        if set(node) == {"Fn::If"}:
+            name, yes, no = node["Fn::If"]
+            return resolve(yes if cond_value(conditions[name], params) else no, params)
+        out = {}
+        for k, v in node.items():
+            r = resolve(v, params)
+            if r != NO_VALUE:
+                out[k] = r
+        return out
+    if isinstance(node, list):
+        return [r for r in (resolve(v, params) for v in node) if r != NO_VALUE]
+    return node
+
+
+# Every combination of the values the Conditions can tell apart: AllowedValues, or the Default
+# and one other value (the conditions compare with the Default, e.g. "" for "none").
+decided = sorted({m for c in conditions.values() for m in re.findall(r'"Ref": "(\w+)"', json.dumps(c))} & set(parameters))
+SCENARIOS = [{}]
+for pname in decided:
+    p = parameters[pname]
+    values = [str(v) for v in p.get("AllowedValues", [])] or [str(p.get("Default", "")), "example"]
+    SCENARIOS = [dict(s, **{pname: v}) for s in SCENARIOS for v in values]
+SCENARIOS = [scenario(**s) for s in SCENARIOS]
+DEFAULTS = scenario()
+
+
+def statements(f, params=None):
+    """The Allow/Deny statements of a function's inline policies for `params`; with none, the
+    union over every scenario (each distinct statement once)."""
+    out, seen = [], set()
+    for ps in [params] if params is not None else SCENARIOS:
+        for policy in resolve(f.get("Properties", {}).get("Policies", []), ps):
+            if not isinstance(policy, dict):
+                continue
+            for st in policy.get("Statement", []):
+                key = json.dumps(st, sort_keys=True)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(st)
+    return out
+
+
 checks = []
 
 
@@ -65,7 +144,9 @@ LANES = {"SendQueue": "normal lane", "UrgentQueue": "urgent lane"}
 check("the queues are the two lanes and the DLQ", set(queues) == set(LANES) | {"DeadLetterQueue"}, str(sorted(queues)))
 
 # --- the sender's event source mappings: one per lane -----------------------------------
-sqs_events = [e["Properties"] for e in sender.get("Events", {}).values() if e.get("Type") == "SQS"]
+# As deployed with the default parameters (SenderPollerMode max_concurrency); the provisioned
+# mode's mappings are checked with the issue 15 invariants below.
+sqs_events = [resolve(e["Properties"], DEFAULTS) for e in sender.get("Events", {}).values() if e.get("Type") == "SQS"]
 polled = [ref_name(e.get("Queue")) for e in sqs_events]
 check("the sender polls each lane exactly once", sorted(map(str, polled)) == sorted(LANES), str(polled))
 by_lane = {ref_name(e.get("Queue")): e for e in sqs_events}
@@ -136,28 +217,22 @@ check("the urgent queue is configured like the send queue", not differ, ", ".joi
 
 star_actions = []
 for name, f in functions.items():
-    for policy in f.get("Properties", {}).get("Policies", []):
-        if not isinstance(policy, dict):
-            continue
-        for st in policy.get("Statement", []):
-            actions = st.get("Action", [])
-            actions = [actions] if isinstance(actions, str) else actions
-            star_actions += [f"{name}: {a}" for a in actions if "*" in a]
+    for st in statements(f):
+        actions = st.get("Action", [])
+        actions = [actions] if isinstance(actions, str) else actions
+        star_actions += [f"{name}: {a}" for a in actions if "*" in a]
 check("no IAM action contains *", not star_actions, ", ".join(star_actions))
 
 
 def sqs_grants(f):
     """(action, queue) pairs a function's inline policies allow."""
     out = set()
-    for policy in f.get("Properties", {}).get("Policies", []):
-        if not isinstance(policy, dict):
+    for st in statements(f):
+        if st.get("Effect") != "Allow":
             continue
-        for st in policy.get("Statement", []):
-            if st.get("Effect") != "Allow":
-                continue
-            for a in as_list(st.get("Action", [])):
-                if a.startswith("sqs:"):
-                    out |= {(a, ref_name(r)) for r in as_list(st.get("Resource", []))}
+        for a in as_list(st.get("Action", [])):
+            if a.startswith("sqs:"):
+                out |= {(a, ref_name(r)) for r in as_list(st.get("Resource", []))}
     return out
 
 
@@ -257,7 +332,8 @@ required = {
 # …and each queue variable names the right queue (swapped lanes would still start).
 QUEUE_VARS = {"SEND_QUEUE_URL": "SendQueue", "URGENT_QUEUE_URL": "UrgentQueue", "DLQ_URL": "DeadLetterQueue"}
 for binary, names in required.items():
-    env = binaries.get(binary, {}).get("Properties", {}).get("Environment", {}).get("Variables", {})
+    # As deployed with the defaults (ProviderKind http); the ses kind's variables are checked below.
+    env = resolve(binaries.get(binary, {}).get("Properties", {}).get("Environment", {}).get("Variables", {}), DEFAULTS)
     missing = [n for n in names if n not in env]
     check(f"{binary} gets every variable its config requires", not missing, ", ".join(missing))
     wrong = [f"{k}={ref_name(env[k])}" for k, q in QUEUE_VARS.items() if k in env and ref_name(env[k]) != q]
@@ -315,7 +391,6 @@ for lane in LANES:
 # ============================================================================================
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 by_binary = {f.get("Metadata", {}).get("BuildProperties", {}).get("Binary"): (name, f) for name, f in functions.items()}
-conditions = template.get("Conditions", {})
 
 
 def rust(rel):
@@ -383,6 +458,9 @@ MISSING_DATA = {
     "ProjectedDeadlineBreachAlarm": ("notBreaching", ["OldestDueUndeliveredAlarm", "SchedulerNotTickingAlarm"]),
     "OldestDueUndeliveredAlarm": ("breaching", []),
     "ThrottleRatioAlarm": ("notBreaching", ["SenderErrorsAlarm", "OldestMessageAgeAlarm"]),
+    # Emitted only for an active fair queue; each lane's all-groups age covers the quiet groups'.
+    "QuietGroupsOldestMessageAgeAlarm": ("notBreaching", ["OldestMessageAgeAlarm", "SenderErrorsAlarm"]),
+    "UrgentQuietGroupsOldestMessageAgeAlarm": ("notBreaching", ["UrgentOldestMessageAgeAlarm", "SenderErrorsAlarm"]),
 }
 unlisted = sorted(set(alarms) - set(MISSING_DATA))
 check("every alarm's missing-data behaviour is a listed decision", not unlisted, ", ".join(unlisted))
@@ -570,6 +648,12 @@ BOUNDS = {
     "SenderBatchingWindowSeconds": (0, 300),
     "SenderMaximumConcurrency": (2, 1000),
     "SenderUrgentMaximumConcurrency": (2, 1000),
+    # Not read by the code: SQS's ProvisionedPollerConfig (MinimumPollers 2..200, MaximumPollers
+    # 2..2000; the CloudFormation schema's lower bound of 1 is for Kafka sources).
+    "SenderMinimumPollers": (2, 200),
+    "SenderMaximumPollers": (2, 2000),
+    "SenderUrgentMinimumPollers": (2, 200),
+    "SenderUrgentMaximumPollers": (2, 2000),
 }
 for pname, (lo, hi) in sorted(BOUNDS.items()):
     p = parameters.get(pname, {})
@@ -619,7 +703,22 @@ for fname, f in sorted(functions.items()):
             v = float(value)
             check(f"{fname}: {var}={value} is within the code's range", within(v, v, b), f"code {b}")
 
-# PROVIDER_URL: the template's pattern accepts only what the sender's prefix check accepts.
+# The parameters a ProviderKind needs, from the Rules section: {kind: {parameter, …}} for every
+# rule "RuleCondition Fn::Equals [ProviderKind, kind]" asserting "Fn::Not [Fn::Equals [param, ""]]".
+needed_by_kind = {}
+for rule in template.get("Rules", {}).values():
+    rc = rule.get("RuleCondition", {}).get("Fn::Equals", [])
+    if len(rc) != 2 or {"Ref": "ProviderKind"} not in rc:
+        continue
+    kind = next(str(x) for x in rc if x != {"Ref": "ProviderKind"})
+    for a in rule.get("Assertions", []):
+        inner = a.get("Assert", {}).get("Fn::Not", [{}])[0].get("Fn::Equals", [])
+        if len(inner) == 2 and "" in inner:
+            needed_by_kind.setdefault(kind, set()).add(ref_name(next(x for x in inner if x != "")))
+
+# PROVIDER_URL: the template's pattern accepts only what the sender's prefix check accepts
+# (and the empty string only because a rule refuses it with ProviderKind http, the one kind
+# that is given PROVIDER_URL).
 sender_cfg = rust("crates/sender/src/config.rs")
 prefixes = re.findall(r'provider_url\.starts_with\("([^"]+)"\)', sender_cfg)
 check("the sender's PROVIDER_URL prefixes are read from crates/sender/src/config.rs", len(prefixes) >= 1, str(prefixes))
@@ -628,7 +727,8 @@ if url_pattern and prefixes:
     rx = re.compile(url_pattern)
     samples = ["https://api.provider.example/v1/messages", "http://127.0.0.1:9/v1/messages", "api.provider.example",
                "ftp://x", "", "https//x", "HTTPS://x", " https://x", "https://"]
-    lies = [s for s in samples if rx.fullmatch(s) and not s.startswith(tuple(prefixes))]
+    empty_refused = "ProviderUrl" in needed_by_kind.get("http", set())
+    lies = [s for s in samples if rx.fullmatch(s) and not s.startswith(tuple(prefixes)) and not (s == "" and empty_refused)]
     refused = [p + "host/path" for p in prefixes if not rx.fullmatch(p + "host/path")]
     check("ProviderUrl's AllowedPattern accepts only URLs the sender accepts", not lies and not refused, f"accepts {lies}, refuses {refused}")
 else:
@@ -639,6 +739,8 @@ if arn_pattern:
     good = ["arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/provider-token-AbC123"]
     bad = ["prod/provider-token", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/provider-token",
            "arn:aws:secretsmanager:eu-west-1:123456789012:secret:", "arn:aws:ssm:eu-west-1:123456789012:parameter/x-AbC123"]
+    if "ProviderTokenSecretArn" not in needed_by_kind.get("http", set()):
+        bad.append("")  # empty is admitted only because the http rule refuses it
     check(
         "ProviderTokenSecretArn accepts only a complete secret ARN (with its 6-character suffix)",
         all(rx.fullmatch(s) for s in good) and not any(rx.fullmatch(s) for s in bad),
@@ -696,11 +798,10 @@ check("the operator's keys (pause switch, its audit) are read from crates/aws/sr
 def ledger_writes(f):
     """The Allow statements granting a write action on the ledger table."""
     out = []
-    for policy in f.get("Properties", {}).get("Policies", []):
-        for st in policy.get("Statement", []) if isinstance(policy, dict) else []:
-            acts = set(as_list(st.get("Action", [])))
-            if st.get("Effect") == "Allow" and acts & WRITES and "LedgerTable" in [ref_name(r) for r in as_list(st.get("Resource", []))]:
-                out.append(st)
+    for st in statements(f):
+        acts = set(as_list(st.get("Action", [])))
+        if st.get("Effect") == "Allow" and acts & WRITES and "LedgerTable" in [ref_name(r) for r in as_list(st.get("Resource", []))]:
+            out.append(st)
     return out
 
 
@@ -734,6 +835,209 @@ for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
         extra = [p for p in patterns if not any(p == prefix + "*" for prefix, _ in KEY_SOURCES.get(binary, []))]
         check(f"{binary}: LeadingKeys allow nothing but the keys it writes", not extra, ", ".join(extra))
 check("the sender has a ledger write statement (claims, settles, limiter)", bool(ledger_writes(by_binary.get("sender", (None, {}))[1])))
+
+# ============================================================================================
+# Issues 15 and 18: fair queues, the lanes' fleet, the provider kind (http | ses). Checked per
+# scenario (see SCENARIOS): on what each choice of parameters deploys.
+# ============================================================================================
+
+# --- 7. The lanes' fleet: MaximumConcurrency or provisioned pollers, never both ----------------
+def lane_mappings(params):
+    return {ref_name(e.get("Queue")): e for e in (
+        resolve(ev["Properties"], params) for ev in sender.get("Events", {}).values() if ev.get("Type") == "SQS")}
+
+
+mode_param = parameters.get("SenderPollerMode", {})
+check(
+    "SenderPollerMode is max_concurrency | provisioned, default max_concurrency",
+    sorted(map(str, mode_param.get("AllowedValues", []))) == ["max_concurrency", "provisioned"]
+    and mode_param.get("Default") == "max_concurrency",
+    json.dumps(mode_param),
+)
+both, neither, wrong_mode = set(), set(), set()
+pollers = {}
+for ps in SCENARIOS:
+    mode = ps.get("SenderPollerMode")
+    for lane, e in lane_mappings(ps).items():
+        mc = e.get("ScalingConfig", {}).get("MaximumConcurrency")
+        ppc = e.get("ProvisionedPollerConfig")
+        if mc is not None and ppc is not None:
+            both.add(f"{lane} ({mode})")
+        if mc is None and ppc is None:
+            neither.add(f"{lane} ({mode})")
+        if (mode == "provisioned") != (ppc is not None):
+            wrong_mode.add(f"{lane} ({mode})")
+        if ppc is not None:
+            pollers[lane] = (ref_name(ppc.get("MinimumPollers")), ref_name(ppc.get("MaximumPollers")))
+check("no mapping has both MaximumConcurrency and ProvisionedPollerConfig (AWS refuses them together)", not both, ", ".join(sorted(both)))
+check("every lane's mapping has MaximumConcurrency or ProvisionedPollerConfig, in every scenario", not neither, ", ".join(sorted(neither)))
+check("SenderPollerMode decides which one each mapping has", not wrong_mode, ", ".join(sorted(wrong_mode)))
+for lane in LANES:
+    lo, hi = pollers.get(lane, (None, None))
+    lo_p, hi_p = parameters.get(lo, {}), parameters.get(hi, {})
+    check(
+        f"{lane} mapping (provisioned): MinimumPollers and MaximumPollers are parameters, bounded to SQS's 2..200 and 2..2000",
+        lo in parameters and hi in parameters
+        and float(lo_p.get("MinValue", 0)) >= 2 and float(lo_p.get("MaxValue", 1e9)) <= 200
+        and float(hi_p.get("MinValue", 0)) >= 2 and float(hi_p.get("MaxValue", 1e9)) <= 2000,
+        f"{lo}, {hi}",
+    )
+    check(
+        f"{lane} mapping (provisioned): the default MinimumPollers <= the default MaximumPollers",
+        lo in parameters and hi in parameters and float(lo_p.get("Default", 0)) <= float(hi_p.get("Default", 0)),
+        f"{lo_p.get('Default')} > {hi_p.get('Default')}",
+    )
+check(
+    "each lane's provisioned pollers are its own parameters (pollers reserved for the urgent lane)",
+    len(pollers) == len(LANES) and len(set(pollers.values())) == len(LANES) and not (set(pollers["SendQueue"]) & set(pollers["UrgentQueue"])),
+    json.dumps(pollers),
+)
+
+# --- 8. Fair queues: the quiet groups' age per lane, and the noisy tenants on the dashboard -----
+QUIET_AGE = "ApproximateAgeOfOldestMessageInQuietGroups"
+quiet_alarms = {}
+for name, a in alarms.items():
+    ns, m, dims = metric_of(a["Properties"])
+    if ns == "AWS/SQS" and m == QUIET_AGE:
+        quiet_alarms[ref_name(dims.get("QueueName"))] = a["Properties"]
+for lane in LANES:
+    q, n = quiet_alarms.get(lane), age_alarms.get(lane)
+    check(f"a quiet-group age alarm ({QUIET_AGE}) watches {lane}", q is not None)
+    if q is not None and n is not None:
+        check(
+            f"{lane}: the quiet-group age alarm uses the lane's age thresholds (threshold, period, evaluation)",
+            float(q["Threshold"]) == float(n["Threshold"]) and int(q["Period"]) == int(n["Period"])
+            and int(q["EvaluationPeriods"]) == int(n["EvaluationPeriods"]) and q.get("Statistic") == n.get("Statistic"),
+            f"quiet {q['Threshold']} s over {q['EvaluationPeriods']} × {q['Period']}, all {n['Threshold']} s over {n['EvaluationPeriods']} × {n['Period']}",
+        )
+for metric in [QUIET_AGE, "ApproximateNumberOfNoisyGroups"]:
+    for lane, label in LANES.items():
+        check(f"the dashboard shows {metric} for the {label} ({lane})", any(m == metric and q == lane for m, q, _ in rows or []))
+
+# --- 9. The provider kind: each kind gets its own variables and grants, nothing more -----------
+kind_param = parameters.get("ProviderKind", {})
+check(
+    "ProviderKind is http | ses, default http",
+    sorted(map(str, kind_param.get("AllowedValues", []))) == ["http", "ses"] and kind_param.get("Default") == "http",
+    json.dumps(kind_param),
+)
+idem_param = parameters.get("ProviderIdempotency", {})
+check(
+    "ProviderIdempotency is at_most_once | at_least_once, default at_most_once",
+    sorted(map(str, idem_param.get("AllowedValues", []))) == ["at_least_once", "at_most_once"] and idem_param.get("Default") == "at_most_once",
+    json.dumps(idem_param),
+)
+for kind, params_needed in [("http", {"ProviderUrl", "ProviderTokenSecretArn"}), ("ses", {"SesFromAddress", "SesIdentityName"})]:
+    missing = sorted(params_needed - needed_by_kind.get(kind, set()))
+    check(f"a rule refuses ProviderKind {kind} without {', '.join(sorted(params_needed))}", not missing, ", ".join(missing))
+
+# What the sender is given, per kind (the rest must be unset: AWS::NoValue).
+KIND_VARS = {
+    "http": {"PROVIDER_URL": {"Ref": "ProviderUrl"}, "PROVIDER_TOKEN_SECRET_ARN": {"Ref": "ProviderTokenSecretArn"}},
+    "ses": {"SES_FROM_ADDRESS": {"Ref": "SesFromAddress"}},
+}
+ALWAYS = {"PROVIDER_KIND": {"Ref": "ProviderKind"}, "PROVIDER_IDEMPOTENCY": {"Ref": "ProviderIdempotency"},
+          "RECIPIENTS_TABLE": {"Ref": "RecipientsTable"}}
+SES_ONLY = {"SES_FROM_ADDRESS", "SES_CONFIGURATION_SET", "SES_TEMPLATE_PREFIX", "PROVIDER_RATE_FROM_ACCOUNT"}
+HTTP_ONLY = {"PROVIDER_URL", "PROVIDER_TOKEN_SECRET_ARN"}
+SES_PREFIX = "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:"
+env_wrong, iam_wrong = set(), set()
+for ps in SCENARIOS:
+    kind, cs, acct = ps.get("ProviderKind"), ps.get("SesConfigurationSet", ""), ps.get("SesUseAccountSendRate") == "true"
+    tag = f"kind={kind} set={cs or '-'} account_rate={acct}"
+    env = resolve(sender.get("Environment", {}).get("Variables", {}), ps)
+    for var, want in {**ALWAYS, **KIND_VARS.get(kind, {})}.items():
+        if env.get(var) != want:
+            env_wrong.add(f"{tag}: {var}={json.dumps(env.get(var))}")
+    for var in sorted((SES_ONLY if kind != "ses" else HTTP_ONLY) & set(env)):
+        env_wrong.add(f"{tag}: {var} is set")
+    prefix = env.get("SES_TEMPLATE_PREFIX")
+    if kind == "ses":
+        if not (isinstance(prefix, str) and re.fullmatch(r"[a-z0-9_]+-", prefix)):
+            env_wrong.add(f"{tag}: SES_TEMPLATE_PREFIX={json.dumps(prefix)}")
+        if (env.get("SES_CONFIGURATION_SET") == {"Ref": "SesConfigurationSet"}) != bool(cs):
+            env_wrong.add(f"{tag}: SES_CONFIGURATION_SET={json.dumps(env.get('SES_CONFIGURATION_SET'))}")
+        if (env.get("PROVIDER_RATE_FROM_ACCOUNT") == "true") != acct:
+            env_wrong.add(f"{tag}: PROVIDER_RATE_FROM_ACCOUNT={json.dumps(env.get('PROVIDER_RATE_FROM_ACCOUNT'))}")
+
+    # The sender's SES and secret grants for this scenario.
+    sts = statements(functions.get("SenderFunction", {}), ps)
+    ses_sts = [st for st in sts if any(str(a).startswith("ses:") for a in as_list(st.get("Action", [])))]
+    for st in sts:
+        acts = set(as_list(st.get("Action", [])))
+        if "*" in as_list(st.get("Resource", [])) and acts != {"ses:GetAccount"}:
+            iam_wrong.add(f"{tag}: Resource * for {sorted(acts)}")
+    for st in ses_sts:
+        acts = set(as_list(st.get("Action", [])))
+        if not acts <= {"ses:SendEmail", "ses:GetAccount"} or len(acts) != 1:
+            iam_wrong.add(f"{tag}: SES actions {sorted(acts)} (only ses:SendEmail, and ses:GetAccount alone)")
+    send = [st for st in ses_sts if "ses:SendEmail" in as_list(st.get("Action", []))]
+    get_account = [st for st in ses_sts if "ses:GetAccount" in as_list(st.get("Action", []))]
+    secret = [st for st in sts if "secretsmanager:GetSecretValue" in as_list(st.get("Action", []))]
+    if kind == "ses":
+        resources = sorted((r.get("Fn::Sub") if isinstance(r, dict) else r) for st in send for r in as_list(st.get("Resource", [])))
+        want = sorted([SES_PREFIX + "identity/${SesIdentityName}", SES_PREFIX + f"template/{prefix}*"]
+                      + ([SES_PREFIX + "configuration-set/${SesConfigurationSet}"] if cs else []))
+        if len(send) != 1 or resources != want:
+            iam_wrong.add(f"{tag}: ses:SendEmail on {resources}, want {want}")
+        if bool(get_account) != acct or any(as_list(st.get("Resource")) != ["*"] for st in get_account):
+            iam_wrong.add(f"{tag}: ses:GetAccount {json.dumps(get_account)} (only with PROVIDER_RATE_FROM_ACCOUNT, on *)")
+        if secret:
+            iam_wrong.add(f"{tag}: the provider token is readable without an http provider")
+    else:
+        if ses_sts:
+            iam_wrong.add(f"{tag}: SES actions without ProviderKind ses")
+        if [ref_name(r) for st in secret for r in as_list(st.get("Resource", []))] != ["ProviderTokenSecretArn"]:
+            iam_wrong.add(f"{tag}: secretsmanager:GetSecretValue on {json.dumps(secret)}")
+check("sender: each provider kind gets exactly its variables (the other kind's are unset)", not env_wrong, "; ".join(sorted(env_wrong)))
+check(
+    "sender: SES IAM is scoped (ses:SendEmail on the identity, the template prefix and the set; ses:GetAccount alone on *; no other Resource *)",
+    not iam_wrong, "; ".join(sorted(iam_wrong)),
+)
+other_ses = sorted(n for n, f in functions.items() if n != "SenderFunction"
+                   and any(str(a).startswith("ses:") for st in statements(f) for a in as_list(st.get("Action", []))))
+check("no function but the sender has an SES permission", not other_ses, ", ".join(other_ses))
+identity_pattern = parameters.get("SesIdentityName", {}).get("AllowedPattern")
+if identity_pattern:
+    rx = re.compile(identity_pattern)
+    good = ["", "example.com", "mail.example.co.uk", "noreply@example.com"]
+    bad = ["*", "example.*", "*.example.com", "*@example.com", "example.com/x", "arn:aws:ses:eu-west-1:123456789012:identity/x"]
+    check(
+        "SesIdentityName admits a domain or an address, never a wildcard (the grant stays one identity)",
+        all(rx.fullmatch(s) for s in good) and not any(rx.fullmatch(s) for s in bad),
+        f"{[s for s in good if not rx.fullmatch(s)]} refused, {[s for s in bad if rx.fullmatch(s)]} accepted",
+    )
+else:
+    check("SesIdentityName has an AllowedPattern", False)
+
+# --- 10. The recipients table: addresses readable by the sender only, by key -------------------
+recipients = tables.get("RecipientsTable", {}).get("Properties", {})
+check(
+    "the recipients table is keyed by recipient_ref (S) alone",
+    recipients.get("KeySchema") == [{"AttributeName": "recipient_ref", "KeyType": "HASH"}]
+    and recipients.get("AttributeDefinitions") == [{"AttributeName": "recipient_ref", "AttributeType": "S"}],
+    json.dumps(recipients.get("KeySchema")),
+)
+check("the recipients table is encrypted at rest", recipients.get("SSESpecification", {}).get("SSEEnabled") is True)
+
+
+def mentions(node, logical_id):
+    """Whether a policy resource or variable names `logical_id` (Ref, GetAtt or ${…} in a Sub)."""
+    text = json.dumps(node)
+    return ref_name(node) == logical_id or f'"{logical_id}"' in text or "${" + logical_id in text
+
+
+for name, f in sorted(functions.items()):
+    binary = f.get("Metadata", {}).get("BuildProperties", {}).get("Binary")
+    acts = sorted({a for st in statements(f) for a in as_list(st.get("Action", []))
+                   if any(mentions(r, "RecipientsTable") for r in as_list(st.get("Resource", [])))})
+    want = ["dynamodb:GetItem"] if binary == "sender" else []
+    check(f"{binary}: recipients table access is {want or 'none'}", acts == want, ", ".join(acts))
+    env_all = [resolve(f.get("Properties", {}).get("Environment", {}).get("Variables", {}), ps) for ps in SCENARIOS]
+    given = sorted({k for env in env_all for k, v in env.items() if mentions(v, "RecipientsTable")})
+    check(f"{binary}: {'is given RECIPIENTS_TABLE' if binary == 'sender' else 'is not given the recipients table'}",
+          given == (["RECIPIENTS_TABLE"] if binary == "sender" else []), ", ".join(given))
+check("an output gives the recipients table's name", any(ref_name(o.get("Value")) == "RecipientsTable" for o in outputs.values()))
 
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:
