@@ -447,6 +447,13 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         return Decision::Next(Step::CallProvider { timeout, attempt });
     };
     // 8. Classify.
+    let fleet_refusal = |reason: ReasonCode, status: Option<u16>, last: String| {
+        let next = add(now, crate::pause::PAUSE_RECHECK);
+        if add(next, inputs.observed.queue_delay) >= msg.deliver_by || attempt >= attempt_limit(policy, msg) {
+            return quarantine(ReasonCode::ClassifiedPermanent, attempt, status, last);
+        }
+        Decision::Done(Disposition::Defer { until: next, reason, attempts_made: attempt, provider_status: status })
+    };
     let (status, retry_after, reason) = match outcome {
         ProviderOutcome::Accepted { receipt, .. } => {
             return Decision::Done(Disposition::Delivered { attempt, receipt: receipt.clone() });
@@ -458,21 +465,26 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         // attempt counts, so a reminder that meets 401 after every resume still ends at its
         // attempt limit instead of pausing the fleet again until its deadline.
         ProviderOutcome::Permanent { status: status @ 401 } => {
-            let next = add(now, crate::pause::PAUSE_RECHECK);
-            if add(next, inputs.observed.queue_delay) >= msg.deliver_by || attempt >= attempt_limit(policy, msg) {
-                return quarantine(
-                    ReasonCode::ClassifiedPermanent,
-                    attempt,
-                    Some(*status),
-                    format!("provider refused the credentials ({status}) with a fresh token; no attempt or time left"),
-                );
-            }
-            return Decision::Done(Disposition::Defer {
-                until: next,
-                reason: ReasonCode::ProviderCredentials,
-                attempts_made: attempt,
-                provider_status: Some(*status),
-            });
+            return fleet_refusal(
+                ReasonCode::ProviderCredentials,
+                Some(*status),
+                format!("provider refused the credentials ({status}) with a fresh token; no attempt or time left"),
+            );
+        }
+        // The same for a refusal of the whole account (SES suspended, sending paused).
+        ProviderOutcome::AccountBlocked { detail } => {
+            return fleet_refusal(
+                ReasonCode::ProviderAccount,
+                None,
+                format!("provider refused the account ({detail}); no attempt or time left"),
+            );
+        }
+        // Nothing was sent (no address): not a provider attempt.
+        ProviderOutcome::Undeliverable { reason: reason @ ReasonCode::RecipientUnknown, detail } => {
+            return quarantine(*reason, prior_attempts, None, detail.clone());
+        }
+        ProviderOutcome::Undeliverable { reason, detail } => {
+            return quarantine(*reason, attempt, None, detail.clone());
         }
         ProviderOutcome::Permanent { status } => {
             return quarantine(

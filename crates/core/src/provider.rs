@@ -43,6 +43,102 @@ impl RetryAfter {
     }
 }
 
+/// How a provider's `X-RateLimit-Reset` is to be read: vendors disagree (GitHub sends epoch
+/// seconds, others a delta).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResetForm {
+    /// Seconds until the window resets.
+    Delta,
+    /// The Unix time (seconds) at which it resets.
+    Epoch,
+    /// A value above [`EPOCH_FLOOR`] is a Unix time (a delta that large would be 31 years;
+    /// above 10^12 it is read as Unix milliseconds), anything else a delta. The default: it
+    /// reads both common forms right and cannot mistake one for the other in practice.
+    #[default]
+    Auto,
+}
+
+/// Values of `X-RateLimit-Reset` above this (2001-09-09) are Unix times under [`ResetForm::Auto`].
+pub const EPOCH_FLOOR: u64 = 1_000_000_000;
+
+impl ResetForm {
+    /// `delta`, `epoch` or `auto`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.trim() {
+            "delta" => Some(Self::Delta),
+            "epoch" => Some(Self::Epoch),
+            "auto" => Some(Self::Auto),
+            _ => None,
+        }
+    }
+
+    /// The wait from `now` a reset value asks for.
+    fn wait(self, value: u64, now: DateTime<Utc>) -> Duration {
+        let at = |secs: i64| {
+            DateTime::<Utc>::from_timestamp(secs, 0).map_or(Duration::ZERO, |t| crate::clock::until(now, t))
+        };
+        match self {
+            Self::Delta => Duration::from_secs(value),
+            Self::Epoch => at(i64::try_from(value).unwrap_or(i64::MAX)),
+            Self::Auto if value > EPOCH_FLOOR * 1000 => at(i64::try_from(value / 1000).unwrap_or(i64::MAX)),
+            Self::Auto if value > EPOCH_FLOOR => at(i64::try_from(value).unwrap_or(i64::MAX)),
+            Self::Auto => Duration::from_secs(value),
+        }
+    }
+}
+
+/// What a provider's answer headers say about throttling, in every common form:
+/// `Retry-After` (RFC 9110: delta-seconds or an HTTP date), the IETF `RateLimit` field
+/// (`RateLimit: limit=100, remaining=0, reset=7`, draft-ietf-httpapi-ratelimit-headers) and its
+/// older split form (`RateLimit-Remaining` / `RateLimit-Reset`, reset in delta seconds), and the
+/// vendor `X-RateLimit-Remaining` / `X-RateLimit-Reset` (reset read per [`ResetForm`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ThrottleHints {
+    /// How long to wait before the next request: `Retry-After`, else the window's reset when
+    /// nothing remains.
+    pub retry_after: Option<RetryAfter>,
+    /// The remaining budget and its reset, when the answer gave both.
+    pub budget: Option<RateBudget>,
+}
+
+impl ThrottleHints {
+    /// Reads the hints from `header` (a case-insensitive lookup) at `now`.
+    pub fn read<'h>(header: impl Fn(&str) -> Option<&'h str>, form: ResetForm, now: DateTime<Utc>) -> Self {
+        let number = |v: &str| v.trim().parse::<u64>().ok();
+        let (mut remaining, mut reset) = (None, None);
+        if let Some(field) = header("ratelimit") {
+            // `limit=100, remaining=0, reset=7` (a structured-field dictionary; one policy).
+            for item in field.split([',', ';']) {
+                if let Some((k, v)) = item.split_once('=') {
+                    match k.trim() {
+                        "remaining" | "r" => remaining = number(v),
+                        "reset" | "t" => reset = number(v).map(Duration::from_secs),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        if remaining.is_none() {
+            remaining = header("ratelimit-remaining").and_then(number);
+        }
+        if reset.is_none() {
+            reset = header("ratelimit-reset").and_then(number).map(Duration::from_secs);
+        }
+        if remaining.is_none() {
+            remaining = header("x-ratelimit-remaining").and_then(number);
+        }
+        if reset.is_none() {
+            reset = header("x-ratelimit-reset").and_then(number).map(|v| form.wait(v, now));
+        }
+        let budget = remaining.zip(reset).map(|(remaining, reset)| RateBudget { remaining, reset });
+        let retry_after = header("retry-after").and_then(RetryAfter::parse).or_else(|| {
+            // No Retry-After: an exhausted window says when to come back.
+            budget.filter(|b| b.remaining == 0).map(|b| RetryAfter::Seconds(b.reset.as_secs().max(1)))
+        });
+        Self { retry_after, budget }
+    }
+}
+
 /// What a provider said about its remaining quota (`RateLimit-Remaining` / `X-RateLimit-Remaining`
 /// with the matching reset), so the shared limiter slows down *before* a 429.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +231,22 @@ pub enum ProviderOutcome {
         /// HTTP status.
         status: u16,
     },
+    /// Determinate and permanent for this reminder, with a reason more specific than a status:
+    /// nothing was sent (no address for the recipient), or the provider refused this message
+    /// (SES `MessageRejected`, a missing template). Quarantined with `reason` and `detail`.
+    Undeliverable {
+        /// The DLQ reason.
+        reason: crate::reason::ReasonCode,
+        /// What the adapter knows (never an address or message content).
+        detail: String,
+    },
+    /// Determinate: the provider refuses the whole account (SES `AccountSuspended`,
+    /// `SendingPaused`, `MailFromDomainNotVerified`). Nothing will pass until an operator acts:
+    /// the sender pauses the fleet (like a confirmed 401) and defers the reminder.
+    AccountBlocked {
+        /// What the provider said.
+        detail: String,
+    },
 }
 
 impl ProviderOutcome {
@@ -160,6 +272,7 @@ impl ProviderOutcome {
         match self {
             Self::Accepted { status, .. } | Self::Permanent { status } => Some(*status),
             Self::Transient { status, .. } | Self::Indeterminate { status } => *status,
+            Self::Undeliverable { .. } | Self::AccountBlocked { .. } => None,
         }
     }
 }
@@ -195,6 +308,48 @@ mod tests {
     }
 
     #[test]
+    fn throttle_hints_read_every_common_form() {
+        let now = utc("2026-12-01T09:00:00Z");
+        let read = |pairs: &[(&str, &str)], form| {
+            ThrottleHints::read(
+                |name| pairs.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| *v),
+                form,
+                now,
+            )
+        };
+        let budget = |remaining, secs| Some(RateBudget { remaining, reset: Duration::from_secs(secs) });
+        // IETF structured field.
+        let h = read(&[("RateLimit", "limit=100, remaining=0, reset=7")], ResetForm::Auto);
+        assert_eq!(h, ThrottleHints { retry_after: Some(RetryAfter::Seconds(7)), budget: budget(0, 7) });
+        // IETF split fields.
+        let h = read(&[("RateLimit-Remaining", "12"), ("RateLimit-Reset", "30")], ResetForm::Auto);
+        assert_eq!(h, ThrottleHints { retry_after: None, budget: budget(12, 30) });
+        // X-RateLimit, reset as a delta and as an epoch (auto tells them apart).
+        let h = read(&[("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", "5")], ResetForm::Auto);
+        assert_eq!(h.retry_after, Some(RetryAfter::Seconds(5)));
+        let epoch = (now.timestamp() + 42).to_string();
+        let h = read(&[("X-RateLimit-Remaining", "3"), ("X-RateLimit-Reset", epoch.as_str())], ResetForm::Auto);
+        assert_eq!(h.budget, budget(3, 42));
+        let millis = ((now.timestamp() + 42) * 1000).to_string();
+        let h = read(&[("X-RateLimit-Remaining", "3"), ("X-RateLimit-Reset", millis.as_str())], ResetForm::Auto);
+        assert_eq!(h.budget, budget(3, 42));
+        // Forced forms; an epoch in the past waits nothing.
+        let h = read(&[("X-RateLimit-Remaining", "3"), ("X-RateLimit-Reset", "5")], ResetForm::Epoch);
+        assert_eq!(h.budget, budget(3, 0));
+        let h = read(&[("X-RateLimit-Remaining", "3"), ("X-RateLimit-Reset", epoch.as_str())], ResetForm::Delta);
+        assert_eq!(h.budget.map(|b| b.reset), Some(Duration::from_secs(now.timestamp() as u64 + 42)));
+        // Retry-After wins over a window's reset; garbage is ignored, not guessed at.
+        let h = read(&[("Retry-After", "2"), ("RateLimit", "remaining=0, reset=9")], ResetForm::Auto);
+        assert_eq!(h.retry_after, Some(RetryAfter::Seconds(2)));
+        for junk in ["remaining=-1, reset=x", "", "limit=5"] {
+            assert_eq!(read(&[("RateLimit", junk)], ResetForm::Auto), ThrottleHints::default(), "{junk:?}");
+        }
+        assert_eq!(read(&[("X-RateLimit-Remaining", "0")], ResetForm::Auto), ThrottleHints::default());
+        assert_eq!(ResetForm::parse("epoch"), Some(ResetForm::Epoch));
+        assert_eq!(ResetForm::parse("unix"), None);
+    }
+
+    #[test]
     fn status_classification_table() {
         use ProviderOutcome as P;
         let cases: &[(u16, &str)] = &[
@@ -222,7 +377,7 @@ mod tests {
                 P::Accepted { .. } => "accepted",
                 P::Transient { .. } => "transient",
                 P::Indeterminate { .. } => "indeterminate",
-                P::Permanent { .. } => "permanent",
+                P::Permanent { .. } | P::Undeliverable { .. } | P::AccountBlocked { .. } => "permanent",
             };
             assert_eq!(got, *want, "status {status}");
             assert_eq!(P::from_status(*status, None, None).status(), Some(*status));

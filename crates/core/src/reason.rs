@@ -102,7 +102,9 @@ closed_enum! {
         ProviderRetryAfter => "provider_retry_after",
         /// The provider answered 429/503 or refused the connection, without `Retry-After`.
         ProviderTransient => "provider_transient",
-        /// The request may have reached the provider (timeout, 5xx after send); retried with the same key.
+        /// The request may have reached the provider (timeout, 5xx after send, a worker that
+        /// died mid-call). Retried with the same key where the provider honours keys; without
+        /// keys under `at_most_once`, quarantined for an operator to decide (README, "Providers").
         ProviderIndeterminate => "provider_indeterminate",
         /// Another live worker holds the lease; deferred until it ends.
         ClaimedElsewhere => "claimed_elsewhere",
@@ -131,6 +133,12 @@ closed_enum! {
         /// The provider refused the credentials (401) even with a freshly read token: the sender
         /// paused the fleet (audited) and deferred the reminder for after an operator's fix.
         ProviderCredentials => "provider_credentials",
+        /// The provider refused the whole account (SES: account suspended, sending paused, the
+        /// MAIL FROM domain not verified): the sender paused the fleet and deferred the reminder.
+        ProviderAccount => "provider_account",
+        /// The renewal's `recipient_ref` resolves to no address (recipients table), or the renewal
+        /// has none: nothing was sent; fix the recipient, then redrive.
+        RecipientUnknown => "recipient_unknown",
     }
 }
 

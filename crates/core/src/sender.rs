@@ -434,17 +434,22 @@ where
             }
             Disposition::Acknowledge { .. } => {}
             Disposition::Defer { until: at, reason, attempts_made, provider_status } => {
-                if *reason == ReasonCode::ProviderCredentials
+                if matches!(*reason, ReasonCode::ProviderCredentials | ReasonCode::ProviderAccount)
                     && let Some(gate) = &self.pause
                 {
                     // Every other message would meet the same refusal: pause the fleet for an
                     // operator (who lifts it with `punctual resume` once the credential is
                     // fixed) rather than spend the morning's attempts. A failed write leaves
                     // this reminder deferred all the same.
-                    let why = format!(
-                        "provider refused the credentials ({}) with a freshly read token; fix the secret, then resume",
-                        provider_status.map_or_else(|| "401/403".to_owned(), |s| s.to_string())
-                    );
+                    let why = match (reason, outcome) {
+                        (ReasonCode::ProviderAccount, Some(ProviderOutcome::AccountBlocked { detail })) => {
+                            format!("provider refused the account ({detail}); fix the account or identity, then resume")
+                        }
+                        _ => format!(
+                            "provider refused the credentials ({}) with a freshly read token; fix the secret, then resume",
+                            provider_status.map_or_else(|| "401/403".to_owned(), |s| s.to_string())
+                        ),
+                    };
                     if let Err(e) = gate.trip(&why).await {
                         tracing::error!(error = %e, "could not pause the fleet after a credential refusal");
                     }

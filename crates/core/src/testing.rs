@@ -606,12 +606,25 @@ pub struct ScriptedProvider<C> {
     calls: Arc<Mutex<Vec<(String, Duration)>>>,
     latency: Duration,
     clock: C,
+    honours_keys: bool,
 }
 
 impl<C: Clock> ScriptedProvider<C> {
     /// A provider answering `script` in order, then 202 for every further call.
     pub fn new(clock: C, latency: Duration, script: impl IntoIterator<Item = ProviderOutcome>) -> Self {
-        Self { script: Arc::new(Mutex::new(script.into_iter().collect())), calls: Arc::default(), latency, clock }
+        Self {
+            script: Arc::new(Mutex::new(script.into_iter().collect())),
+            calls: Arc::default(),
+            latency,
+            clock,
+            honours_keys: true,
+        }
+    }
+
+    /// The same provider, profiled as not honouring idempotency keys (like SES).
+    pub fn without_keys(mut self) -> Self {
+        self.honours_keys = false;
+        self
     }
 
     /// Every call so far: (idempotency key, timeout).
@@ -621,6 +634,10 @@ impl<C: Clock> ScriptedProvider<C> {
 }
 
 impl<C: Clock> Provider for ScriptedProvider<C> {
+    fn profile(&self) -> crate::provider::ProviderProfile {
+        crate::provider::ProviderProfile { honours_keys: self.honours_keys }
+    }
+
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
         let key = req.message.reminder_id.idempotency_key().to_string();
         lock(&self.calls).push((key.clone(), req.timeout));
@@ -1400,8 +1417,20 @@ pub fn scripted_sender<L: Ledger>(
     script: Vec<ProviderOutcome>,
     seed: u64,
 ) -> (ScriptedSender<L>, MemoryQueue, ScriptedProvider<crate::clock::ManualClock>) {
-    let queue = MemoryQueue::new();
     let provider = ScriptedProvider::new(clock.clone(), latency, script);
+    scripted_sender_over(ledger, clock, provider, crate::sender::SenderSettings::default(), seed)
+}
+
+/// [`scripted_sender`] with a given provider (e.g. [`ScriptedProvider::without_keys`]) and
+/// settings.
+pub fn scripted_sender_over<L: Ledger>(
+    ledger: L,
+    clock: &crate::clock::ManualClock,
+    provider: ScriptedProvider<crate::clock::ManualClock>,
+    settings: crate::sender::SenderSettings,
+    seed: u64,
+) -> (ScriptedSender<L>, MemoryQueue, ScriptedProvider<crate::clock::ManualClock>) {
+    let queue = MemoryQueue::new();
     let limiter = crate::limiter::SharedLimiter::new(
         MemorySlotStore::default(),
         clock.clone(),
@@ -1415,7 +1444,7 @@ pub fn scripted_sender<L: Ledger>(
         provider.clone(),
         queue.clone(),
         clock.clone(),
-        crate::sender::SenderSettings::default(),
+        settings,
         seed,
     );
     (sender, queue, provider)

@@ -307,3 +307,146 @@ async fn a_400_or_a_403_is_still_classified_permanent() {
         assert_eq!(reason, Some(ReasonCode::ClassifiedPermanent), "{status}: {p:?}");
     }
 }
+
+// ---- a provider without idempotency keys, account refusals, remaining budgets (#18) -------
+
+fn keyless(
+    ledger: MemoryLedger,
+    script: Vec<ProviderOutcome>,
+    indeterminate: punctual_core::provider::IndeterminatePolicy,
+) -> Rig<MemoryLedger> {
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), script).without_keys();
+    let mut settings = punctual_core::sender::SenderSettings::default();
+    settings.policy.indeterminate = indeterminate;
+    let (sender, queue, provider) = punctual_core::testing::scripted_sender_over(ledger, &clock, provider, settings, 7);
+    Rig { clock, queue, provider, sender }
+}
+
+/// A worker claimed, marked its call and died: its lease has ended with the outcome unknown.
+async fn dead_worker_mid_call(ledger: &MemoryLedger, clock: &ManualClock, m: &ReminderMessage) {
+    let dead = punctual_core::ports::OwnerToken::new("dead-worker");
+    let lease = clock.now() + TimeDelta::seconds(10);
+    ledger.claim(m, &dead, clock.now(), lease).await.unwrap();
+    assert!(ledger.mark_call(m, &dead, clock.now()).await.unwrap());
+    clock.advance(Duration::from_secs(11));
+}
+
+#[tokio::test]
+async fn without_keys_an_unknown_outcome_is_quarantined_never_resent_under_at_most_once() {
+    use punctual_core::provider::IndeterminatePolicy::AtMostOnce;
+    // The call timed out: it may have been applied.
+    let r = keyless(MemoryLedger::new(), vec![ProviderOutcome::Indeterminate { status: None }], AtMostOnce);
+    let m = message();
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(
+        matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::ProviderIndeterminate, .. }),
+        "{p:?}"
+    );
+    assert_eq!(r.queue.dead().len(), 1);
+    assert!(r.queue.requeued().is_empty(), "nothing comes back to call again");
+    // A duplicate copy of the message claims nothing and calls nothing.
+    let again = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(again.disposition, Disposition::Acknowledge { .. }), "{again:?}");
+    assert_eq!(r.provider.calls().len(), 1);
+    assert!(!p.possible_double);
+
+    // A worker died mid-call: the next copy learns it from the ledger and does not call.
+    let ledger = MemoryLedger::new();
+    let r = keyless(ledger.clone(), vec![], AtMostOnce);
+    dead_worker_mid_call(&ledger, &r.clock, &m).await;
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(
+        matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::ProviderIndeterminate, .. }),
+        "{p:?}"
+    );
+    assert!(r.provider.calls().is_empty(), "no second call to a provider without keys");
+    let rec = ledger.get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!(rec.state, ReminderState::DeadLettered);
+    assert_eq!(rec.call_owner.as_deref(), Some("dead-worker"), "the unknown call stays on record");
+}
+
+#[tokio::test]
+async fn without_keys_at_least_once_resends_and_counts_the_possible_double() {
+    use punctual_core::provider::IndeterminatePolicy::AtLeastOnce;
+    let r = keyless(MemoryLedger::new(), vec![ProviderOutcome::Indeterminate { status: Some(500) }], AtLeastOnce);
+    let p = r.process(&message().encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Defer { reason: ReasonCode::ProviderIndeterminate, .. }), "{p:?}");
+    assert!(p.possible_double, "the resend this deferral leads to may double the effect");
+
+    let ledger = MemoryLedger::new();
+    let r = keyless(ledger.clone(), vec![], AtLeastOnce);
+    let m = message();
+    dead_worker_mid_call(&ledger, &r.clock, &m).await;
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Delivered { .. }), "{p:?}");
+    assert!(p.possible_double);
+    assert_eq!(r.provider.calls().len(), 1);
+    assert_eq!(ledger.get(&m.reminder_id).await.unwrap().unwrap().call_owner, None, "settled: mark cleared");
+}
+
+#[tokio::test]
+async fn a_keyed_provider_needs_no_call_mark() {
+    let ledger = MemoryLedger::new();
+    let r = rig_with(ledger.clone(), vec![ProviderOutcome::Indeterminate { status: None }]);
+    let m = message();
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Defer { reason: ReasonCode::ProviderIndeterminate, .. }));
+    assert_eq!(ledger.get(&m.reminder_id).await.unwrap().unwrap().call_owner, None);
+    assert!(!p.possible_double);
+}
+
+#[tokio::test]
+async fn an_account_refusal_pauses_the_fleet_like_a_401() {
+    use punctual_core::pause::PauseGate;
+    use punctual_core::ports::Control;
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let control = punctual_core::testing::MemoryControl::default();
+    let blocked = ProviderOutcome::AccountBlocked { detail: "SES AccountSuspendedException".into() };
+    let (sender, queue, _) = punctual_core::testing::scripted_sender(
+        MemoryLedger::new(),
+        &clock,
+        Duration::from_millis(100),
+        vec![blocked],
+        7,
+    );
+    let sender = sender.with_pause(PauseGate::new(control.clone(), clock.clone(), Duration::ZERO));
+    let p = sender
+        .process(Received { message_id: "m-1", body: &message().encode() }, clock.now() + TimeDelta::seconds(30))
+        .await
+        .unwrap();
+    assert!(matches!(p.disposition, Disposition::Defer { reason: ReasonCode::ProviderAccount, .. }), "{p:?}");
+    assert!(queue.dead().is_empty());
+    let pause = control.pause().await.unwrap().expect("paused");
+    assert!(pause.reason.contains("AccountSuspended"), "{}", pause.reason);
+}
+
+#[tokio::test]
+async fn a_missing_recipient_is_quarantined_with_its_own_reason_and_no_attempt() {
+    let r = rig(vec![ProviderOutcome::Undeliverable {
+        reason: ReasonCode::RecipientUnknown,
+        detail: "no address for recipient_ref r-1".into(),
+    }]);
+    let p = r.process(&message().encode()).await.unwrap();
+    match p.disposition {
+        Disposition::Quarantine { reason, attempts_made, .. } => {
+            assert_eq!((reason, attempts_made), (ReasonCode::RecipientUnknown, 0));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_empty_window_pauses_the_limiter_before_the_provider_answers_429() {
+    use punctual_core::provider::RateBudget;
+    let spent = RateBudget { remaining: 0, reset: Duration::from_secs(3) };
+    let r = rig(vec![ProviderOutcome::Accepted { status: 202, receipt: None, budget: Some(spent) }]);
+    r.process(&message().encode()).await.unwrap();
+    assert_eq!(r.sender.limiter().stats().budget_pauses, 1);
+    // A window with room left changes nothing.
+    let room = RateBudget { remaining: 90, reset: Duration::from_secs(1) };
+    let r = rig(vec![ProviderOutcome::Accepted { status: 202, receipt: None, budget: Some(room) }]);
+    r.process(&message().encode()).await.unwrap();
+    let s = r.sender.limiter().stats();
+    assert_eq!((s.budget_pauses, s.budget_cuts), (0, 0));
+}

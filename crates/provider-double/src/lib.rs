@@ -10,6 +10,11 @@
 //!   but process), `{"drop": true}` (close without processing), `{"accept_then_drop": true}`
 //!   (process, then close without answering).
 //! - `GET /stats`: counters as JSON; `POST /control/reset` clears them.
+//! - Throttling speaks one of the common dialects ([`RateHeaders`]): `Retry-After` (default),
+//!   the IETF `RateLimit` field or its split form, or `X-RateLimit-*` with the reset as a delta
+//!   or a Unix time; every answer then carries the bucket's remaining budget. With
+//!   `keys: false` it behaves like a provider without idempotency keys: every acceptance is
+//!   another effect (`accepted` counts them all, `duplicate_effects` the repeats).
 //!
 //! Responses are written with one `write_all` on a `TCP_NODELAY` socket: a split write costs
 //! ~40 ms per call on loopback (Nagle + delayed ACK).
@@ -34,11 +39,80 @@ pub struct Config {
     pub token: Option<String>,
     /// Latency added to every answer.
     pub latency: Duration,
+    /// How throttling and the remaining budget are told.
+    pub rate_headers: RateHeaders,
+    /// Honours `Idempotency-Key` (false: a repeat is another effect, and no key is required).
+    pub keys: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { quota: 100.0, burst: 10.0, token: None, latency: Duration::ZERO }
+        Self {
+            quota: 100.0,
+            burst: 10.0,
+            token: None,
+            latency: Duration::ZERO,
+            rate_headers: RateHeaders::RetryAfter,
+            keys: true,
+        }
+    }
+}
+
+/// The throttling dialect the double speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RateHeaders {
+    /// `Retry-After: N` on a 429, nothing else.
+    #[default]
+    RetryAfter,
+    /// `RateLimit: limit=L, remaining=R, reset=S` on every answer.
+    Ietf,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (delta seconds).
+    IetfSplit,
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (delta seconds).
+    XDelta,
+    /// The same with `X-RateLimit-Reset` as a Unix time in seconds (GitHub's form).
+    XEpoch,
+}
+
+impl RateHeaders {
+    /// `retry-after`, `ietf`, `ietf-split`, `x-delta` or `x-epoch`.
+    pub fn parse(v: &str) -> Option<Self> {
+        match v {
+            "retry-after" => Some(Self::RetryAfter),
+            "ietf" => Some(Self::Ietf),
+            "ietf-split" => Some(Self::IetfSplit),
+            "x-delta" => Some(Self::XDelta),
+            "x-epoch" => Some(Self::XEpoch),
+            _ => None,
+        }
+    }
+
+    /// The headers telling `remaining` of `limit` until `reset_s` (whole seconds).
+    fn headers(self, limit: u64, remaining: u64, reset_s: u64) -> Vec<(String, String)> {
+        let pair = |k: &str, v: String| (k.to_owned(), v);
+        match self {
+            Self::RetryAfter => Vec::new(),
+            Self::Ietf => vec![pair("ratelimit", format!("limit={limit}, remaining={remaining}, reset={reset_s}"))],
+            Self::IetfSplit => vec![
+                pair("ratelimit-limit", limit.to_string()),
+                pair("ratelimit-remaining", remaining.to_string()),
+                pair("ratelimit-reset", reset_s.to_string()),
+            ],
+            Self::XDelta | Self::XEpoch => {
+                let reset = if self == Self::XEpoch {
+                    let now =
+                        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                    now + reset_s
+                } else {
+                    reset_s
+                };
+                vec![
+                    pair("x-ratelimit-limit", limit.to_string()),
+                    pair("x-ratelimit-remaining", remaining.to_string()),
+                    pair("x-ratelimit-reset", reset.to_string()),
+                ]
+            }
+        }
     }
 }
 
@@ -60,6 +134,12 @@ pub struct Behaviour {
     /// Process the request (accept it), then close without answering.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub accept_then_drop: bool,
+    /// Extra headers to send with the answer (any dialect, any value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+    /// The body of a scripted error answer (default `{"error":"scripted N"}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<String>,
 }
 
 /// Counters exposed on `/stats`.
@@ -83,6 +163,9 @@ pub struct Stats {
     pub unauthorized: u64,
     /// Requests without an `Idempotency-Key`.
     pub missing_key: u64,
+    /// Acceptances that repeated an effect already made (only with `keys: false`).
+    #[serde(default)]
+    pub duplicate_effects: u64,
     /// Milliseconds since start of the first and last acceptance (for utilisation).
     pub first_accept_ms: Option<u64>,
     /// See `first_accept_ms`.
@@ -226,6 +309,10 @@ async fn read_request(reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>) ->
 }
 
 fn response(status: u16, retry_after: Option<&str>, body: &str) -> Vec<u8> {
+    response_with(status, retry_after, &[], body)
+}
+
+fn response_with(status: u16, retry_after: Option<&str>, extra: &[(String, String)], body: &str) -> Vec<u8> {
     let reason = match status {
         200 => "OK",
         202 => "Accepted",
@@ -241,6 +328,9 @@ fn response(status: u16, retry_after: Option<&str>, body: &str) -> Vec<u8> {
         format!("HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", body.len());
     if let Some(ra) = retry_after {
         head.push_str(&format!("retry-after: {ra}\r\n"));
+    }
+    for (k, v) in extra {
+        head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
     let mut bytes = head.into_bytes();
@@ -310,6 +400,15 @@ fn take_token(shared: &Shared, s: &mut State) -> Result<(), u64> {
     }
 }
 
+/// The bucket's budget in the configured dialect: what is left now, and the whole seconds
+/// until the bucket is full again.
+fn budget_headers(shared: &Shared, s: &State) -> Vec<(String, String)> {
+    let c = &shared.config;
+    let remaining = s.tokens.max(0.0).floor() as u64;
+    let reset = ((c.burst - s.tokens).max(0.0) / c.quota).ceil() as u64;
+    c.rate_headers.headers(c.burst as u64, remaining, reset)
+}
+
 async fn messages(shared: &Shared, req: &Request) -> Answer {
     let behaviour = {
         let mut s = lock(shared);
@@ -329,15 +428,19 @@ async fn messages(shared: &Shared, req: &Request) -> Answer {
     }
     if let Some(expected) = &shared.config.token
         && req.headers.get("authorization").map(String::as_str) != Some(format!("Bearer {expected}").as_str())
+        && req.headers.get("x-api-key") != Some(expected)
     {
         s.stats.unauthorized += 1;
         return Answer::Respond(response(401, None, "{\"error\":\"unauthorized\"}"));
     }
-    let Some(key) = req.headers.get("idempotency-key").cloned() else {
+    let key = req.headers.get("idempotency-key").cloned();
+    if shared.config.keys && key.is_none() {
         s.stats.missing_key += 1;
         return Answer::Respond(response(400, None, "{\"error\":\"Idempotency-Key header required\"}"));
-    };
-    if let Some((status, body)) = s.results.get(&key).cloned() {
+    }
+    // Without keys a repeat is processed like a first request.
+    let stored = if shared.config.keys { key.as_ref().and_then(|k| s.results.get(k).cloned()) } else { None };
+    if let Some((status, body)) = stored {
         s.stats.duplicate_key_attempts += 1;
         return if behaviour.accept_then_drop {
             s.stats.dropped += 1;
@@ -354,23 +457,38 @@ async fn messages(shared: &Shared, req: &Request) -> Answer {
         } else {
             s.stats.injected_errors += 1;
         }
-        let body = format!("{{\"error\":\"scripted {status}\"}}");
-        if (400..500).contains(&status) && status != 429 && status != 408 {
+        let body = behaviour.body.clone().unwrap_or_else(|| format!("{{\"error\":\"scripted {status}\"}}"));
+        if let Some(key) = key.filter(|_| shared.config.keys)
+            && (400..500).contains(&status)
+            && status != 429
+            && status != 408
+        {
             // A permanent refusal is a processed result: a retry with the key gets it again.
             s.results.insert(key, (status, body.clone()));
             s.stats.distinct_keys += 1;
         }
-        return Answer::Respond(response(status, behaviour.retry_after.as_deref(), &body));
+        return Answer::Respond(response_with(status, behaviour.retry_after.as_deref(), &behaviour.headers, &body));
     }
     if let Err(wait) = take_token(shared, &mut s) {
         s.stats.throttled += 1;
-        return Answer::Respond(response(429, Some(&wait.to_string()), "{\"error\":\"quota exceeded\"}"));
+        let body = "{\"error\":\"quota exceeded\"}";
+        return Answer::Respond(match shared.config.rate_headers {
+            RateHeaders::RetryAfter => response(429, Some(&wait.to_string()), body),
+            dialect => {
+                let told = dialect.headers(shared.config.burst as u64, 0, wait);
+                response_with(429, None, &told, body)
+            }
+        });
     }
     let elapsed = u64::try_from(shared.started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let body = serde_json::json!({"id": format!("msg-{}", s.stats.accepted + 1), "idempotency_key": key}).to_string();
-    s.results.insert(key, (202, body.clone()));
+    let effect = key.clone().unwrap_or_else(|| format!("anonymous-{}", s.stats.requests));
+    if s.results.insert(effect, (202, body.clone())).is_some() {
+        s.stats.duplicate_effects += 1;
+    } else {
+        s.stats.distinct_keys += 1;
+    }
     s.stats.accepted += 1;
-    s.stats.distinct_keys += 1;
     s.stats.first_accept_ms.get_or_insert(elapsed);
     s.stats.last_accept_ms = Some(elapsed);
     let second = usize::try_from(elapsed / 1000).unwrap_or(usize::MAX).min(86_400);
@@ -382,5 +500,7 @@ async fn messages(shared: &Shared, req: &Request) -> Answer {
         s.stats.dropped += 1;
         return Answer::Close;
     }
-    Answer::Respond(response(202, None, &body))
+    let mut told = budget_headers(shared, &s);
+    told.extend(behaviour.headers.iter().cloned());
+    Answer::Respond(response_with(202, None, &told, &body))
 }

@@ -21,9 +21,9 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use punctual_core::ports::{Provider, ProviderError, ProviderRequest};
-use punctual_core::provider::{ProviderOutcome, RetryAfter};
+use punctual_core::provider::{ProviderOutcome, ProviderProfile, ResetForm, ThrottleHints};
 use punctual_core::secret::{Secret, TokenSource};
-use reqwest::header::{HeaderValue, RETRY_AFTER};
+use reqwest::header::{HeaderName, HeaderValue};
 
 /// Why the client could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +37,100 @@ pub enum ClientError {
     /// reqwest refused the configuration.
     #[error("could not build the HTTP client")]
     Build(#[source] reqwest::Error),
+    /// A header name in the vendor profile is not a valid HTTP header name.
+    #[error("{0:?} is not a valid HTTP header name")]
+    BadHeaderName(String),
+    /// A JSON pointer in the vendor profile does not start with `/`.
+    #[error("{0:?} is not a JSON pointer (RFC 6901: empty, or starting with /)")]
+    BadPointer(String),
+}
+
+/// How the token is presented.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// `Authorization: Bearer <token>` (the default).
+    Bearer,
+    /// `<name>: <token>` (e.g. `X-Api-Key`).
+    Header(HeaderName),
+}
+
+/// What differs between vendors' HTTP APIs (README, "Providers"). The defaults are punctual's
+/// own contract, which the provider double speaks.
+#[derive(Debug, Clone)]
+pub struct VendorProfile {
+    /// How the token is sent.
+    pub auth: Auth,
+    /// The idempotency-key header; `None`: the vendor honours none (no key is sent, and the
+    /// sender treats an unknown outcome per `PROVIDER_IDEMPOTENCY`).
+    pub key_header: Option<HeaderName>,
+    /// JSON pointer to the receipt in a 2xx body (default `/id`).
+    pub receipt_pointer: String,
+    /// JSON pointer to an error code in a non-2xx body, read with `throttle_codes`.
+    pub error_code_pointer: Option<String>,
+    /// Error codes that mean "slow down" whatever the status (some vendors answer 400 or 403
+    /// with `{"error": {"code": "rate_limited"}}`): classified like a 429.
+    pub throttle_codes: Vec<String>,
+    /// How `X-RateLimit-Reset` is read.
+    pub reset: ResetForm,
+}
+
+impl Default for VendorProfile {
+    fn default() -> Self {
+        Self {
+            auth: Auth::Bearer,
+            key_header: Some(HeaderName::from_static("idempotency-key")),
+            receipt_pointer: "/id".into(),
+            error_code_pointer: None,
+            throttle_codes: Vec::new(),
+            reset: ResetForm::Auto,
+        }
+    }
+}
+
+impl VendorProfile {
+    /// Parses the profile's textual settings (the sender's `PROVIDER_*` variables; `None`
+    /// keeps the default): `auth` is `bearer` or `header:NAME`; `key_header` a header name or
+    /// `none`; pointers are RFC 6901; `throttle_codes` comma-separated.
+    pub fn parse(
+        auth: Option<&str>,
+        key_header: Option<&str>,
+        receipt_pointer: Option<&str>,
+        error_code_pointer: Option<&str>,
+        throttle_codes: Option<&str>,
+        reset: ResetForm,
+    ) -> Result<Self, ClientError> {
+        let header = |name: &str| {
+            HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| ClientError::BadHeaderName(name.to_owned()))
+        };
+        let pointer = |p: &str| {
+            if p.is_empty() || p.starts_with('/') {
+                Ok(p.to_owned())
+            } else {
+                Err(ClientError::BadPointer(p.to_owned()))
+            }
+        };
+        let d = Self::default();
+        Ok(Self {
+            auth: match auth.map(str::trim) {
+                None | Some("bearer") => Auth::Bearer,
+                Some(other) => match other.strip_prefix("header:") {
+                    Some(name) => Auth::Header(header(name)?),
+                    None => return Err(ClientError::BadHeaderName(other.to_owned())),
+                },
+            },
+            key_header: match key_header.map(str::trim) {
+                None => d.key_header,
+                Some("none") => None,
+                Some(name) => Some(header(name)?),
+            },
+            receipt_pointer: receipt_pointer.map(pointer).transpose()?.unwrap_or(d.receipt_pointer),
+            error_code_pointer: error_code_pointer.map(pointer).transpose()?,
+            throttle_codes: throttle_codes
+                .map(|c| c.split(',').map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned).collect())
+                .unwrap_or_default(),
+            reset,
+        })
+    }
 }
 
 /// The longest a refused token is kept before the token source is asked again; also the
@@ -52,12 +146,17 @@ pub struct HttpProvider {
     source: Option<Arc<dyn TokenSource>>,
     /// When the source was last read (one read at a time per instance).
     refreshed: Arc<futures_util::lock::Mutex<Option<Instant>>>,
+    vendor: Arc<VendorProfile>,
 }
 
-fn bearer(token: &Secret) -> Result<HeaderValue, ClientError> {
-    let mut auth = HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| ClientError::BadToken)?;
-    auth.set_sensitive(true);
-    Ok(auth)
+fn credential(auth: &Auth, token: &Secret) -> Result<HeaderValue, ClientError> {
+    let value = match auth {
+        Auth::Bearer => format!("Bearer {}", token.expose()),
+        Auth::Header(_) => token.expose().to_owned(),
+    };
+    let mut value = HeaderValue::from_str(&value).map_err(|_| ClientError::BadToken)?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 impl HttpProvider {
@@ -66,7 +165,7 @@ impl HttpProvider {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(ClientError::BadUrl(url.to_owned()));
         }
-        let auth = bearer(token)?;
+        let auth = credential(&Auth::Bearer, token)?;
         let client = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
@@ -83,7 +182,16 @@ impl HttpProvider {
             auth: Arc::new(RwLock::new(auth)),
             source: None,
             refreshed: Arc::new(futures_util::lock::Mutex::new(None)),
+            vendor: Arc::new(VendorProfile::default()),
         })
+    }
+
+    /// Speaks a vendor's dialect (auth scheme, key header, body shapes, reset form); `token`
+    /// is presented the profile's way.
+    pub fn with_vendor(mut self, vendor: VendorProfile, token: &Secret) -> Result<Self, ClientError> {
+        self.auth = Arc::new(RwLock::new(credential(&vendor.auth, token)?));
+        self.vendor = Arc::new(vendor);
+        Ok(self)
     }
 
     /// Reads the token again from `source` after a 401/403 (see the module docs).
@@ -115,7 +223,7 @@ impl HttpProvider {
         // Bounded by the call's own budget (the other records of the batch wait on the lock).
         let fetched =
             match futures_util::future::select(Box::pin(source.fetch()), Box::pin(tokio::time::sleep(budget))).await {
-                futures_util::future::Either::Left((Ok(token), _)) => match bearer(&token) {
+                futures_util::future::Either::Left((Ok(token), _)) => match credential(&self.vendor.auth, &token) {
                     Ok(v) => v,
                     Err(_) => {
                         tracing::warn!("the token source holds a value that is not a valid header");
@@ -161,6 +269,10 @@ enum Refresh {
 }
 
 impl Provider for HttpProvider {
+    fn profile(&self) -> ProviderProfile {
+        ProviderProfile { honours_keys: self.vendor.key_header.is_some() }
+    }
+
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
         let started = Instant::now();
         let auth = self.current();
@@ -196,15 +308,16 @@ impl HttpProvider {
             "channel": req.channel,
             "correlation_id": m.correlation_id.as_str(),
         });
-        let sent = self
-            .client
-            .post(&self.url)
-            .header(reqwest::header::AUTHORIZATION, auth)
-            .header("Idempotency-Key", m.reminder_id.idempotency_key().as_str())
-            .timeout(timeout)
-            .json(&body)
-            .send()
-            .await;
+        let v = &*self.vendor;
+        let auth_name = match &v.auth {
+            Auth::Bearer => reqwest::header::AUTHORIZATION,
+            Auth::Header(name) => name.clone(),
+        };
+        let mut request = self.client.post(&self.url).header(auth_name, auth).timeout(timeout).json(&body);
+        if let Some(key) = &v.key_header {
+            request = request.header(key, m.reminder_id.idempotency_key().as_str());
+        }
+        let sent = request.send().await;
         let resp = match sent {
             Ok(r) => r,
             Err(e) if e.is_builder() => return Err(ProviderError::Unknown(Box::new(e))),
@@ -214,16 +327,29 @@ impl HttpProvider {
             Err(_) => return Ok(ProviderOutcome::Indeterminate { status: None }),
         };
         let status = resp.status().as_u16();
-        let retry_after = resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(RetryAfter::parse);
-        let receipt = if resp.status().is_success() {
-            // A 2xx whose body cannot be read is still a delivery; only the receipt is lost.
-            resp.json::<serde_json::Value>()
-                .await
-                .ok()
-                .and_then(|v| v.get("id").and_then(|id| id.as_str()).map(str::to_owned))
-        } else {
-            None
+        let headers = resp.headers();
+        let hints =
+            ThrottleHints::read(|name| headers.get(name).and_then(|v| v.to_str().ok()), v.reset, chrono::Utc::now());
+        // A body is read within the call's timeout (set on the request); an unreadable one is
+        // no answer to read from, never a reason to reclassify the status.
+        let body = resp.bytes().await.ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+        let text_at = |pointer: &str| {
+            body.as_ref().and_then(|b| b.pointer(pointer)).and_then(|v| match v {
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            })
         };
-        Ok(ProviderOutcome::from_status(status, retry_after, receipt))
+        if (200..300).contains(&status) {
+            // A 2xx whose body cannot be read is still a delivery; only the receipt is lost.
+            let receipt = text_at(&v.receipt_pointer);
+            return Ok(ProviderOutcome::Accepted { status, receipt, budget: hints.budget });
+        }
+        let throttled_by_code =
+            v.error_code_pointer.as_deref().and_then(text_at).is_some_and(|code| v.throttle_codes.contains(&code));
+        if throttled_by_code {
+            return Ok(ProviderOutcome::Transient { status: Some(429), retry_after: hints.retry_after });
+        }
+        Ok(ProviderOutcome::from_status(status, hints.retry_after, None))
     }
 }

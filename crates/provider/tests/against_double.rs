@@ -293,3 +293,127 @@ async fn a_401_with_an_unreadable_token_source_is_transient() {
     let o = send(&client, &message(90), Duration::from_secs(2)).await;
     assert_eq!(o, ProviderOutcome::Transient { status: Some(401), retry_after: None });
 }
+
+// ---- vendor dialects: rate-limit headers, auth schemes, keys, body shapes (#18) ------------
+
+async fn dialect(rate_headers: punctual_provider_double::RateHeaders) -> (Double, HttpProvider) {
+    let config = Config { quota: 1.0, burst: 2.0, rate_headers, ..Config::default() };
+    let double = Double::start(config, 0).await.unwrap();
+    let client = HttpProvider::new(&double.url(), &Secret::new("x"), Duration::from_secs(1)).unwrap();
+    (double, client)
+}
+
+/// Every dialect: the 2xx answers carry the remaining budget (so the limiter can slow before a
+/// 429), and the 429 past the bucket says when to come back without any `Retry-After`.
+#[tokio::test]
+async fn every_rate_limit_dialect_gives_the_budget_and_the_wait() {
+    use punctual_core::provider::RateBudget;
+    use punctual_provider_double::RateHeaders as H;
+    for form in [H::Ietf, H::IetfSplit, H::XDelta, H::XEpoch] {
+        let (_double, client) = dialect(form).await;
+        let first = send(&client, &message(300), Duration::from_secs(2)).await;
+        let ProviderOutcome::Accepted { budget: Some(RateBudget { remaining: 1, reset }), .. } = first else {
+            panic!("{form:?}: {first:?}");
+        };
+        assert!(reset <= Duration::from_secs(2), "{form:?}: {reset:?}");
+        let second = send(&client, &message(301), Duration::from_secs(2)).await;
+        assert!(
+            matches!(second, ProviderOutcome::Accepted { budget: Some(RateBudget { remaining: 0, .. }), .. }),
+            "{form:?}: {second:?}"
+        );
+        match send(&client, &message(302), Duration::from_secs(2)).await {
+            ProviderOutcome::Transient { status: Some(429), retry_after: Some(ra) } => {
+                let wait = ra.delay_from(Utc::now());
+                assert!(wait >= Duration::from_millis(1) && wait <= Duration::from_secs(2), "{form:?}: {wait:?}");
+            }
+            other => panic!("{form:?}: {other:?}"),
+        }
+    }
+    // The plain dialect: Retry-After on the 429, no budget on a 2xx.
+    let (_double, client) = dialect(H::RetryAfter).await;
+    assert!(matches!(
+        send(&client, &message(303), Duration::from_secs(2)).await,
+        ProviderOutcome::Accepted { budget: None, .. }
+    ));
+}
+
+/// An epoch reset read as a delta would be a 56-year wait: `auto` tells them apart, and a
+/// configured form is obeyed.
+#[tokio::test]
+async fn x_ratelimit_reset_is_read_as_configured() {
+    use punctual_core::provider::ResetForm;
+    use punctual_provider::VendorProfile;
+    let double = Double::start(Config::default(), 0).await.unwrap();
+    let epoch = (Utc::now().timestamp() + 30).to_string();
+    let script = |reset: &str| Behaviour {
+        status: Some(429),
+        headers: vec![("x-ratelimit-remaining".into(), "0".into()), ("x-ratelimit-reset".into(), reset.into())],
+        ..Behaviour::default()
+    };
+    for (form, value, lo, hi) in
+        [(ResetForm::Auto, epoch.as_str(), 25, 31), (ResetForm::Auto, "9", 9, 9), (ResetForm::Delta, "9", 9, 9)]
+    {
+        let vendor = VendorProfile { reset: form, ..VendorProfile::default() };
+        let client = HttpProvider::new(&double.url(), &Secret::new("x"), Duration::from_secs(1))
+            .unwrap()
+            .with_vendor(vendor, &Secret::new("x"))
+            .unwrap();
+        double.script([script(value)]);
+        let ProviderOutcome::Transient { status: Some(429), retry_after: Some(ra) } =
+            send(&client, &message(310), Duration::from_secs(2)).await
+        else {
+            panic!("{form:?} {value}");
+        };
+        let wait = ra.delay_from(Utc::now()).as_secs();
+        assert!((lo..=hi).contains(&wait), "{form:?} {value}: {wait}");
+    }
+}
+
+/// A vendor with its own dialect: an API-key header, no idempotency keys, the receipt and an
+/// error code elsewhere in the body; a "rate_limited" code on a 400 is a throttle, not a
+/// permanent refusal.
+#[tokio::test]
+async fn a_vendor_profile_changes_auth_keys_receipt_and_error_codes() {
+    use punctual_provider::VendorProfile;
+    let token = "vendor-key-not-a-secret";
+    let double =
+        Double::start(Config { token: Some(token.into()), keys: false, ..Config::default() }, 0).await.unwrap();
+    let vendor = VendorProfile::parse(
+        Some("header:X-Api-Key"),
+        Some("none"),
+        Some("/idempotency_key"),
+        Some("/error/code"),
+        Some("rate_limited, slow_down"),
+        punctual_core::provider::ResetForm::Auto,
+    )
+    .unwrap();
+    let client = HttpProvider::new(&double.url(), &Secret::new(token), Duration::from_secs(1))
+        .unwrap()
+        .with_vendor(vendor, &Secret::new(token))
+        .unwrap();
+    assert!(!client.profile().honours_keys, "no key header: the profile says so");
+    let accepted = send(&client, &message(320), Duration::from_secs(2)).await;
+    // No key was sent: the double's body echoes `idempotency_key: null`, so no receipt there.
+    assert!(matches!(accepted, ProviderOutcome::Accepted { status: 202, receipt: None, .. }), "{accepted:?}");
+    assert_eq!(double.stats().unauthorized, 0, "the X-Api-Key header carried the token");
+    double.script([Behaviour {
+        status: Some(400),
+        body: Some(r#"{"error":{"code":"rate_limited","message":"slow down"}}"#.into()),
+        ..Behaviour::default()
+    }]);
+    let throttled = send(&client, &message(321), Duration::from_secs(2)).await;
+    assert_eq!(throttled, ProviderOutcome::Transient { status: Some(429), retry_after: None });
+    double.script([Behaviour {
+        status: Some(400),
+        body: Some(r#"{"error":{"code":"bad_address"}}"#.into()),
+        ..Behaviour::default()
+    }]);
+    assert_eq!(send(&client, &message(322), Duration::from_secs(2)).await, ProviderOutcome::Permanent { status: 400 });
+    // Without keys, a repeat is a second effect: what the sender's profile check is for.
+    send(&client, &message(320), Duration::from_secs(2)).await;
+    let s = double.stats();
+    assert_eq!((s.accepted, s.duplicate_effects), (2, 0), "no key sent: the double cannot even tell; {s:?}");
+    for bad in [("header:", None), ("basic", None), ("bearer", Some("no/pointer"))] {
+        assert!(VendorProfile::parse(Some(bad.0), None, bad.1, None, None, Default::default()).is_err(), "{bad:?}");
+    }
+}

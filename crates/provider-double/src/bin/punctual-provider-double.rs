@@ -1,15 +1,17 @@
-//! `punctual-provider-double [--port N] [--quota R] [--burst B] [--token T] [--latency-ms L]`
+//! `punctual-provider-double [--port N] [--quota R] [--burst B] [--token T] [--latency-ms L]
+//! [--rate-headers retry-after|ietf|ietf-split|x-delta|x-epoch] [--no-keys]`
 //!
 //! Runs the provider double on 127.0.0.1 until interrupted; prints its URL first.
 
 use std::time::Duration;
 
-use punctual_provider_double::{Config, Double};
+use punctual_provider_double::{Config, Double, RateHeaders};
 
 fn usage(problem: &str) -> ! {
     eprintln!("punctual-provider-double: {problem}");
     eprintln!(
-        "usage: punctual-provider-double [--port N] [--quota CALLS_PER_S] [--burst N] [--token T] [--latency-ms MS]"
+        "usage: punctual-provider-double [--port N] [--quota CALLS_PER_S] [--burst N] [--token T] [--latency-ms MS] \
+         [--rate-headers retry-after|ietf|ietf-split|x-delta|x-epoch] [--no-keys]"
     );
     std::process::exit(2)
 }
@@ -31,6 +33,12 @@ async fn main() {
             "--burst" => config.burst = parse(&flag, args.next()),
             "--token" => config.token = Some(parse(&flag, args.next())),
             "--latency-ms" => config.latency = Duration::from_millis(parse(&flag, args.next())),
+            "--rate-headers" => {
+                let v: String = parse(&flag, args.next());
+                config.rate_headers =
+                    RateHeaders::parse(&v).unwrap_or_else(|| usage(&format!("--rate-headers: {v:?}")));
+            }
+            "--no-keys" => config.keys = false,
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown flag {other}")),
         }
