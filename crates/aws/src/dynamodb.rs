@@ -139,13 +139,18 @@ pub async fn get(client: &Client, table: &str, pk: &str) -> Result<Option<Item>,
 /// Creates an on-demand table keyed by a string `pk` (the ledger and renewals lookups). Used by
 /// tests and `punctual local`; on AWS the SAM template owns the tables.
 pub async fn create_pk_table(client: &Client, table: &str) -> Result<(), DynamoError> {
+    create_keyed_table(client, table, "pk").await
+}
+
+/// Creates an on-demand table keyed by the string attribute `key` (tests and `punctual local`).
+pub async fn create_keyed_table(client: &Client, table: &str, key: &str) -> Result<(), DynamoError> {
     let def = AttributeDefinition::builder()
-        .attribute_name("pk")
+        .attribute_name(key)
         .attribute_type(ScalarAttributeType::S)
         .build()
         .map_err(|e| DynamoError::Unknown(Box::new(e)))?;
     let key = KeySchemaElement::builder()
-        .attribute_name("pk")
+        .attribute_name(key)
         .key_type(KeyType::Hash)
         .build()
         .map_err(|e| DynamoError::Unknown(Box::new(e)))?;

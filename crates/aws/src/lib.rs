@@ -10,6 +10,7 @@ pub mod dynamodb;
 pub mod emf;
 pub mod ledger;
 pub mod limiter;
+pub mod recipients;
 pub mod renewals;
 pub mod secrets;
 pub mod sqs;

@@ -474,6 +474,30 @@ impl<L: Ledger> Ledger for FaultyLedger<L> {
     }
 }
 
+/// The in-memory recipients table.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryRecipients {
+    rows: Arc<Mutex<HashMap<String, crate::ports::EmailAddress>>>,
+}
+
+impl MemoryRecipients {
+    /// Stores one address (panics on an invalid one: test support).
+    #[allow(clippy::panic)]
+    pub fn set(&self, recipient_ref: &str, address: &str) {
+        let a = crate::ports::EmailAddress::parse(address).unwrap_or_else(|e| panic!("{e}"));
+        lock(&self.rows).insert(recipient_ref.to_owned(), a);
+    }
+}
+
+impl crate::ports::Recipients for MemoryRecipients {
+    async fn address(
+        &self,
+        recipient_ref: &str,
+    ) -> Result<Option<crate::ports::EmailAddress>, crate::ports::RecipientsError> {
+        Ok(lock(&self.rows).get(recipient_ref).cloned())
+    }
+}
+
 /// The in-memory renewals table. Unknown renewals are `Missing`.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryRenewals {
@@ -855,7 +879,7 @@ pub mod ledger_contract {
         must("claim", ledger.claim(&m, &a, base, lease)).await;
         assert!(!must("mark by a non-holder", ledger.mark_call(&m, &b, base + s(1))).await);
         assert!(must("mark by the holder", ledger.mark_call(&m, &a, base + s(1))).await);
-        let rec = must("get", ledger.get(&m.reminder_id)).await.expect("record");
+        let rec = must("get", ledger.get(&m.reminder_id)).await.unwrap_or_else(|| panic!("no record"));
         assert_eq!(rec.call_owner.as_deref(), Some("mark-a"));
         assert!(!must("mark after the lease", ledger.mark_call(&m, &a, lease)).await, "an ended lease marks nothing");
         // The holder's own retried claim (an answer lost) is not an unknown call.
@@ -878,7 +902,7 @@ pub mod ledger_contract {
             must("settle", ledger.settle(&m, Some(&c), lease + s(31), &deferred(1, lease + s(40)))).await,
             SettleOutcome::Recorded
         );
-        assert_eq!(must("get", ledger.get(&m.reminder_id)).await.expect("record").call_owner, None);
+        assert_eq!(must("get", ledger.get(&m.reminder_id)).await.unwrap_or_else(|| panic!("no record")).call_owner, None);
         assert_eq!(
             must("claim after settle", ledger.claim(&m, &a, lease + s(41), lease + s(70))).await,
             ClaimView::Claimed { prior_attempts: 1, unsettled_call: false }
@@ -898,7 +922,7 @@ pub mod ledger_contract {
             SettleOutcome::Recorded
         );
         assert_eq!(
-            must("get", ledger.get(&m.reminder_id)).await.expect("record").call_owner.as_deref(),
+            must("get", ledger.get(&m.reminder_id)).await.unwrap_or_else(|| panic!("no record")).call_owner.as_deref(),
             Some("mark-a")
         );
         let mut redriven = m.clone();

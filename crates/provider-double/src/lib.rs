@@ -10,6 +10,11 @@
 //!   but process), `{"drop": true}` (close without processing), `{"accept_then_drop": true}`
 //!   (process, then close without answering).
 //! - `GET /stats`: counters as JSON; `POST /control/reset` clears them.
+//! - `POST /v2/email/outbound-emails`: Amazon SES v2 `SendEmail`, enough of it to test the SES
+//!   adapter's request (a template, tags, the destination) and its error parsing: each request
+//!   body is kept ([`Double::ses_requests`]); a scripted behaviour answers with its status,
+//!   headers (e.g. `x-amzn-ErrorType: TooManyRequestsException`) and body; otherwise
+//!   `200 {"MessageId": …}`. (moto serves SES for the end-to-end runs; it has no templates.)
 //! - Throttling speaks one of the common dialects ([`RateHeaders`]): `Retry-After` (default),
 //!   the IETF `RateLimit` field or its split form, or `X-RateLimit-*` with the reset as a delta
 //!   or a Unix time; every answer then carries the bucket's remaining budget. With
@@ -184,6 +189,7 @@ struct State {
     results: HashMap<String, (u16, String)>,
     tokens: f64,
     refilled: Instant,
+    ses_requests: Vec<serde_json::Value>,
 }
 
 #[derive(Debug)]
@@ -217,6 +223,7 @@ impl Double {
                 results: HashMap::new(),
                 tokens: config.burst,
                 refilled: Instant::now(),
+                ses_requests: Vec::new(),
             }),
             config,
             started: Instant::now(),
@@ -251,6 +258,16 @@ impl Double {
     /// The counters now.
     pub fn stats(&self) -> Stats {
         lock(&self.shared).stats.clone()
+    }
+
+    /// The SES `SendEmail` request bodies received so far.
+    pub fn ses_requests(&self) -> Vec<serde_json::Value> {
+        lock(&self.shared).ses_requests.clone()
+    }
+
+    /// The SES endpoint (`AWS_ENDPOINT_URL_SESV2` for the SDK).
+    pub fn ses_endpoint(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// Queues behaviours for the next requests.
@@ -350,6 +367,7 @@ async fn serve(stream: TcpStream, shared: Arc<Shared>) -> std::io::Result<()> {
     while let Some(req) = read_request(&mut reader).await? {
         let answer = match (req.method.as_str(), req.path.as_str()) {
             ("POST", "/v1/messages") => messages(&shared, &req).await,
+            ("POST", "/v2/email/outbound-emails") => ses_send(&shared, &req),
             ("HEAD", _) => Answer::Respond(response(200, None, "")),
             ("GET", "/stats") => {
                 let body = serde_json::to_string(&lock(&shared).stats).unwrap_or_default();
@@ -397,6 +415,24 @@ fn take_token(shared: &Shared, s: &mut State) -> Result<(), u64> {
         // Whole seconds, rounded up, at least 1: the header has no finer unit.
         let wait = ((1.0 - s.tokens) / shared.config.quota).ceil().max(1.0);
         Err(wait as u64)
+    }
+}
+
+fn ses_send(shared: &Shared, req: &Request) -> Answer {
+    let mut s = lock(shared);
+    let body = serde_json::from_slice(&req.body).unwrap_or(serde_json::Value::Null);
+    s.ses_requests.push(body);
+    match s.script.pop_front() {
+        Some(b) if b.drop => Answer::Close,
+        Some(b) if b.status.is_some_and(|st| !(200..300).contains(&st)) => {
+            let status = b.status.unwrap_or(500);
+            let body = b.body.unwrap_or_else(|| "{}".into());
+            Answer::Respond(response_with(status, None, &b.headers, &body))
+        }
+        _ => {
+            let id = format!("ses-{}", s.ses_requests.len());
+            Answer::Respond(response(200, None, &serde_json::json!({ "MessageId": id }).to_string()))
+        }
     }
 }
 

@@ -9,7 +9,8 @@
 //! | [`DueStore`] | the pending-renewals index and watermark the scheduler pages | DynamoDB, memory |
 //! | [`Limiter`] | the shared rate limiter as the sender asks it | `SharedLimiter` |
 //! | [`SlotStore`] | where the limiter's slot schedule lives | DynamoDB, memory |
-//! | [`Provider`] | who delivers | HTTP, scripted |
+//! | [`Provider`] | who delivers | HTTP, SES, scripted |
+//! | [`Recipients`] | `recipient_ref` → address, for a provider that needs one | DynamoDB, memory |
 //! | [`SendQueue`] | requeue and quarantine | SQS, memory |
 //! | [`ReleaseQueue`] | the scheduler's release | SQS, memory |
 //! | [`DeadLetters`] | the DLQ as the redrive sees it | SQS, memory |
@@ -28,6 +29,7 @@ mod ledger;
 mod limiter;
 mod provider;
 mod queue;
+mod recipients;
 mod renewals;
 
 pub use clock::Clock;
@@ -40,6 +42,7 @@ pub use ledger::{
 pub use limiter::{Book, Booked, Lane, Limiter, LimiterClass, LimiterError, LimiterRequest, SlotStore, SlotView};
 pub use provider::{Provider, ProviderError, ProviderRequest};
 pub use queue::{DeadLetter, DeadLetters, DeadLettersError, Quarantine, QueueError, Release, ReleaseQueue, SendQueue};
+pub use recipients::{EmailAddress, InvalidAddress, Recipients, RecipientsError};
 pub use renewals::{RenewalLookup, Renewals, RenewalsError};
 
 /// A boxed error source kept by the catch-all cases.

@@ -1,0 +1,258 @@
+//! `punctual-ses`: Amazon SES (API v2) behind the provider port.
+//!
+//! - **No idempotency key.** SES has none, so the adapter's profile says so
+//!   (`honours_keys: false`): the sender marks each call in the ledger first and, after an
+//!   outcome it cannot know (a timeout, a dropped connection, a 5xx), follows
+//!   `PROVIDER_IDEMPOTENCY` (`at_most_once` by default: quarantine as `provider_indeterminate`).
+//!   For the same reason the SDK's own retries are **off** on this client: a retried
+//!   `SendEmail` after a timeout would be a second email that nothing counted.
+//! - **Addresses at the last moment.** The renewal's `recipient_ref` is resolved through the
+//!   [`Recipients`] port (default: the DynamoDB recipients table) inside the call; a missing
+//!   one is `recipient_unknown` (nothing sent, no attempt spent). No address ever reaches a
+//!   message, the DLQ, the ledger or a log: SES error messages that quote one are redacted.
+//! - **Content per kind.** `template` (default): the SES stored template
+//!   `{SES_TEMPLATE_PREFIX}{kind}` with `{tenant_id, renewal_id, reminder_id, kind,
+//!   deliver_by}` as template data. `inline`: a plain-text message punctual renders itself —
+//!   for emulators (moto 5.2.5 raises NotImplementedError on `Content.Template`) and for teams
+//!   without templates yet.
+//! - **Classification** ([`classify`]): throttling (`TooManyRequestsException`, `Throttling`)
+//!   is a 429 to the shared limiter; "Daily message quota exceeded" or `LimitExceededException`
+//!   also asks for 10 minutes (SES's own advice), which the limiter caps at its shared pause
+//!   and re-probes; `AccountSuspended`, `SendingPaused`, `MailFromDomainNotVerified` refuse the
+//!   whole account (the sender pauses the fleet); `MessageRejected`, `NotFound` (a template),
+//!   `BadRequest` are permanent for the message; a 503 or a refused connection is a
+//!   determinate transient; anything that may have reached SES is indeterminate.
+
+use std::time::Duration;
+
+use aws_sdk_sesv2::Client;
+use aws_sdk_sesv2::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sesv2::operation::send_email::SendEmailError;
+use aws_sdk_sesv2::types::{Body, Content, Destination, EmailContent, Message, MessageTag, Template};
+use punctual_core::ports::{Provider, ProviderError, ProviderRequest, Recipients};
+use punctual_core::provider::{ProviderOutcome, ProviderProfile, RetryAfter};
+use punctual_core::reason::ReasonCode;
+
+/// How long SES asks a sender over its daily quota to wait before asking again.
+pub const DAILY_QUOTA_WAIT: Duration = Duration::from_secs(600);
+
+/// What the email holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SesContent {
+    /// The SES stored template `{prefix}{kind}` (production).
+    #[default]
+    Template,
+    /// A plain-text message rendered by punctual (emulators, no templates yet).
+    Inline,
+}
+
+impl SesContent {
+    /// `template` or `inline`.
+    pub fn parse(v: &str) -> Option<Self> {
+        match v.trim() {
+            "template" => Some(Self::Template),
+            "inline" => Some(Self::Inline),
+            _ => None,
+        }
+    }
+}
+
+/// The SES settings (the sender's `SES_*` variables).
+#[derive(Debug, Clone)]
+pub struct SesSettings {
+    /// `SES_FROM_ADDRESS`: a verified identity's address.
+    pub from_address: String,
+    /// `SES_CONFIGURATION_SET`, if any (event publishing, dedicated IPs).
+    pub configuration_set: Option<String>,
+    /// `SES_TEMPLATE_PREFIX` (default `punctual-`).
+    pub template_prefix: String,
+    /// `SES_CONTENT`.
+    pub content: SesContent,
+}
+
+/// The SES provider.
+#[derive(Debug, Clone)]
+pub struct SesProvider<R> {
+    client: Client,
+    recipients: R,
+    settings: SesSettings,
+}
+
+impl<R: Recipients> SesProvider<R> {
+    /// A provider over `sdk` (its endpoint and credentials; the SDK's retries are turned off
+    /// here, see the module docs).
+    pub fn new(sdk: &aws_sdk_sesv2::config::Config, recipients: R, settings: SesSettings) -> Self {
+        let config = sdk.to_builder().retry_config(aws_sdk_sesv2::config::retry::RetryConfig::disabled()).build();
+        Self { client: Client::from_conf(config), recipients, settings }
+    }
+
+    /// The account's `MaxSendRate` (SES `GetAccount`), for a limiter with no configured rate.
+    pub async fn max_send_rate(&self) -> Result<f64, aws_sdk_sesv2::Error> {
+        let account = self.client.get_account().send().await?;
+        Ok(account.send_quota().map_or(0.0, |q| q.max_send_rate()))
+    }
+
+    fn content(&self, req: &ProviderRequest<'_>) -> Result<EmailContent, ProviderError> {
+        let m = req.message;
+        let build = |e: aws_sdk_sesv2::error::BuildError| ProviderError::Unknown(Box::new(e));
+        match self.settings.content {
+            SesContent::Template => {
+                let data = serde_json::json!({
+                    "tenant_id": m.tenant_id.as_str(),
+                    "renewal_id": m.renewal_id.as_str(),
+                    "reminder_id": m.reminder_id.as_str(),
+                    "kind": m.kind.as_str(),
+                    "deliver_by": punctual_core::contract::format_instant(m.deliver_by),
+                });
+                let template = Template::builder()
+                    .template_name(format!("{}{}", self.settings.template_prefix, m.kind.as_str()))
+                    .template_data(data.to_string())
+                    .build();
+                Ok(EmailContent::builder().template(template).build())
+            }
+            SesContent::Inline => {
+                let text = format!(
+                    "Your renewal {} is due. Please act before {}.\n\nReference: {}\n",
+                    m.renewal_id.as_str(),
+                    punctual_core::contract::format_instant(m.deliver_by),
+                    m.reminder_id.as_str()
+                );
+                let subject = Content::builder().data(format!("Renewal reminder ({})", m.kind.as_str())).build().map_err(build)?;
+                let body = Body::builder().text(Content::builder().data(text).build().map_err(build)?).build();
+                Ok(EmailContent::builder().simple(Message::builder().subject(subject).body(body).build()).build())
+            }
+        }
+    }
+}
+
+impl<R: Recipients> Provider for SesProvider<R> {
+    fn profile(&self) -> ProviderProfile {
+        ProviderProfile { honours_keys: false }
+    }
+
+    async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
+        let unknown = |detail: String| Ok(ProviderOutcome::Undeliverable { reason: ReasonCode::RecipientUnknown, detail });
+        let Some(reference) = req.recipient_ref else {
+            return unknown("the renewal has no recipient_ref".into());
+        };
+        let address = match self.recipients.address(reference).await {
+            Ok(Some(a)) => a,
+            Ok(None) => return unknown(format!("no address for recipient_ref {reference:?} in the recipients table")),
+            // The store failed: nothing was sent; the message is retried.
+            Err(e) => return Err(ProviderError::Unknown(Box::new(e))),
+        };
+        let tag = MessageTag::builder()
+            .name("punctual_reminder")
+            .value(req.message.reminder_id.as_str())
+            .build()
+            .map_err(|e| ProviderError::Unknown(Box::new(e)))?;
+        let timeout = aws_sdk_sesv2::config::timeout::TimeoutConfig::builder().operation_timeout(req.timeout).build();
+        let sent = self
+            .client
+            .send_email()
+            .from_email_address(&self.settings.from_address)
+            .destination(Destination::builder().to_addresses(address.expose()).build())
+            .content(self.content(req)?)
+            .email_tags(tag)
+            .set_configuration_set_name(self.settings.configuration_set.clone())
+            .customize()
+            .config_override(aws_sdk_sesv2::config::Builder::default().timeout_config(timeout))
+            .send()
+            .await;
+        Ok(match sent {
+            Ok(out) => ProviderOutcome::Accepted { status: 200, receipt: out.message_id, budget: None },
+            Err(e) => classify(&e),
+        })
+    }
+}
+
+/// Replaces every word holding an `@` (an address SES quotes back) with `<address>`.
+pub fn redact(text: &str) -> String {
+    text.split(' ').map(|w| if w.contains('@') { "<address>" } else { w }).collect::<Vec<_>>().join(" ")
+}
+
+/// Classifies a failed `SendEmail` (module docs).
+pub fn classify<R: std::fmt::Debug + HasStatus>(e: &SdkError<SendEmailError, R>) -> ProviderOutcome {
+    let throttled = |retry_after| ProviderOutcome::Transient { status: Some(429), retry_after };
+    match e {
+        // Never left this process.
+        SdkError::ConstructionFailure(_) => ProviderOutcome::Transient { status: None, retry_after: None },
+        SdkError::DispatchFailure(d) if refused_before_sending(&format!("{d:?}")) => {
+            ProviderOutcome::Transient { status: None, retry_after: None }
+        }
+        // A timeout, a connection lost mid-request, an answer that could not be read: SES may
+        // have sent it.
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            ProviderOutcome::Indeterminate { status: None }
+        }
+        SdkError::ServiceError(ctx) => {
+            let err = ctx.err();
+            let status = ctx.raw().status_code();
+            let detail = |name: &str| {
+                let message = err.message().map(redact).unwrap_or_default();
+                format!("SES {name}: {message}").trim_end_matches([' ', ':']).to_owned()
+            };
+            let quota = err.message().is_some_and(|m| m.contains("Daily message quota exceeded"));
+            let wait = Some(RetryAfter::Seconds(DAILY_QUOTA_WAIT.as_secs()));
+            match err {
+                SendEmailError::TooManyRequestsException(_) => throttled(if quota { wait } else { None }),
+                SendEmailError::LimitExceededException(_) => throttled(wait),
+                SendEmailError::AccountSuspendedException(_) => {
+                    ProviderOutcome::AccountBlocked { detail: detail("AccountSuspendedException") }
+                }
+                SendEmailError::SendingPausedException(_) => {
+                    ProviderOutcome::AccountBlocked { detail: detail("SendingPausedException") }
+                }
+                SendEmailError::MailFromDomainNotVerifiedException(_) => {
+                    ProviderOutcome::AccountBlocked { detail: detail("MailFromDomainNotVerifiedException") }
+                }
+                SendEmailError::MessageRejected(_) => ProviderOutcome::Undeliverable {
+                    reason: ReasonCode::ClassifiedPermanent,
+                    detail: detail("MessageRejected"),
+                },
+                SendEmailError::NotFoundException(_) => ProviderOutcome::Undeliverable {
+                    reason: ReasonCode::ClassifiedPermanent,
+                    detail: detail("NotFoundException"),
+                },
+                SendEmailError::BadRequestException(_) => ProviderOutcome::Undeliverable {
+                    reason: ReasonCode::ClassifiedPermanent,
+                    detail: detail("BadRequestException"),
+                },
+                other if matches!(other.code(), Some("Throttling" | "ThrottlingException")) => {
+                    throttled(if quota { wait } else { None })
+                }
+                // Unmodelled: by status, like any HTTP provider (a 503 was not processed; a
+                // 500 may have been; a 4xx will not change).
+                _ => match status {
+                    429 => throttled(None),
+                    400..=499 => ProviderOutcome::Undeliverable {
+                        reason: ReasonCode::ClassifiedPermanent,
+                        detail: detail(err.code().unwrap_or("error")),
+                    },
+                    s => ProviderOutcome::from_status(s, None, None),
+                },
+            }
+        }
+        _ => ProviderOutcome::Indeterminate { status: None },
+    }
+}
+
+/// A raw response's HTTP status (so [`classify`] is testable without a live client).
+pub trait HasStatus {
+    /// The status code.
+    fn status_code(&self) -> u16;
+}
+
+impl HasStatus for aws_sdk_sesv2::config::http::HttpResponse {
+    fn status_code(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+/// A dispatch failure that happened while connecting (refused, unreachable, DNS): the
+/// request never left. Read from the error's description, the only place the SDK's connector
+/// keeps it (`ConnectError` from hyper-util, "Connection refused" from the OS); anything else
+/// counts as maybe sent.
+fn refused_before_sending(debug: &str) -> bool {
+    ["ConnectError", "Connection refused", "dns error", "failed to lookup address"].iter().any(|m| debug.contains(m))
+}

@@ -1,0 +1,152 @@
+//! The SES adapter through the real AWS SDK against a loopback double of the SES v2 REST API:
+//! the request it builds (a stored template, no address outside `Destination`), SES's error
+//! answers as the SDK parses them, and the failures of the connection itself. The end-to-end
+//! sends run on moto (`tests/tests/ses.rs`, `punctual run --provider ses`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::time::Duration;
+
+use aws_sdk_sesv2::config::{Credentials, Region};
+use chrono::{TimeDelta, Utc};
+use punctual_core::ReasonCode;
+use punctual_core::ports::{Provider, ProviderRequest};
+use punctual_core::provider::{ProviderOutcome, RetryAfter};
+use punctual_core::testing::MemoryRecipients;
+use punctual_provider_double::{Behaviour, Config, Double};
+use punctual_ses::{SesContent, SesProvider, SesSettings};
+
+const ADDRESS: &str = "ana.customer@example.com";
+
+fn sdk(endpoint: &str) -> aws_sdk_sesv2::config::Config {
+    aws_sdk_sesv2::config::Builder::new()
+        .behavior_version_latest()
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "static"))
+        .endpoint_url(endpoint)
+        .build()
+}
+
+fn provider(endpoint: &str, content: SesContent) -> SesProvider<MemoryRecipients> {
+    let recipients = MemoryRecipients::default();
+    recipients.set("cust-1", ADDRESS);
+    let settings = SesSettings {
+        from_address: "reminders@billing.example.com".into(),
+        configuration_set: Some("punctual-events".into()),
+        template_prefix: "punctual-".into(),
+        content,
+    };
+    SesProvider::new(&sdk(endpoint), recipients, settings)
+}
+
+async fn send(p: &SesProvider<MemoryRecipients>, recipient: Option<&str>) -> ProviderOutcome {
+    let now = Utc::now();
+    let m = punctual_core::testing::message("1", now, now + TimeDelta::hours(1));
+    p.send(&ProviderRequest { message: &m, recipient_ref: recipient, channel: Some("email"), timeout: Duration::from_secs(2) })
+        .await
+        .unwrap()
+}
+
+fn error(status: u16, kind: &str, message: &str) -> Behaviour {
+    Behaviour {
+        status: Some(status),
+        headers: vec![("x-amzn-errortype".into(), format!("{kind}:http://internal.amazon.com/"))],
+        body: Some(serde_json::json!({ "message": message }).to_string()),
+        ..Behaviour::default()
+    }
+}
+
+#[tokio::test]
+async fn a_send_names_the_kinds_template_and_carries_the_address_only_in_the_destination() {
+    let double = Double::start(Config::default(), 0).await.unwrap();
+    let p = provider(&double.ses_endpoint(), SesContent::Template);
+    assert!(!p.profile().honours_keys, "SES honours no idempotency key");
+    let out = send(&p, Some("cust-1")).await;
+    assert_eq!(out, ProviderOutcome::Accepted { status: 200, receipt: Some("ses-1".into()), budget: None });
+    let reqs = double.ses_requests();
+    assert_eq!(reqs.len(), 1);
+    let r = &reqs[0];
+    assert_eq!(r["Destination"]["ToAddresses"][0], ADDRESS);
+    assert_eq!(r["FromEmailAddress"], "reminders@billing.example.com");
+    assert_eq!(r["ConfigurationSetName"], "punctual-events");
+    assert_eq!(r["Content"]["Template"]["TemplateName"], "punctual-renewal_7d");
+    let data: serde_json::Value = serde_json::from_str(r["Content"]["Template"]["TemplateData"].as_str().unwrap()).unwrap();
+    assert_eq!(data["renewal_id"], "ren-1");
+    assert_eq!(r["EmailTags"][0]["Name"], "punctual_reminder");
+    // The address appears exactly once: in the destination.
+    assert_eq!(r.to_string().matches(ADDRESS).count(), 1, "{r}");
+
+    let inline = provider(&double.ses_endpoint(), SesContent::Inline);
+    send(&inline, Some("cust-1")).await;
+    let r = &double.ses_requests()[1];
+    assert!(r["Content"]["Simple"]["Body"]["Text"]["Data"].as_str().unwrap().contains("ren-1"), "{r}");
+}
+
+#[tokio::test]
+async fn ses_errors_are_classified_and_addresses_in_them_redacted() {
+    let double = Double::start(Config::default(), 0).await.unwrap();
+    let p = provider(&double.ses_endpoint(), SesContent::Template);
+    double.script([
+        error(429, "TooManyRequestsException", "Maximum sending rate exceeded."),
+        error(429, "TooManyRequestsException", "Daily message quota exceeded."),
+        error(400, "AccountSuspendedException", "Account suspended."),
+        error(400, "MessageRejected", &format!("Email address is not verified: {ADDRESS}")),
+        error(404, "NotFoundException", "Template punctual-renewal_due does not exist."),
+        error(400, "Throttling", "Rate exceeded"),
+        error(503, "ServiceUnavailable", "try later"),
+        error(500, "InternalFailure", "oops"),
+    ]);
+    let outcomes = [
+        send(&p, Some("cust-1")).await,
+        send(&p, Some("cust-1")).await,
+        send(&p, Some("cust-1")).await,
+        send(&p, Some("cust-1")).await,
+        send(&p, Some("cust-1")).await,
+        send(&p, Some("cust-1")).await,
+        send(&p, Some("cust-1")).await,
+        send(&p, Some("cust-1")).await,
+    ];
+    assert_eq!(outcomes[0], ProviderOutcome::Transient { status: Some(429), retry_after: None });
+    assert_eq!(outcomes[1], ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(600)) });
+    assert!(matches!(&outcomes[2], ProviderOutcome::AccountBlocked { detail } if detail.contains("AccountSuspended")), "{:?}", outcomes[2]);
+    match &outcomes[3] {
+        ProviderOutcome::Undeliverable { reason: ReasonCode::ClassifiedPermanent, detail } => {
+            assert!(detail.contains("MessageRejected") && !detail.contains('@'), "{detail}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(&outcomes[4], ProviderOutcome::Undeliverable { reason: ReasonCode::ClassifiedPermanent, detail } if detail.contains("NotFound")));
+    assert_eq!(outcomes[5], ProviderOutcome::Transient { status: Some(429), retry_after: None });
+    assert_eq!(outcomes[6], ProviderOutcome::Transient { status: Some(503), retry_after: None });
+    assert_eq!(outcomes[7], ProviderOutcome::Indeterminate { status: Some(500) });
+    // The SDK retried none of them: a retried SendEmail would be a second email.
+    assert_eq!(double.ses_requests().len(), 8);
+}
+
+#[tokio::test]
+async fn a_lost_connection_is_indeterminate_a_refused_one_is_not() {
+    let double = Double::start(Config::default(), 0).await.unwrap();
+    let p = provider(&double.ses_endpoint(), SesContent::Template);
+    double.script([Behaviour { drop: true, ..Behaviour::default() }]);
+    assert_eq!(send(&p, Some("cust-1")).await, ProviderOutcome::Indeterminate { status: None });
+    assert_eq!(double.ses_requests().len(), 1, "no SDK retry after the drop");
+    // Nothing listens here: the request never left.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let p = provider(&format!("http://{closed}"), SesContent::Template);
+    assert_eq!(send(&p, Some("cust-1")).await, ProviderOutcome::Transient { status: None, retry_after: None });
+}
+
+#[tokio::test]
+async fn a_missing_recipient_sends_nothing_and_says_why() {
+    let double = Double::start(Config::default(), 0).await.unwrap();
+    let p = provider(&double.ses_endpoint(), SesContent::Template);
+    for (recipient, why) in [(None, "no recipient_ref"), (Some("cust-404"), "no address for recipient_ref \"cust-404\"")] {
+        match send(&p, recipient).await {
+            ProviderOutcome::Undeliverable { reason: ReasonCode::RecipientUnknown, detail } => {
+                assert!(detail.contains(why), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(double.ses_requests().is_empty());
+}
