@@ -127,7 +127,7 @@ async fn the_deployed_template_configures_every_function_and_delivers_a_renewal(
     // The sender, as configured, delivers it.
     let provider = HttpProvider::new(&double.url(), &Secret::new("deployed-token"), Duration::from_secs(2)).unwrap();
     // The sender's own composition root, on the configuration the stack gave it.
-    let clients = punctual_sender::app::Clients { dynamodb: ddb.clone(), sqs: sqs.clone(), provider };
+    let clients = punctual_sender::app::Clients { dynamodb: ddb.clone(), sqs: sqs.clone(), provider: provider.into() };
     let deps = punctual_sender::app::build(&sender_cfg, clients, 3);
     let mut states = Vec::new();
     for _ in 0..10 {

@@ -61,7 +61,7 @@ async fn rig(name: &str) -> Rig {
             LimiterSettings::new(100.0),
             1,
         ),
-        provider,
+        provider.into(),
         stack.queues.clone(),
         SystemClock,
         SenderSettings::default(),

@@ -48,6 +48,7 @@ fn settings() -> SenderSettings {
             invocation_margin: Duration::from_millis(200),
             min_call_timeout: Duration::from_millis(100),
             max_call_timeout: Duration::from_millis(400),
+            ..SenderPolicy::default()
         },
         ..SenderSettings::default()
     }

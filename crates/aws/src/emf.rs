@@ -33,6 +33,9 @@ pub mod name {
     pub const DELIVERY_LAG: &str = "DeliveryLagMs";
     /// `deliver_by` − now at decision, milliseconds.
     pub const DEADLINE_SLACK: &str = "DeadlineSlackMs";
+    /// Calls to a provider without idempotency keys that may repeat an effect
+    /// (`PROVIDER_IDEMPOTENCY=at_least_once`).
+    pub const POSSIBLE_DOUBLE: &str = "PossibleDoubleEffect";
 }
 
 /// Metrics of one invocation.

@@ -46,6 +46,43 @@ impl DynamoRecipients {
     }
 }
 
+impl DynamoRecipients {
+    /// Writes many addresses, 25 to a `BatchWriteItem`, retrying what DynamoDB leaves
+    /// unprocessed (a bounded number of times, then an error).
+    pub async fn put_all(&self, entries: &[(String, EmailAddress)], now_ms: i64) -> Result<(), DynamoError> {
+        use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
+        for chunk in entries.chunks(25) {
+            let mut requests: Vec<WriteRequest> = Vec::with_capacity(chunk.len());
+            for (reference, address) in chunk {
+                let put = PutRequest::builder()
+                    .item(KEY, s(reference.as_str()))
+                    .item("email", s(address.expose()))
+                    .item("updated_ms", n(now_ms))
+                    .build()
+                    .map_err(|e| DynamoError::Unknown(Box::new(e)))?;
+                requests.push(WriteRequest::builder().put_request(put).build());
+            }
+            for _ in 0..8 {
+                if requests.is_empty() {
+                    break;
+                }
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.table, std::mem::take(&mut requests))
+                    .send()
+                    .await
+                    .map_err(classify)?;
+                requests = out.unprocessed_items.and_then(|mut u| u.remove(&self.table)).unwrap_or_default();
+            }
+            if !requests.is_empty() {
+                return Err(DynamoError::Unknown(format!("{} recipients left unprocessed", requests.len()).into()));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Recipients for DynamoRecipients {
     async fn address(&self, recipient_ref: &str) -> Result<Option<EmailAddress>, RecipientsError> {
         // Eventually consistent (half the read cost): an address written by an import minutes

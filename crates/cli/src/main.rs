@@ -81,9 +81,17 @@ struct PassThrough {
 struct ImportArgs {
     /// The file (.csv with a header row, or .jsonl).
     file: PathBuf,
-    /// The renewals table.
-    #[arg(long, env = "RENEWALS_TABLE")]
-    table: String,
+    /// The renewals table (else RENEWALS_TABLE, else the running `local up` pipeline's).
+    #[arg(long)]
+    table: Option<String>,
+    /// Where the file's optional `email` column goes (else RECIPIENTS_TABLE, else the local
+    /// pipeline's): addresses are never written to the renewals table.
+    #[arg(long)]
+    recipients_table: Option<String>,
+    /// The AWS endpoint (else the SDK's chain: AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB;
+    /// else the local pipeline's endpoints).
+    #[arg(long)]
+    endpoint: Option<String>,
     /// Format, when the extension does not say.
     #[arg(long, value_enum)]
     format: Option<punctual_ops::import::Format>,
@@ -232,6 +240,10 @@ enum LocalAction {
         /// Provider quota, calls per second.
         #[arg(long, default_value_t = 100.0)]
         quota: f64,
+        /// Who delivers: `http` (the provider double) or `ses` (Amazon SES on the emulator,
+        /// addresses in the recipients table).
+        #[arg(long, default_value = "http", value_parser = ["http", "ses"])]
+        provider: String,
         /// Print endpoints and names as JSON.
         #[arg(long)]
         json: bool,
@@ -343,7 +355,15 @@ fn sibling(name: &str, subcommand: &str, args: &[String]) -> ExitCode {
 }
 
 async fn import(a: ImportArgs) -> ExitCode {
-    match punctual_ops::import::import_file(a.table, &a.file, a.format, !a.json).await {
+    let target =
+        match punctual_ops::import::ImportTarget::resolve(a.table, a.recipients_table, a.endpoint.as_deref()).await {
+            Ok(t) => t,
+            Err(e) => return fail(&e),
+        };
+    if !a.json {
+        eprintln!("importing into {}", target.describe);
+    }
+    match punctual_ops::import::import_file(&target, &a.file, a.format, !a.json).await {
         Ok(summary) => {
             if a.json {
                 print_json(&summary);
@@ -534,7 +554,7 @@ async fn run_command(a: RunArgs) -> ExitCode {
 
 async fn local_command(a: LocalArgs) -> ExitCode {
     match a.action {
-        LocalAction::Up { quota, json } => match local::up(quota).await {
+        LocalAction::Up { quota, provider, json } => match local::up(quota, &provider).await {
             Ok(state) => {
                 if json {
                     print_json(&state.resources);

@@ -119,3 +119,59 @@ async fn the_binary_prints_a_json_summary_and_exits_3_when_rows_were_rejected() 
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("missing required columns: recipient_ref, channel, zone"));
 }
+
+/// The optional `email` column goes to the recipients table, never to the renewals table; a bad
+/// address or a second address for one recipient rejects its line; a file with addresses and
+/// no recipients table is refused whole, with nothing written.
+#[tokio::test]
+async fn emails_go_to_the_recipients_table_only() {
+    use punctual_core::ports::Recipients;
+    let (name, store) = table().await;
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let recipients = unique("punctual-recipients");
+    punctual_aws::recipients::create_table(&ddb, &recipients).await.unwrap();
+    let path = write(
+        "with-emails.csv",
+        "tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,window_minutes,email\n\
+         acme,ren-1,cust-1,email,Europe/London,2026-12-01,480,ana@example.com\n\
+         acme,ren-2,cust-2,email,Europe/London,2026-12-01,480,not-an-address\n\
+         acme,ren-3,cust-1,email,Europe/London,2026-12-01,480,someone.else@example.com\n\
+         acme,ren-4,cust-4,email,Europe/London,2026-12-01,480,\n",
+    );
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["import", path.to_str().unwrap(), "--table", &name])
+        .env_remove("RECIPIENTS_TABLE")
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no recipients table"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["import", path.to_str().unwrap(), "--table", &name, "--recipients-table", &recipients, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((summary["inserted"].as_u64(), summary["recipients"].as_u64()), (Some(2), Some(1)), "{summary}");
+    let lines: Vec<u64> = summary["rejected"].as_array().unwrap().iter().map(|r| r["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines, vec![3, 4], "{summary}");
+    assert!(!summary.to_string().contains("not-an-address"), "a rejected value that may be an address is not echoed");
+    let book = punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &recipients);
+    assert_eq!(book.address("cust-1").await.unwrap().unwrap().expose(), "ana@example.com");
+    assert_eq!(book.address("cust-4").await.unwrap(), None);
+    // The renewals table holds the reference, never the address.
+    let item = ddb
+        .get_item()
+        .table_name(&name)
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("renewal:acme:ren-1".into()))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert!(!format!("{item:?}").contains("ana@example.com"), "{item:?}");
+    drop(store);
+}

@@ -131,3 +131,25 @@ fn run_delivers_every_reminder_once_and_on_time() {
     let delivered: f64 = ys("delivered_per_second").into_iter().sum();
     assert_eq!(delivered, 300.0, "every acceptance is in exactly one bin");
 }
+
+/// `punctual run --provider ses`: the pipeline through SES on the emulator. SES honours no
+/// idempotency key, so "exactly once" is checked at SES itself: its own count of emails sent
+/// during the run equals the reminders delivered.
+#[test]
+fn run_over_ses_sends_each_reminder_exactly_once_at_ses() {
+    let dir = std::env::temp_dir().join(unique("punctual-run-ses"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["run", "--reminders", "200", "--provider", "ses", "--json"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((r["provider"].as_str(), r["delivered"].as_u64()), (Some("ses"), Some(200)), "{r}");
+    assert_eq!(r["provider_effects"], 200, "SES's own count must equal the deliveries: {r}");
+    for key in ["duplicates", "late", "lost", "expired", "cancelled"] {
+        assert_eq!(r[key], 0, "{key}: {r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -59,6 +59,10 @@ pub struct RenewalInput {
     /// Reminder kind (default `renewal_due`).
     #[serde(default)]
     pub kind: String,
+    /// The recipient's email address, optional: `punctual import` writes it to the recipients
+    /// table under `recipient_ref` (for SES), never to the renewals table.
+    #[serde(default)]
+    pub email: String,
 }
 
 /// A validated renewal with its computed instants.
@@ -225,6 +229,7 @@ mod tests {
             window_minutes: "480".into(),
             status: String::new(),
             kind: String::new(),
+            email: String::new(),
         }
     }
 

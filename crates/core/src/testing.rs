@@ -902,7 +902,10 @@ pub mod ledger_contract {
             must("settle", ledger.settle(&m, Some(&c), lease + s(31), &deferred(1, lease + s(40)))).await,
             SettleOutcome::Recorded
         );
-        assert_eq!(must("get", ledger.get(&m.reminder_id)).await.unwrap_or_else(|| panic!("no record")).call_owner, None);
+        assert_eq!(
+            must("get", ledger.get(&m.reminder_id)).await.unwrap_or_else(|| panic!("no record")).call_owner,
+            None
+        );
         assert_eq!(
             must("claim after settle", ledger.claim(&m, &a, lease + s(41), lease + s(70))).await,
             ClaimView::Claimed { prior_attempts: 1, unsettled_call: false }

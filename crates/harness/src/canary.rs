@@ -137,19 +137,16 @@ pub async fn canary(target: &Target) -> Result<CanaryReport, HarnessError> {
         return Ok(report);
     }
     // Play the event source mapping until the canary's ledger record is settled (30 s bound).
-    let provider = punctual_provider::HttpProvider::new(
-        &t.provider_url,
-        // PROVIDER_TOKEN for a configured target; `local up`'s token for the local pipeline.
-        &punctual_core::secret::Secret::new(
-            std::env::var("PROVIDER_TOKEN")
-                .ok()
-                .or_else(|| punctual_ops::target::load_state().ok().map(|l| l.provider_token))
-                .unwrap_or_default(),
-        ),
-        Duration::from_secs(2),
-    )
-    .map_err(step("building the provider client"))?;
-    let instances = local_senders(&sender_config(t, target.quota)?, &ddb, queues.client(), &provider, 1, 1);
+    // PROVIDER_TOKEN for a configured target; `local up`'s token for the local pipeline.
+    let token = punctual_core::secret::Secret::new(
+        std::env::var("PROVIDER_TOKEN")
+            .ok()
+            .or_else(|| punctual_ops::target::load_state().ok().map(|l| l.provider_token))
+            .unwrap_or_default(),
+    );
+    let sender = sender_config(t, target.quota)?;
+    let provider = crate::env::local_provider(t, &target.sdk_config().await, &ddb, &token, &sender)?;
+    let instances = local_senders(&sender, &ddb, queues.client(), &provider, 1, 1);
     let ledger = DynamoLedger::new(ddb.clone(), &t.ledger_table);
     let (stats, metrics) = (EsmStats::default(), std::sync::Mutex::new(Metrics::new()));
     let s = Instant::now();

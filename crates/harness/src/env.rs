@@ -222,6 +222,11 @@ pub fn sender_config(res: &Resources, quota: f64) -> Result<SenderConfig, Config
         "RENEWALS_TABLE" => Some(r.renewals_table.clone()),
         "PROVIDER_URL" => Some(r.provider_url.clone()),
         "PROVIDER_RATE_PER_SEC" => Some(quota.clone()),
+        "PROVIDER_KIND" if r.is_ses() => Some("ses".into()),
+        "SES_FROM_ADDRESS" if r.is_ses() => Some(crate::ses::LOCAL_FROM.into()),
+        // moto has no stored templates (README, "Providers").
+        "SES_CONTENT" if r.is_ses() => Some("inline".into()),
+        "RECIPIENTS_TABLE" if r.is_ses() => Some(r.recipients_table.clone()),
         _ => None,
     }))?;
     config.pause_check = Duration::from_secs(2);
@@ -235,7 +240,7 @@ pub fn local_senders(
     config: &SenderConfig,
     ddb: &aws_sdk_dynamodb::Client,
     sqs: &aws_sdk_sqs::Client,
-    provider: &punctual_provider::HttpProvider,
+    provider: &punctual_sender::app::AnyProvider,
     seed: u64,
     instances: usize,
 ) -> Vec<std::sync::Arc<LocalSender>> {
@@ -330,7 +335,11 @@ pub async fn provision(
     let urgent_queue_url = lane(format!("{prefix}-urgent"), "the urgent lane's queue").await?;
     let ledger_table = format!("{prefix}-ledger");
     let renewals_table = format!("{prefix}-renewals");
+    let recipients_table = format!("{prefix}-recipients");
     create_pk_table(ddb, &ledger_table).await.map_err(|e| p("the ledger table")(Box::new(e)))?;
+    punctual_aws::recipients::create_table(ddb, &recipients_table)
+        .await
+        .map_err(|e| p("the recipients table")(Box::new(e)))?;
     punctual_aws::renewals::create_table(ddb, &renewals_table)
         .await
         .map_err(|e| p("the renewals table")(Box::new(e)))?;
@@ -342,6 +351,8 @@ pub async fn provision(
         ledger_table,
         renewals_table,
         provider_url: provider_url.to_owned(),
+        recipients_table,
+        provider_kind: "http".into(),
     })
 }
 
@@ -362,4 +373,26 @@ pub async fn start_double(
     )
     .await?;
     Ok((double, token))
+}
+
+/// The provider client the local pipeline's senders use: the HTTP client for the double (with
+/// its local `token`), or SES on the emulator with the recipients table.
+pub fn local_provider(
+    res: &Resources,
+    sdk: &SdkConfig,
+    ddb: &aws_sdk_dynamodb::Client,
+    token: &punctual_core::secret::Secret,
+    config: &SenderConfig,
+) -> Result<punctual_sender::app::AnyProvider, crate::HarnessError> {
+    use punctual_sender::config::ProviderConfig;
+    match &config.provider {
+        ProviderConfig::Ses { settings, recipients_table, .. } => {
+            Ok(punctual_sender::app::ses_provider(sdk, ddb.clone(), settings.clone(), recipients_table))
+        }
+        ProviderConfig::Http { .. } => {
+            let http = punctual_provider::HttpProvider::new(&res.provider_url, token, Duration::from_secs(2))
+                .map_err(crate::step("building the provider client"))?;
+            Ok(http.into())
+        }
+    }
 }

@@ -16,6 +16,7 @@ pub mod esm;
 pub mod eventbridge;
 pub mod local;
 pub mod run;
+pub mod ses;
 
 /// Why a harness command failed as a whole.
 #[derive(Debug, thiserror::Error)]

@@ -19,11 +19,10 @@ use punctual_core::accounting::DeliveryCounts;
 use punctual_core::ports::ReleaseQueue;
 use punctual_core::secret::Secret;
 use punctual_ops::target::{LocalState, load_state as load, state_dir, state_file};
-use punctual_provider::HttpProvider;
 use serde::Serialize;
 
 use crate::count::{Observed, count, peek_dlq};
-use crate::env::{Emulator, free_port, local_senders, provision, scheduler_config, sender_config};
+use crate::env::{Emulator, free_port, local_provider, local_senders, provision, scheduler_config, sender_config};
 use crate::esm::{EsmStats, run_pollers};
 use crate::eventbridge;
 use crate::{HarnessError as LocalError, step};
@@ -35,7 +34,7 @@ pub fn load_state() -> Result<LocalState, LocalError> {
 
 /// `local up`: start (or reuse) the emulator, start the provider double as its own process,
 /// create the resources, seed three demo renewals, write the state file.
-pub async fn up(quota: f64) -> Result<LocalState, LocalError> {
+pub async fn up(quota: f64, provider: &str) -> Result<LocalState, LocalError> {
     let dir = state_dir();
     if state_file().exists() {
         return Err(LocalError::AlreadyUp(state_file().display().to_string()));
@@ -70,14 +69,22 @@ pub async fn up(quota: f64) -> Result<LocalState, LocalError> {
     let prefix = format!("punctual-local-{}", Utc::now().timestamp_millis());
     let mut resources = provision(&config, &ddb, &prefix, &provider_url).await?;
     resources.endpoint = emulator.endpoint.clone();
+    if provider == "ses" {
+        // SES on the emulator; the double keeps running beside it (harmless, and `--provider`
+        // can be switched by editing the state file).
+        crate::ses::verify(&config, crate::ses::LOCAL_FROM).await?;
+        resources.provider_kind = "ses".into();
+    }
+    let book = punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &resources.recipients_table);
     // Demo renewals, so hand-written messages for them are delivered (see `demo_message`).
     let renewals = DynamoRenewals::new(ddb, &resources.renewals_table);
     for n in 0..DEMO_RENEWALS {
         let (tenant, renewal) = demo_ids(n).map_err(step("naming demo renewals"))?;
-        renewals
-            .put(&tenant, &renewal, "active", &format!("demo-recipient-{n}"), "email")
-            .await
-            .map_err(step("seeding demo renewals"))?;
+        let reference = format!("demo-recipient-{n}");
+        renewals.put(&tenant, &renewal, "active", &reference, "email").await.map_err(step("seeding demo renewals"))?;
+        let address = punctual_core::ports::EmailAddress::parse(&crate::ses::local_address(&reference))
+            .map_err(step("naming demo recipients"))?;
+        book.put(&reference, &address, Utc::now().timestamp_millis()).await.map_err(step("seeding demo recipients"))?;
     }
     let mut pids = emulator.pids();
     pids.push(double.id());
@@ -190,10 +197,8 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let config = for_endpoint(&r.endpoint).await;
     let ddb = dynamodb_client(&config, state.dynamodb_endpoint.as_deref());
     let queues = r.queues(aws_sdk_sqs::Client::new(&config));
-    let provider =
-        HttpProvider::new(&r.provider_url, &Secret::new(state.provider_token.clone()), Duration::from_secs(2))
-            .map_err(step("building the provider client"))?;
     let sender = sender_config(r, state.quota)?;
+    let provider = local_provider(r, &config, &ddb, &Secret::new(state.provider_token.clone()), &sender)?;
     // Two mappings of ten: the normal lane's and the urgent lane's pollers.
     let instances = local_senders(&sender, &ddb, queues.client(), &provider, 7, 10);
     let urgent = local_senders(&sender, &ddb, queues.client(), &provider, 7 ^ 0xa5a5, 10);
@@ -250,7 +255,7 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     // The DLQ itself says what is in it; every message read is made visible again.
     let dlq = peek_dlq(&queues, 100_000).await.map_err(step("reading the DLQ"))?;
     let malformed = dlq.anonymous.len() as u64;
-    let provider = provider_stats(&r.provider_url).await;
+    let provider = if r.is_ses() { None } else { provider_stats(&r.provider_url).await };
     let observed = Observed {
         records,
         dlq,

@@ -16,7 +16,6 @@ use punctual_core::accounting::{DeliveryCounts, Throughput, oldest_age_series};
 use punctual_core::backoff::SplitMix64;
 use punctual_core::renewal::{Renewal, RenewalInput};
 use punctual_core::secret::Secret;
-use punctual_provider::HttpProvider;
 use serde::Serialize;
 
 use crate::count::{Observed, count, peek_dlq};
@@ -55,6 +54,10 @@ pub struct RunOptions {
     /// Seed of the sender's jitter.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Who delivers: `http` (the provider double, which honours idempotency keys) or `ses`
+    /// (Amazon SES on the emulator: no keys, addresses from the recipients table).
+    #[arg(long, default_value = "http", value_parser = ["http", "ses"])]
+    pub provider: String,
     /// Print progress to stderr (always on for the command line).
     #[arg(skip = true)]
     pub progress: bool,
@@ -74,6 +77,12 @@ pub struct RunReport {
     pub throughput: Throughput,
     /// Shared-limiter DynamoDB writes (failed conditional writes included) ÷ tokens granted.
     pub limiter_writes_per_call: f64,
+    /// `http` (the double) or `ses` (SES on the emulator).
+    pub provider: String,
+    /// Effects the provider itself holds: the double's distinct acceptances, or SES's
+    /// `SentLast24Hours` growth over the run. Equal to `delivered` when each reminder reached
+    /// the provider exactly once.
+    pub provider_effects: u64,
     /// Renewals generated with a tight window.
     pub tight: usize,
     /// Reminders the scheduler released to the urgent lane.
@@ -146,6 +155,7 @@ impl RunReport {
              max oldest age    {:.1} s\n\
              lanes             {} released urgent ({} tight renewals), the rest normal\n\
              limiter writes    {:.3} per call\n\
+             provider effects  {} at the provider ({})\n\
              wall time         {:.1} s (import {:.1} s)\n\
              chart             {}\n",
             self.reminders,
@@ -166,6 +176,12 @@ impl RunReport {
             self.released_urgent,
             self.tight,
             self.limiter_writes_per_call,
+            self.provider_effects,
+            if self.provider == "ses" {
+                "SES SentLast24Hours on the emulator"
+            } else {
+                "the double's distinct acceptances"
+            },
             self.wall_seconds,
             self.import_seconds,
             self.chart.as_deref().unwrap_or("not written"),
@@ -204,6 +220,34 @@ pub fn generate(n: usize, now: DateTime<Utc>, tight_share: f64) -> Vec<Renewal> 
         .collect()
 }
 
+/// Who delivers in this run, and how to read what it saw.
+enum ProviderSide {
+    /// The provider double (its own counters are the truth).
+    Double(punctual_provider_double::Double),
+    /// SES on the emulator: what it sent before the run, and when the run's clock started.
+    Ses { endpoint: String, sent_before: u64, started: Instant },
+}
+
+impl ProviderSide {
+    fn started(&self) -> Instant {
+        match self {
+            Self::Double(d) => d.started(),
+            Self::Ses { started, .. } => *started,
+        }
+    }
+
+    /// (accepted, throttled) so far, for the progress line.
+    fn progress(&self, metrics: &Metrics) -> (u64, u64) {
+        match self {
+            Self::Double(d) => {
+                let s = d.stats();
+                (s.accepted, s.throttled)
+            }
+            Self::Ses { .. } => (metrics.total(name::DELIVERED) as u64, metrics.total(name::THROTTLED) as u64),
+        }
+    }
+}
+
 /// Runs the pipeline end to end.
 pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let started = Instant::now();
@@ -223,15 +267,36 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     let ddb = emulator.dynamodb(&config);
 
     let mut rng = SplitMix64::new(opts.seed ^ 0x5eed);
-    let (double, token) = crate::env::start_double(opts.quota, Secret::new(format!("local-{:016x}", rng.next_u64())))
-        .await
-        .map_err(step("starting the provider double"))?;
-    say(format!("provider       {} (quota {}/s, burst 10)", double.url(), opts.quota));
+    let token = Secret::new(format!("local-{:016x}", rng.next_u64()));
+    let ses = opts.provider == "ses";
+    let region = config.region().map_or_else(|| "us-east-1".to_owned(), ToString::to_string);
+    let side = if ses {
+        crate::ses::verify(&config, crate::ses::LOCAL_FROM).await?;
+        let sent_before = crate::ses::sent_last_24_hours(&emulator.endpoint, &region).await.unwrap_or(0);
+        say(format!(
+            "provider       Amazon SES on the emulator (from {}, quota {}/s by the limiter)",
+            crate::ses::LOCAL_FROM,
+            opts.quota
+        ));
+        ProviderSide::Ses { endpoint: emulator.endpoint.clone(), sent_before, started: Instant::now() }
+    } else {
+        let (double, _) =
+            crate::env::start_double(opts.quota, token.clone()).await.map_err(step("starting the provider double"))?;
+        say(format!("provider       {} (quota {}/s, burst 10)", double.url(), opts.quota));
+        ProviderSide::Double(double)
+    };
+    let provider_url = match &side {
+        ProviderSide::Double(d) => d.url(),
+        ProviderSide::Ses { .. } => String::new(),
+    };
 
     let prefix = format!("punctual-run-{}", Utc::now().timestamp_millis());
-    let mut res = provision(&config, &ddb, &prefix, &double.url()).await?;
+    let mut res = provision(&config, &ddb, &prefix, &provider_url).await?;
     res.endpoint = emulator.endpoint.clone();
-    say(format!("resources      {prefix}-{{send,dlq,ledger,renewals}}"));
+    if ses {
+        res.provider_kind = "ses".into();
+    }
+    say(format!("resources      {prefix}-{{send,urgent,dlq,ledger,renewals,recipients}}"));
 
     let sqs = aws_sdk_sqs::Client::new(&config);
     let renewals = DynamoRenewals::new(ddb.clone(), &res.renewals_table);
@@ -244,13 +309,25 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             eprint!("\rimporting      {}/{}", (i * 500 + chunk.len()).min(rows.len()), rows.len());
         }
     }
+    if ses {
+        // Each customer's address, in the recipients table only (never in a renewal row).
+        let book = punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &res.recipients_table);
+        let entries: Vec<_> = rows
+            .iter()
+            .filter_map(|r| {
+                let address =
+                    punctual_core::ports::EmailAddress::parse(&crate::ses::local_address(&r.recipient_ref)).ok()?;
+                Some((r.recipient_ref.clone(), address))
+            })
+            .collect();
+        book.put_all(&entries, Utc::now().timestamp_millis()).await.map_err(step("writing the recipients"))?;
+    }
     let import_seconds = import_started.elapsed().as_secs_f64();
     say(format!("\rimported       {} renewals over {} zones in {import_seconds:.1} s", rows.len(), ZONES.len()));
 
     let queues = res.queues(sqs);
-    let provider = HttpProvider::new(&double.url(), &token, Duration::from_secs(2))
-        .map_err(step("building the provider client"))?;
     let sender = sender_config(&res, opts.quota)?;
+    let provider = crate::env::local_provider(&res, &config, &ddb, &token, &sender)?;
     let instances = local_senders(&sender, &ddb, queues.client(), &provider, opts.seed, opts.concurrency);
     let urgent = local_senders(&sender, &ddb, queues.client(), &provider, opts.seed ^ 0xa5a5, opts.urgent_concurrency);
     // The scheduler function's own composition root (its pause rule included).
@@ -308,10 +385,10 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             if interrupted {
                 break;
             }
-            let s = double.stats();
             let m = metrics.lock().map(|m| m.clone()).unwrap_or_default();
+            let (accepted, throttled) = side.progress(&m);
             let dlq = m.total(name::DLQ_INGRESS) as u64;
-            let handled = s.accepted + dlq;
+            let handled = accepted + dlq;
             if last_depth_check.elapsed() > Duration::from_secs(2) || handled >= n {
                 let normal = queues.depth_of(queues.send_url()).await.ok();
                 let urgent = if queues.has_urgent_lane() {
@@ -328,10 +405,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             }
             if opts.progress {
                 let elapsed = loop_started.elapsed().as_secs_f64();
-                let rate = match (s.first_accept_ms, s.last_accept_ms) {
-                    (Some(a), Some(b)) if b > a => (s.accepted.saturating_sub(1)) as f64 * 1000.0 / (b - a) as f64,
-                    _ => 0.0,
-                };
+                let rate = accepted as f64 / side.started().elapsed().as_secs_f64().max(1e-3);
                 // Delayed copies near the end are messages SQS delivered twice (at-least-once):
                 // they wait out a short recheck and are then acknowledged as duplicates.
                 let queue = match depth {
@@ -343,7 +417,7 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
                 };
                 eprint!(
                     "\r{elapsed:6.1}s  delivered {:>6}/{n}  dlq {:>4}  {queue:<52}  429s {:>4}  {rate:6.1}/s of {}/s ",
-                    s.accepted, dlq, s.throttled, opts.quota
+                    accepted, dlq, throttled, opts.quota
                 );
                 let _ = std::io::stderr().flush();
             }
@@ -377,31 +451,51 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
             stats.failures.load(Ordering::Relaxed)
         );
     }
-    let s = double.stats();
+    let m = metrics.lock().map(|m| m.clone()).unwrap_or_default();
+    // Every series on one time axis: seconds since the provider started.
+    let t0 = Utc::now() - TimeDelta::from_std(side.started().elapsed()).unwrap_or_default();
+    let seen = match &side {
+        ProviderSide::Double(d) => {
+            let s = d.stats();
+            let drain = match (s.first_accept_ms, s.last_accept_ms) {
+                (Some(a), Some(b)) => (b - a) as f64 / 1000.0 + 1.0 / opts.quota,
+                _ => 0.0,
+            };
+            // The double stores each key's first answer and replays it: a second effect cannot
+            // happen there (the simulator and the checker count real ones).
+            ProviderSeen {
+                requests: s.requests,
+                throttled: s.throttled,
+                per_second: s.accepted_per_second.clone(),
+                drain,
+                effects: s.accepted,
+                repeated_keys: s.duplicate_key_attempts,
+                double_effects: 0,
+            }
+        }
+        ProviderSide::Ses { endpoint, sent_before, .. } => {
+            let sent =
+                crate::ses::sent_last_24_hours(endpoint, &region).await.unwrap_or(0).saturating_sub(*sent_before);
+            ProviderSeen::from_ledger(&records, t0, opts.quota, &m, sent)
+        }
+    };
     let observed = Observed {
         records,
         dlq,
         on_queue,
         expired_at_release: sched_expired,
-        repeated_key_requests: s.duplicate_key_attempts,
-        // The double stores each key's first answer and replays it: a second effect cannot
-        // happen there (the simulator and the checker count real ones).
-        double_effects: 0,
+        repeated_key_requests: seen.repeated_keys,
+        double_effects: seen.double_effects,
     };
     let (counts, endings) = count(&observed, as_of, Some(n));
     let floor = n as f64 / opts.quota;
-    let drain = match (s.first_accept_ms, s.last_accept_ms) {
-        (Some(a), Some(b)) => (b - a) as f64 / 1000.0 + 1.0 / opts.quota,
-        _ => 0.0,
-    };
-    // Every series on one time axis: seconds since the provider double started.
-    let t0 = Utc::now() - TimeDelta::from_std(double.started().elapsed()).unwrap_or_default();
+    let drain = seen.drain;
     let since = |t: DateTime<Utc>| (t - t0).num_milliseconds() as f64 / 1000.0;
     let spans: Vec<_> = endings.iter().filter_map(|e| e.due_span(as_of)).collect();
     let times: Vec<DateTime<Utc>> = backlog.iter().map(|(t, _)| *t).collect();
     let series = RunSeries {
         backlog: backlog.iter().map(|(t, b)| (since(*t), *b)).collect(),
-        delivered_per_second: s.accepted_per_second.iter().enumerate().map(|(i, c)| (i as f64, *c as f64)).collect(),
+        delivered_per_second: seen.per_second.iter().enumerate().map(|(i, c)| (i as f64, *c as f64)).collect(),
         oldest_age: oldest_age_series(&spans, t0, &times),
     };
     // The chart's data beside it, so what the chart shows can be checked against the report.
@@ -423,7 +517,9 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         chart: chart_written.ok(),
         reminders: opts.reminders,
         counts,
-        throughput: Throughput::measure(s.requests, s.throttled, delivered, drain, floor),
+        throughput: Throughput::measure(seen.requests, seen.throttled, delivered, drain, floor),
+        provider: opts.provider.clone(),
+        provider_effects: seen.effects,
         limiter_writes_per_call: crate::env::limiter_writes_per_call(
             &instances.iter().chain(&urgent).cloned().collect::<Vec<_>>(),
         ),
@@ -433,4 +529,58 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         import_seconds,
         series,
     })
+}
+
+/// What the provider saw over a run.
+struct ProviderSeen {
+    requests: u64,
+    throttled: u64,
+    /// Acceptances in each whole second since the provider started.
+    per_second: Vec<u64>,
+    drain: f64,
+    effects: u64,
+    repeated_keys: u64,
+    double_effects: u64,
+}
+
+impl ProviderSeen {
+    /// For SES (which keeps no per-call log the emulator shows): calls and 429s from the
+    /// sender's own metrics, acceptance times from the ledger's `delivered` entries, and the
+    /// effects SES counted (`sent`); effects beyond the reminders recorded delivered are
+    /// double effects.
+    fn from_ledger(
+        records: &[punctual_core::ports::LedgerRecord],
+        t0: DateTime<Utc>,
+        quota: f64,
+        m: &Metrics,
+        sent: u64,
+    ) -> Self {
+        use punctual_core::ReminderState;
+        let at: Vec<DateTime<Utc>> = records
+            .iter()
+            .filter(|r| r.state == ReminderState::Delivered)
+            .filter_map(|r| r.history.iter().rev().find(|h| h.state == ReminderState::Delivered).map(|h| h.at))
+            .collect();
+        let mut per_second = Vec::new();
+        for t in &at {
+            let i = usize::try_from((*t - t0).num_seconds().max(0)).unwrap_or(0).min(86_400);
+            if per_second.len() <= i {
+                per_second.resize(i + 1, 0);
+            }
+            per_second[i] += 1;
+        }
+        let drain = match (at.iter().min(), at.iter().max()) {
+            (Some(a), Some(b)) => (*b - *a).num_milliseconds() as f64 / 1000.0 + 1.0 / quota,
+            _ => 0.0,
+        };
+        Self {
+            requests: m.total(name::ATTEMPTS) as u64,
+            throttled: m.total(name::THROTTLED) as u64,
+            per_second,
+            drain,
+            effects: sent,
+            repeated_keys: 0,
+            double_effects: sent.saturating_sub(at.len() as u64),
+        }
+    }
 }

@@ -400,6 +400,8 @@ mod tests {
                 ledger_table: String::new(),
                 renewals_table: String::new(),
                 provider_url: String::new(),
+                recipients_table: String::new(),
+                provider_kind: String::new(),
             },
             dynamodb_endpoint: None,
             quota: 100.0,

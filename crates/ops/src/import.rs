@@ -39,6 +39,17 @@ pub enum ImportError {
     /// The renewals table failed.
     #[error("writing to the renewals table failed")]
     Store(#[source] punctual_core::ports::RenewalsError),
+    /// The file has addresses and there is nowhere to keep them.
+    #[error(
+        "the file has an email column but no recipients table is known: give --recipients-table or set RECIPIENTS_TABLE (addresses are never stored in the renewals table); nothing was imported"
+    )]
+    NoRecipientsTable,
+    /// The recipients table failed (the renewals were written).
+    #[error("writing to the recipients table {0} failed (the renewals were imported; import again to retry)")]
+    Recipients(String, #[source] punctual_aws::dynamodb::DynamoError),
+    /// No table to import into.
+    #[error("no renewals table: give --table, set RENEWALS_TABLE, or start a local pipeline with `punctual local up`")]
+    NoTarget,
 }
 
 /// Input format.
@@ -72,18 +83,25 @@ pub struct ImportSummary {
     pub unchanged: usize,
     /// Rejected lines (validation or conflict), with reasons.
     pub rejected: Vec<Reject>,
+    /// Addresses written to the recipients table.
+    pub recipients: usize,
 }
 
 impl ImportSummary {
     /// Human report.
     pub fn render(&self) -> String {
         let mut out = format!(
-            "{} rows: {} inserted, {} updated, {} unchanged, {} rejected\n",
+            "{} rows: {} inserted, {} updated, {} unchanged, {} rejected{}\n",
             self.rows,
             self.inserted,
             self.updated,
             self.unchanged,
-            self.rejected.len()
+            self.rejected.len(),
+            if self.recipients > 0 {
+                format!("; {} addresses to the recipients table", self.recipients)
+            } else {
+                String::new()
+            }
         );
         for r in &self.rejected {
             out.push_str(&format!("  line {}: {}\n", r.line, r.reason));
@@ -171,6 +189,7 @@ fn json_row(text: &str) -> Result<RenewalInput, String> {
         window_minutes: field("window_minutes")?,
         status: field("status")?,
         kind: field("kind")?,
+        email: field("email")?,
     })
 }
 
@@ -199,29 +218,120 @@ pub fn validate(rows: Vec<ParsedLine>) -> (Vec<(usize, Renewal)>, Vec<Reject>) {
     (valid, rejected)
 }
 
-/// Imports `path` into `store`, with a progress bar on stderr when `progress`.
-/// Imports `path` into the renewals table `table`, on the SDK's default chain (set
-/// `AWS_ENDPOINT_URL` for an emulator; `AWS_ENDPOINT_URL_DYNAMODB` when DynamoDB runs apart).
+/// Where an import writes: found like every operator command's target (README, "Finding the
+/// target"): flags, then the environment (`RENEWALS_TABLE`, `RECIPIENTS_TABLE`, the SDK's
+/// endpoint chain: `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`), then the running `local
+/// up` pipeline (its tables and both of its endpoints).
+#[derive(Debug, Clone)]
+pub struct ImportTarget {
+    /// The renewals table.
+    pub renewals: DynamoRenewals,
+    /// The recipients table, when one is known.
+    pub recipients: Option<punctual_aws::recipients::DynamoRecipients>,
+    /// Where it is (for messages).
+    pub describe: String,
+}
+
+impl ImportTarget {
+    /// Resolves the target (see the type's docs).
+    pub async fn resolve(
+        table: Option<String>,
+        recipients_table: Option<String>,
+        endpoint: Option<&str>,
+    ) -> Result<Self, ImportError> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let given = table.clone().or_else(|| env("RENEWALS_TABLE"));
+        let recipients_given = recipients_table.or_else(|| env("RECIPIENTS_TABLE"));
+        if let Some(table) = given {
+            let sdk = match endpoint {
+                Some(e) => punctual_aws::config::for_endpoint(e).await,
+                None => punctual_aws::config::load().await,
+            };
+            let ddb = punctual_aws::config::dynamodb_client(&sdk, env("AWS_ENDPOINT_URL_DYNAMODB").as_deref());
+            let recipients = recipients_given.map(|t| punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &t));
+            return Ok(Self { renewals: DynamoRenewals::new(ddb, table.clone()), recipients, describe: table });
+        }
+        let Ok(state) = crate::target::load_state() else { return Err(ImportError::NoTarget) };
+        let r = &state.resources;
+        let sdk = punctual_aws::config::for_endpoint(endpoint.unwrap_or(&r.endpoint)).await;
+        let ddb = punctual_aws::config::dynamodb_client(&sdk, state.dynamodb_endpoint.as_deref());
+        let recipients = recipients_given
+            .or_else(|| Some(r.recipients_table.clone()).filter(|t| !t.is_empty()))
+            .map(|t| punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &t));
+        Ok(Self {
+            renewals: DynamoRenewals::new(ddb, r.renewals_table.clone()),
+            recipients,
+            describe: format!("{} (the local pipeline)", r.renewals_table),
+        })
+    }
+}
+
+/// Imports `path` into the resolved target.
 pub async fn import_file(
-    table: String,
+    target: &ImportTarget,
     path: &Path,
     format: Option<Format>,
     progress: bool,
 ) -> Result<ImportSummary, ImportError> {
-    let sdk = punctual_aws::config::load().await;
-    let store = DynamoRenewals::new(aws_sdk_dynamodb::Client::new(&sdk), table);
-    run(&store, path, format, progress).await
+    run_with(&target.renewals, target.recipients.as_ref(), path, format, progress).await
 }
 
+/// Imports `path` into `store` (renewals only; a file with addresses is refused).
 pub async fn run(
     store: &DynamoRenewals,
     path: &Path,
     format: Option<Format>,
     progress: bool,
 ) -> Result<ImportSummary, ImportError> {
+    run_with(store, None, path, format, progress).await
+}
+
+/// Each line's address, checked: invalid ones and a second, different address for the same
+/// `recipient_ref` reject their line (its renewal is not imported either: nothing half-done).
+fn addresses(rows: &[ParsedLine]) -> (HashMap<usize, (String, punctual_core::ports::EmailAddress)>, Vec<Reject>) {
+    let mut out = HashMap::new();
+    let mut rejected = Vec::new();
+    let mut by_ref: HashMap<String, (usize, String)> = HashMap::new();
+    for (line, row) in rows {
+        let Ok(r) = row else { continue };
+        if r.email.trim().is_empty() {
+            continue;
+        }
+        match punctual_core::ports::EmailAddress::parse(&r.email) {
+            Err(e) => rejected.push(Reject { line: *line, reason: format!("email: {e}") }),
+            Ok(a) => match by_ref.get(r.recipient_ref.trim()) {
+                Some((first, prior)) if prior != a.expose() => rejected.push(Reject {
+                    line: *line,
+                    reason: format!("recipient_ref {:?} has another email on line {first}", r.recipient_ref.trim()),
+                }),
+                _ => {
+                    by_ref.insert(r.recipient_ref.trim().to_owned(), (*line, a.expose().to_owned()));
+                    out.insert(*line, (r.recipient_ref.trim().to_owned(), a));
+                }
+            },
+        }
+    }
+    (out, rejected)
+}
+
+async fn run_with(
+    store: &DynamoRenewals,
+    recipients: Option<&punctual_aws::recipients::DynamoRecipients>,
+    path: &Path,
+    format: Option<Format>,
+    progress: bool,
+) -> Result<ImportSummary, ImportError> {
     let rows = parse(path, format)?;
     let total = rows.len();
+    let (emails, bad_emails) = addresses(&rows);
+    if (!emails.is_empty() || !bad_emails.is_empty()) && recipients.is_none() {
+        return Err(ImportError::NoRecipientsTable);
+    }
+    let bad: std::collections::HashSet<usize> = bad_emails.iter().map(|r| r.line).collect();
+    let rows = rows.into_iter().filter(|(line, _)| !bad.contains(line)).collect();
     let (valid, mut rejected) = validate(rows);
+    rejected.extend(bad_emails);
+    let mut book = Vec::new();
     let bar = if progress { ProgressBar::new(valid.len() as u64) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{spinner} importing [{bar:30}] {pos}/{len} rows  {per_sec}  eta {eta}")
@@ -236,12 +346,26 @@ pub async fn run(
                 RowOutcome::Inserted => summary.inserted += 1,
                 RowOutcome::Updated => summary.updated += 1,
                 RowOutcome::Unchanged => summary.unchanged += 1,
-                RowOutcome::Conflict(reason) => rejected.push(Reject { line: *line, reason }),
+                RowOutcome::Conflict(reason) => {
+                    rejected.push(Reject { line: *line, reason });
+                    continue;
+                }
+            }
+            if let Some(entry) = emails.get(line) {
+                book.push(entry.clone());
             }
         }
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();
+    if let Some(r) = recipients
+        && !book.is_empty()
+    {
+        r.put_all(&book, Utc::now().timestamp_millis())
+            .await
+            .map_err(|e| ImportError::Recipients(format!("{} addresses", book.len()), e))?;
+        summary.recipients = book.len();
+    }
     rejected.sort_by_key(|r| r.line);
     summary.rejected = rejected;
     Ok(summary)

@@ -31,8 +31,21 @@ pub struct Resources {
     pub ledger_table: String,
     /// Renewals (with the `due` GSI).
     pub renewals_table: String,
-    /// The provider.
+    /// The provider (HTTP kind).
     pub provider_url: String,
+    /// Where `recipient_ref` resolves to an address (empty: none; older state files).
+    #[serde(default)]
+    pub recipients_table: String,
+    /// `http` or `ses` (empty: `http`).
+    #[serde(default)]
+    pub provider_kind: String,
+}
+
+impl Resources {
+    /// True when the pipeline sends through Amazon SES.
+    pub fn is_ses(&self) -> bool {
+        self.provider_kind == "ses"
+    }
 }
 
 impl Resources {
@@ -130,6 +143,8 @@ impl Target {
                     ledger_table: ledger,
                     renewals_table: renewals,
                     provider_url: env("PROVIDER_URL").unwrap_or_default(),
+                    recipients_table: env("RECIPIENTS_TABLE").unwrap_or_default(),
+                    provider_kind: env("PROVIDER_KIND").unwrap_or_default(),
                 },
                 dynamodb_endpoint: env("AWS_ENDPOINT_URL_DYNAMODB"),
                 quota,

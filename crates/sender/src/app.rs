@@ -9,15 +9,19 @@ use aws_sdk_sqs::Client as SqsClient;
 use punctual_aws::control::DynamoControl;
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::limiter::DynamoSlotStore;
+use punctual_aws::recipients::DynamoRecipients;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::sqs::SqsQueues;
 use punctual_core::limiter::SharedLimiter;
 use punctual_core::pause::PauseGate;
+use punctual_core::ports::{Provider, ProviderError, ProviderRequest};
+use punctual_core::provider::{ProviderOutcome, ProviderProfile};
 use punctual_core::sender::Sender;
 use punctual_lambda::SystemClock;
 use punctual_provider::HttpProvider;
+use punctual_ses::SesProvider;
 
-use crate::config::SenderConfig;
+use crate::config::{ProviderConfig, SenderConfig};
 use crate::handler::Deps;
 
 /// A sender instance as production composes it.
@@ -28,10 +32,53 @@ pub type LiveSender = Sender<
     DynamoLedger,
     DynamoRenewals,
     SharedLimiter<DynamoSlotStore, SystemClock>,
-    HttpProvider,
+    AnyProvider,
     SqsQueues,
     SystemClock,
 >;
+
+/// The provider a deployment chose (`PROVIDER_KIND`): one sender type for both, so the
+/// handler, the harness and the tests compose one thing.
+#[derive(Debug, Clone)]
+pub enum AnyProvider {
+    /// A vendor HTTP API.
+    Http(HttpProvider),
+    /// Amazon SES v2, addresses from the recipients table.
+    Ses(SesProvider<DynamoRecipients>),
+}
+
+impl Provider for AnyProvider {
+    fn profile(&self) -> ProviderProfile {
+        match self {
+            Self::Http(p) => p.profile(),
+            Self::Ses(p) => p.profile(),
+        }
+    }
+
+    async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
+        match self {
+            Self::Http(p) => p.send(req).await,
+            Self::Ses(p) => p.send(req).await,
+        }
+    }
+}
+
+impl From<HttpProvider> for AnyProvider {
+    fn from(p: HttpProvider) -> Self {
+        Self::Http(p)
+    }
+}
+
+impl AnyProvider {
+    /// Opens the provider's connection during init (HTTP only: the SES client connects on its
+    /// first call). True when an answer came back.
+    pub async fn warm_up(&self) -> bool {
+        match self {
+            Self::Http(p) => p.warm_up().await,
+            Self::Ses(_) => true,
+        }
+    }
+}
 
 /// The clients an instance is built from (built once per cold start by the caller, which
 /// decides endpoints and credentials).
@@ -42,7 +89,7 @@ pub struct Clients {
     /// SQS (requeue, DLQ).
     pub sqs: SqsClient,
     /// The provider.
-    pub provider: HttpProvider,
+    pub provider: AnyProvider,
 }
 
 /// Builds one sender instance. `seed` seeds its backoff jitter, owner-token nonces and limiter
@@ -69,4 +116,61 @@ pub fn build(config: &SenderConfig, clients: Clients, seed: u64) -> App {
     )
     .with_pause(PauseGate::new(DynamoControl::new(ddb, &config.ledger_table), clock, config.pause_check));
     Deps { sender, concurrency: config.concurrency }
+}
+
+/// The SES provider over `sdk` (its endpoint and credentials) and the recipients table.
+pub fn ses_provider(
+    sdk: &aws_config::SdkConfig,
+    dynamodb: DynamoClient,
+    settings: punctual_ses::SesSettings,
+    recipients_table: &str,
+) -> AnyProvider {
+    let recipients = DynamoRecipients::new(dynamodb, recipients_table);
+    AnyProvider::Ses(SesProvider::new(&aws_sdk_sesv2::config::Config::from(sdk), recipients, settings))
+}
+
+/// The provider `config` names, as a cold start builds it: the HTTP client with its token
+/// (environment or Secrets Manager, re-read after a rotation) and vendor dialect, or SES. With
+/// `PROVIDER_RATE_FROM_ACCOUNT=true`, lowers `config.limiter.quota` to the account's
+/// `MaxSendRate` when that is lower (a failed read keeps the configured rate, with a warning).
+pub async fn provider(
+    config: &mut SenderConfig,
+    sdk: &aws_config::SdkConfig,
+    dynamodb: &DynamoClient,
+) -> Result<AnyProvider, Box<dyn std::error::Error + Send + Sync>> {
+    match &config.provider {
+        ProviderConfig::Http { url, vendor } => {
+            let token = punctual_aws::secrets::provider_token(sdk).await?;
+            let mut http = HttpProvider::new(url, &token, std::time::Duration::from_secs(2))?
+                .with_vendor(vendor.clone(), &token)?;
+            // A token from Secrets Manager is read again after a 401/403: a rotation must not
+            // dead-letter the morning on instances that started before it (README, "Provider token").
+            if let Some(source) = punctual_aws::secrets::SecretsManagerToken::from_env(sdk) {
+                http = http.with_token_source(std::sync::Arc::new(source));
+            }
+            Ok(AnyProvider::Http(http))
+        }
+        ProviderConfig::Ses { settings, recipients_table, rate_from_account } => {
+            let provider = ses_provider(sdk, dynamodb.clone(), settings.clone(), recipients_table);
+            if *rate_from_account && let AnyProvider::Ses(ses) = &provider {
+                match ses.max_send_rate().await {
+                    Ok(rate) if rate > 0.0 && rate < config.limiter.quota => {
+                        tracing::info!(
+                            configured = config.limiter.quota,
+                            account = rate,
+                            "using the SES account's MaxSendRate"
+                        );
+                        config.limiter.quota = rate;
+                    }
+                    Ok(rate) => {
+                        tracing::info!(configured = config.limiter.quota, account = rate, "keeping the configured rate")
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read the SES account's MaxSendRate; keeping the configured rate")
+                    }
+                }
+            }
+            Ok(provider)
+        }
+    }
 }

@@ -5,8 +5,35 @@ use std::time::Duration;
 use punctual_core::backoff::Backoff;
 use punctual_core::decision::SenderPolicy;
 use punctual_core::limiter::LimiterSettings;
+use punctual_core::provider::{IndeterminatePolicy, ResetForm};
 use punctual_core::sender::SenderSettings;
 use punctual_lambda::config::{ConfigError, Env, lane_config, limiter_settings};
+use punctual_provider::VendorProfile;
+use punctual_ses::{SesContent, SesSettings};
+
+/// Who delivers (`PROVIDER_KIND`).
+#[derive(Debug, Clone)]
+pub enum ProviderConfig {
+    /// `http` (default): a vendor HTTP API (`PROVIDER_URL` and the `PROVIDER_*` dialect).
+    Http {
+        /// `PROVIDER_URL`.
+        url: String,
+        /// The vendor's dialect (`PROVIDER_AUTH`, `PROVIDER_KEY_HEADER`,
+        /// `PROVIDER_RECEIPT_POINTER`, `PROVIDER_ERROR_CODE_POINTER`, `PROVIDER_THROTTLE_CODES`,
+        /// `PROVIDER_RATELIMIT_RESET`).
+        vendor: VendorProfile,
+    },
+    /// `ses`: Amazon SES v2 (`SES_*`, `RECIPIENTS_TABLE`).
+    Ses {
+        /// From address, configuration set, template prefix, content.
+        settings: SesSettings,
+        /// `RECIPIENTS_TABLE`: where `recipient_ref` resolves to an address.
+        recipients_table: String,
+        /// `PROVIDER_RATE_FROM_ACCOUNT=true`: the limiter's rate is the lower of
+        /// `PROVIDER_RATE_PER_SEC` and the account's `MaxSendRate`, read at cold start.
+        rate_from_account: bool,
+    },
+}
 
 /// Everything the sender reads from its environment.
 #[derive(Debug, Clone)]
@@ -21,8 +48,8 @@ pub struct SenderConfig {
     pub ledger_table: String,
     /// `RENEWALS_TABLE`: the system of record.
     pub renewals_table: String,
-    /// `PROVIDER_URL`: the provider's messages endpoint.
-    pub provider_url: String,
+    /// `PROVIDER_KIND` and what that kind needs.
+    pub provider: ProviderConfig,
     /// The shared limiter (`PROVIDER_RATE_PER_SEC`, `LIMITER_*`, `REDRIVE_SHARE`,
     /// `TENANT_SHARE`).
     pub limiter: LimiterSettings,
@@ -42,14 +69,7 @@ impl SenderConfig {
     pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
         let d = SenderSettings::default();
         let p = d.policy;
-        let provider_url = env.required("PROVIDER_URL")?;
-        if !(provider_url.starts_with("http://") || provider_url.starts_with("https://")) {
-            return Err(ConfigError::Invalid {
-                name: "PROVIDER_URL",
-                value: provider_url,
-                expected: "an http:// or https:// URL",
-            });
-        }
+        let provider = provider_config(env)?;
         let sec = Duration::from_secs;
         let ms = Duration::from_millis;
         let policy = SenderPolicy {
@@ -86,6 +106,16 @@ impl SenderConfig {
                 sec(300),
                 "milliseconds in 100..=300000",
             )?,
+            // Set from the adapter's profile when the sender is composed.
+            provider_keys: p.provider_keys,
+            indeterminate: match env.optional("PROVIDER_IDEMPOTENCY") {
+                None => IndeterminatePolicy::default(),
+                Some(v) => IndeterminatePolicy::parse(&v).ok_or(ConfigError::Invalid {
+                    name: "PROVIDER_IDEMPOTENCY",
+                    value: v,
+                    expected: "at_most_once or at_least_once",
+                })?,
+            },
         };
         if policy.backoff.cap < policy.backoff.base {
             return Err(ConfigError::Invalid {
@@ -108,7 +138,7 @@ impl SenderConfig {
             dlq_url: env.required("DLQ_URL")?,
             ledger_table: env.required("LEDGER_TABLE")?,
             renewals_table: env.required("RENEWALS_TABLE")?,
-            provider_url,
+            provider,
             limiter: limiter_settings(env)?,
             concurrency: env.parse("RECORD_CONCURRENCY", 10, "an integer in 1..=100", |v| (1..=100).contains(v))?,
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
@@ -126,6 +156,77 @@ impl SenderConfig {
             },
             pause_check: Duration::from_secs(5),
         })
+    }
+}
+
+/// `PROVIDER_KIND` (`http` or `ses`) and each kind's variables (README, "Providers").
+fn provider_config<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<ProviderConfig, ConfigError> {
+    let invalid =
+        |name: &'static str, value: String, expected: &'static str| ConfigError::Invalid { name, value, expected };
+    match env.optional("PROVIDER_KIND").as_deref() {
+        None | Some("http") => {
+            let url = env.required("PROVIDER_URL")?;
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(invalid("PROVIDER_URL", url, "an http:// or https:// URL"));
+            }
+            let reset = match env.optional("PROVIDER_RATELIMIT_RESET") {
+                None => ResetForm::Auto,
+                Some(v) => {
+                    ResetForm::parse(&v).ok_or(invalid("PROVIDER_RATELIMIT_RESET", v, "delta, epoch or auto"))?
+                }
+            };
+            let (auth, key, receipt, code, throttle) = (
+                env.optional("PROVIDER_AUTH"),
+                env.optional("PROVIDER_KEY_HEADER"),
+                env.optional("PROVIDER_RECEIPT_POINTER"),
+                env.optional("PROVIDER_ERROR_CODE_POINTER"),
+                env.optional("PROVIDER_THROTTLE_CODES"),
+            );
+            let vendor = VendorProfile::parse(
+                auth.as_deref(),
+                key.as_deref(),
+                receipt.as_deref(),
+                code.as_deref(),
+                throttle.as_deref(),
+                reset,
+            )
+            .map_err(|e| {
+                let (name, value): (&'static str, String) = match &e {
+                    punctual_provider::ClientError::BadPointer(v) => {
+                        ("PROVIDER_RECEIPT_POINTER|PROVIDER_ERROR_CODE_POINTER", v.clone())
+                    }
+                    _ => ("PROVIDER_AUTH|PROVIDER_KEY_HEADER", e.to_string()),
+                };
+                invalid(name, value, "bearer or header:NAME; a header name or none; RFC 6901 pointers")
+            })?;
+            Ok(ProviderConfig::Http { url, vendor })
+        }
+        Some("ses") => {
+            let from_address = env.required("SES_FROM_ADDRESS")?;
+            if punctual_core::ports::EmailAddress::parse(&from_address).is_err() {
+                return Err(invalid("SES_FROM_ADDRESS", from_address, "a bare address local@domain"));
+            }
+            let content = match env.optional("SES_CONTENT") {
+                None => SesContent::Template,
+                Some(v) => SesContent::parse(&v).ok_or(invalid("SES_CONTENT", v, "template or inline"))?,
+            };
+            let rate_from_account = match env.optional("PROVIDER_RATE_FROM_ACCOUNT").as_deref() {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(v) => return Err(invalid("PROVIDER_RATE_FROM_ACCOUNT", v.to_owned(), "true or false")),
+            };
+            Ok(ProviderConfig::Ses {
+                settings: SesSettings {
+                    from_address,
+                    configuration_set: env.optional("SES_CONFIGURATION_SET"),
+                    template_prefix: env.optional("SES_TEMPLATE_PREFIX").unwrap_or_else(|| "punctual-".to_owned()),
+                    content,
+                },
+                recipients_table: env.required("RECIPIENTS_TABLE")?,
+                rate_from_account,
+            })
+        }
+        Some(other) => Err(invalid("PROVIDER_KIND", other.to_owned(), "http or ses")),
     }
 }
 
@@ -152,6 +253,59 @@ mod tests {
         let c = SenderConfig::from_env(&env(BASE)).unwrap();
         assert_eq!((c.limiter.quota, c.concurrency, c.settings.policy.max_attempts), (100.0, 10, 8));
         assert_eq!((c.limiter.block, c.limiter.redrive_share, c.limiter.tenant_share), (10, 0.2, None));
+    }
+
+    #[test]
+    fn each_provider_kind_reads_its_own_variables() {
+        let ses: Vec<(&str, &str)> = BASE
+            .iter()
+            .copied()
+            .filter(|(k, _)| *k != "PROVIDER_URL")
+            .chain([
+                ("PROVIDER_KIND", "ses"),
+                ("SES_FROM_ADDRESS", "reminders@example.com"),
+                ("RECIPIENTS_TABLE", "recipients"),
+                ("PROVIDER_RATE_FROM_ACCOUNT", "true"),
+            ])
+            .collect();
+        let c = SenderConfig::from_env(&env(&ses)).unwrap();
+        let ProviderConfig::Ses { settings, recipients_table, rate_from_account } = c.provider else { panic!("ses") };
+        assert_eq!(
+            (settings.template_prefix.as_str(), settings.content, recipients_table.as_str(), rate_from_account),
+            ("punctual-", SesContent::Template, "recipients", true)
+        );
+        assert_eq!(c.settings.policy.indeterminate, IndeterminatePolicy::AtMostOnce);
+        for (var, missing_or_bad) in [
+            ("RECIPIENTS_TABLE", None),
+            ("SES_FROM_ADDRESS", Some("Billing <b@example.com>")),
+            ("SES_CONTENT", Some("html")),
+            ("PROVIDER_KIND", Some("smtp")),
+        ] {
+            let mut pairs: Vec<_> = ses.iter().copied().filter(|(k, _)| *k != var).collect();
+            if let Some(v) = missing_or_bad {
+                pairs.push((var, v));
+            }
+            let e = SenderConfig::from_env(&env(&pairs)).unwrap_err();
+            assert!(e.to_string().contains(var), "{var}: {e}");
+        }
+        let mut http = BASE.to_vec();
+        http.extend([
+            ("PROVIDER_AUTH", "header:X-Api-Key"),
+            ("PROVIDER_KEY_HEADER", "none"),
+            ("PROVIDER_IDEMPOTENCY", "at_least_once"),
+        ]);
+        let c = SenderConfig::from_env(&env(&http)).unwrap();
+        let ProviderConfig::Http { vendor, .. } = c.provider else { panic!("http") };
+        assert!(vendor.key_header.is_none());
+        assert_eq!(c.settings.policy.indeterminate, IndeterminatePolicy::AtLeastOnce);
+        for (var, v) in
+            [("PROVIDER_IDEMPOTENCY", "exactly_once"), ("PROVIDER_RATELIMIT_RESET", "unix"), ("PROVIDER_AUTH", "basic")]
+        {
+            let mut pairs = BASE.to_vec();
+            pairs.push((var, v));
+            let e = SenderConfig::from_env(&env(&pairs)).unwrap_err();
+            assert!(e.to_string().contains(var), "{var}: {e}");
+        }
     }
 
     #[test]

@@ -33,6 +33,9 @@ fn record_metrics(m: &mut Metrics, p: &Processed) {
     if p.throttled {
         m.count(name::THROTTLED, 1.0);
     }
+    if p.possible_double {
+        m.count(name::POSSIBLE_DOUBLE, 1.0);
+    }
     if let Some(slack) = p.slack {
         m.observe(name::DEADLINE_SLACK, slack.as_millis() as f64);
     }

@@ -2,14 +2,12 @@
 //! built once per cold start and warmed, then [`app::build`] and the runtime loop.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::{LambdaEvent, service_fn};
-use punctual_aws::secrets::provider_token;
 use punctual_lambda::config::process_env;
 use punctual_lambda::error::HandlerError;
 use punctual_lambda::init_tracing;
-use punctual_provider::HttpProvider;
 use punctual_sender::app::{self, Clients};
 use punctual_sender::config::SenderConfig;
 use punctual_sender::handler::handle;
@@ -17,16 +15,10 @@ use punctual_sender::handler::handle;
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     init_tracing();
-    let config = SenderConfig::from_env(&process_env())?;
+    let mut config = SenderConfig::from_env(&process_env())?;
     let sdk = punctual_aws::config::load().await;
-    let token = provider_token(&sdk).await?;
-    let mut provider = HttpProvider::new(&config.provider_url, &token, Duration::from_secs(2))?;
-    // A token from Secrets Manager is read again after a 401/403: a rotation must not
-    // dead-letter the morning on instances that started before it (README, "Provider token").
-    if let Some(source) = punctual_aws::secrets::SecretsManagerToken::from_env(&sdk) {
-        provider = provider.with_token_source(Arc::new(source));
-    }
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let provider = app::provider(&mut config, &sdk, &ddb).await?;
 
     // Warm the connections during init so the first invocation does not pay TLS handshakes.
     let (ledger_ok, provider_ok) =

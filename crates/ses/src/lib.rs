@@ -23,6 +23,8 @@
 //!   `BadRequest` are permanent for the message; a 503 or a refused connection is a
 //!   determinate transient; anything that may have reached SES is indeterminate.
 
+pub mod emulator;
+
 use std::time::Duration;
 
 use aws_sdk_sesv2::Client;
@@ -117,7 +119,10 @@ impl<R: Recipients> SesProvider<R> {
                     punctual_core::contract::format_instant(m.deliver_by),
                     m.reminder_id.as_str()
                 );
-                let subject = Content::builder().data(format!("Renewal reminder ({})", m.kind.as_str())).build().map_err(build)?;
+                let subject = Content::builder()
+                    .data(format!("Renewal reminder ({})", m.kind.as_str()))
+                    .build()
+                    .map_err(build)?;
                 let body = Body::builder().text(Content::builder().data(text).build().map_err(build)?).build();
                 Ok(EmailContent::builder().simple(Message::builder().subject(subject).body(body).build()).build())
             }
@@ -131,7 +136,8 @@ impl<R: Recipients> Provider for SesProvider<R> {
     }
 
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
-        let unknown = |detail: String| Ok(ProviderOutcome::Undeliverable { reason: ReasonCode::RecipientUnknown, detail });
+        let unknown =
+            |detail: String| Ok(ProviderOutcome::Undeliverable { reason: ReasonCode::RecipientUnknown, detail });
         let Some(reference) = req.recipient_ref else {
             return unknown("the renewal has no recipient_ref".into());
         };

@@ -42,9 +42,14 @@ fn provider(endpoint: &str, content: SesContent) -> SesProvider<MemoryRecipients
 async fn send(p: &SesProvider<MemoryRecipients>, recipient: Option<&str>) -> ProviderOutcome {
     let now = Utc::now();
     let m = punctual_core::testing::message("1", now, now + TimeDelta::hours(1));
-    p.send(&ProviderRequest { message: &m, recipient_ref: recipient, channel: Some("email"), timeout: Duration::from_secs(2) })
-        .await
-        .unwrap()
+    p.send(&ProviderRequest {
+        message: &m,
+        recipient_ref: recipient,
+        channel: Some("email"),
+        timeout: Duration::from_secs(2),
+    })
+    .await
+    .unwrap()
 }
 
 fn error(status: u16, kind: &str, message: &str) -> Behaviour {
@@ -70,7 +75,8 @@ async fn a_send_names_the_kinds_template_and_carries_the_address_only_in_the_des
     assert_eq!(r["FromEmailAddress"], "reminders@billing.example.com");
     assert_eq!(r["ConfigurationSetName"], "punctual-events");
     assert_eq!(r["Content"]["Template"]["TemplateName"], "punctual-renewal_7d");
-    let data: serde_json::Value = serde_json::from_str(r["Content"]["Template"]["TemplateData"].as_str().unwrap()).unwrap();
+    let data: serde_json::Value =
+        serde_json::from_str(r["Content"]["Template"]["TemplateData"].as_str().unwrap()).unwrap();
     assert_eq!(data["renewal_id"], "ren-1");
     assert_eq!(r["EmailTags"][0]["Name"], "punctual_reminder");
     // The address appears exactly once: in the destination.
@@ -107,15 +113,24 @@ async fn ses_errors_are_classified_and_addresses_in_them_redacted() {
         send(&p, Some("cust-1")).await,
     ];
     assert_eq!(outcomes[0], ProviderOutcome::Transient { status: Some(429), retry_after: None });
-    assert_eq!(outcomes[1], ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(600)) });
-    assert!(matches!(&outcomes[2], ProviderOutcome::AccountBlocked { detail } if detail.contains("AccountSuspended")), "{:?}", outcomes[2]);
+    assert_eq!(
+        outcomes[1],
+        ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(600)) }
+    );
+    assert!(
+        matches!(&outcomes[2], ProviderOutcome::AccountBlocked { detail } if detail.contains("AccountSuspended")),
+        "{:?}",
+        outcomes[2]
+    );
     match &outcomes[3] {
         ProviderOutcome::Undeliverable { reason: ReasonCode::ClassifiedPermanent, detail } => {
             assert!(detail.contains("MessageRejected") && !detail.contains('@'), "{detail}");
         }
         other => panic!("{other:?}"),
     }
-    assert!(matches!(&outcomes[4], ProviderOutcome::Undeliverable { reason: ReasonCode::ClassifiedPermanent, detail } if detail.contains("NotFound")));
+    assert!(
+        matches!(&outcomes[4], ProviderOutcome::Undeliverable { reason: ReasonCode::ClassifiedPermanent, detail } if detail.contains("NotFound"))
+    );
     assert_eq!(outcomes[5], ProviderOutcome::Transient { status: Some(429), retry_after: None });
     assert_eq!(outcomes[6], ProviderOutcome::Transient { status: Some(503), retry_after: None });
     assert_eq!(outcomes[7], ProviderOutcome::Indeterminate { status: Some(500) });
@@ -140,7 +155,9 @@ async fn a_lost_connection_is_indeterminate_a_refused_one_is_not() {
 async fn a_missing_recipient_sends_nothing_and_says_why() {
     let double = Double::start(Config::default(), 0).await.unwrap();
     let p = provider(&double.ses_endpoint(), SesContent::Template);
-    for (recipient, why) in [(None, "no recipient_ref"), (Some("cust-404"), "no address for recipient_ref \"cust-404\"")] {
+    for (recipient, why) in
+        [(None, "no recipient_ref"), (Some("cust-404"), "no address for recipient_ref \"cust-404\"")]
+    {
         match send(&p, recipient).await {
             ProviderOutcome::Undeliverable { reason: ReasonCode::RecipientUnknown, detail } => {
                 assert!(detail.contains(why), "{detail}");
