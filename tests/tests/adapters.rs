@@ -86,7 +86,7 @@ async fn the_renewals_table_answers_each_status() {
 async fn batch_sends_split_into_tens_and_report_each_entry() {
     let stack = Stack::create(&sdk_config().await, "batch").await.unwrap();
     let out: Vec<Outgoing> = (0..23)
-        .map(|i| Outgoing { id: format!("e{i}"), body: format!("{{\"n\":{i}}}"), delay: Duration::ZERO })
+        .map(|i| Outgoing { id: format!("e{i}"), body: format!("{{\"n\":{i}}}"), delay: Duration::ZERO, group: None })
         .collect();
     let results = stack.queues.send_batch(stack.queues.send_url(), &out).await.unwrap();
     assert_eq!(results.len(), 23);
@@ -102,5 +102,51 @@ async fn batch_sends_split_into_tens_and_report_each_entry() {
         })
         .collect();
     assert_eq!(ids, (0..23).map(|i| format!("e{i}")).collect::<Vec<_>>(), "results come back in input order");
+    stack.destroy().await;
+}
+
+/// SQS fair queues (2025): every send to a send queue — the scheduler's release, the sender's
+/// requeue, the redrive's send-back — carries `MessageGroupId = tenant_id`, read back through
+/// the emulator; the DLQ copy carries none.
+#[tokio::test]
+async fn every_send_to_a_send_queue_names_its_tenant_as_the_message_group() {
+    use aws_sdk_sqs::types::MessageSystemAttributeName;
+    use punctual_aws::control::SqsDeadLetters;
+    use punctual_core::lanes::QueueLane;
+    use punctual_core::ports::{DeadLetters, Release, ReleaseQueue, SendQueue};
+    let config = sdk_config().await;
+    let stack = Stack::create(&config, "fair").await.unwrap();
+    let now = chrono::Utc::now();
+    let msg = |name: &str, tenant: &str| punctual_core::ReminderMessage {
+        tenant_id: TenantId::parse(tenant).unwrap(),
+        ..punctual_core::testing::message(name, now, now + chrono::TimeDelta::hours(1))
+    };
+    let q = &stack.queues;
+    q.release(&[Release { message: msg("a", "tenant-a"), delay: Duration::ZERO, lane: QueueLane::Normal }])
+        .await
+        .unwrap();
+    q.requeue(&msg("b", "tenant-b"), Duration::ZERO, QueueLane::Normal).await.unwrap();
+    SqsDeadLetters::new(q.clone()).send_back(&msg("c", "tenant-c").encode(), QueueLane::Normal).await.unwrap();
+    let mut groups = Vec::new();
+    for _ in 0..10 {
+        let got = stack
+            .sqs
+            .receive_message()
+            .queue_url(q.send_url())
+            .max_number_of_messages(10)
+            .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+            .send()
+            .await
+            .unwrap();
+        for m in got.messages() {
+            let group = m.attributes().and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId)).cloned();
+            groups.push(group.unwrap_or_else(|| "<none>".into()));
+        }
+        if groups.len() >= 3 {
+            break;
+        }
+    }
+    groups.sort();
+    assert_eq!(groups, ["tenant-a", "tenant-b", "tenant-c"]);
     stack.destroy().await;
 }

@@ -187,11 +187,15 @@ impl DeadLetters for SqsDeadLetters {
     }
 
     async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), DeadLettersError> {
+        // The tenant is the fair-queue group, as on every send to a send queue (the redriver
+        // sends only bodies it decoded; an undecodable one goes without a group).
+        let group = punctual_core::contract::ReminderMessage::decode(body).ok().map(|m| m.tenant_id.to_string());
         self.queues
             .client()
             .send_message()
             .queue_url(self.queues.lane_url(lane))
             .message_body(body)
+            .set_message_group_id(group)
             .send()
             .await
             .map_err(dlq_sdk)?;

@@ -58,6 +58,9 @@ pub struct Outgoing {
     pub body: String,
     /// Delay before it becomes visible (rounded up to whole seconds, capped at 15 min).
     pub delay: Duration,
+    /// `MessageGroupId`: the tenant, on the send queues (SQS fair queues: a quiet tenant's
+    /// messages are delivered ahead of a noisy tenant's backlog); `None` for the DLQ.
+    pub group: Option<String>,
 }
 
 /// The result of one batch entry.
@@ -184,6 +187,7 @@ impl SqsQueues {
                         .id(&m.id)
                         .message_body(&m.body)
                         .delay_seconds(delay_seconds(m.delay))
+                        .set_message_group_id(m.group.clone())
                         .build()
                         .map_err(sdk)
                 })
@@ -507,7 +511,12 @@ impl punctual_core::ports::ReleaseQueue for SqsQueues {
             }
             let out: Vec<Outgoing> = of_lane
                 .iter()
-                .map(|i| Outgoing { id: format!("e{i}"), body: batch[*i].message.encode(), delay: batch[*i].delay })
+                .map(|i| Outgoing {
+                    id: format!("e{i}"),
+                    body: batch[*i].message.encode(),
+                    delay: batch[*i].delay,
+                    group: Some(batch[*i].message.tenant_id.to_string()),
+                })
                 .collect();
             tried += 1;
             let results = match self.send_batch(self.lane_url(lane), &out).await {
@@ -552,6 +561,7 @@ impl SendQueue for SqsQueues {
             .queue_url(self.lane_url(lane))
             .message_body(msg.encode())
             .delay_seconds(delay_seconds(delay))
+            .message_group_id(msg.tenant_id.as_str())
             .send()
             .await
             .map_err(sdk)?;
@@ -601,7 +611,7 @@ mod tests {
     fn batch_results_keep_input_order_and_never_lose_an_entry() {
         let chunk: Vec<Outgoing> = ["a", "b", "c"]
             .iter()
-            .map(|id| Outgoing { id: (*id).into(), body: "{}".into(), delay: Duration::ZERO })
+            .map(|id| Outgoing { id: (*id).into(), body: "{}".into(), delay: Duration::ZERO, group: None })
             .collect();
         let got = match_entries(&chunk, &[("c", "m-c"), ("a", "m-a")], &[]);
         assert_eq!(got[0], EntryResult::Sent { id: "a".into(), message_id: "m-a".into() });
