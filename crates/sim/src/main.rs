@@ -59,7 +59,7 @@ fn parse_indeterminate(v: &str) -> Result<punctual_core::provider::Indeterminate
 /// `punctual simulate`.
 #[derive(Args)]
 struct SimulateArgs {
-    /// normal, throttle, poison, crash, overload, mixed, redrive.
+    /// normal, throttle, poison, crash, overload, mixed, redrive, tenants.
     #[arg(long, default_value = "normal")]
     scenario: String,
     /// Reminders (default: the scenario's).
@@ -83,6 +83,13 @@ struct SimulateArgs {
     /// Seed (same seed, same report).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Model the queues without SQS fair queues (random order across tenants; the sender sets
+    /// MessageGroupId = tenant_id, so fair queues are what AWS does).
+    #[arg(long)]
+    no_fair_queues: bool,
+    /// The limiter's per-tenant share of the quota (TENANT_SHARE), 0..=1.
+    #[arg(long)]
+    tenant_share: Option<f64>,
     /// Also run this baseline on the same scenario and seed (only `naive`).
     #[arg(long)]
     baseline: Option<String>,
@@ -184,6 +191,10 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         eprintln!("punctual simulate: --tight-share must be between 0 and 1");
         return ExitCode::from(2);
     }
+    if a.tenant_share.is_some_and(|f| !(f > 0.0 && f <= 1.0)) {
+        eprintln!("punctual simulate: --tenant-share must be in (0, 1]");
+        return ExitCode::from(2);
+    }
     let (quota, concurrency, seed) = (a.quota, a.concurrency, a.seed);
     let config = SimConfig {
         reminders: a.reminders.unwrap_or(sc.default_reminders()),
@@ -193,6 +204,8 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         seed,
         tight_share: a.tight_share.unwrap_or(SimConfig::new(sc).tight_share),
         tight_seconds: a.tight_seconds.unwrap_or(SimConfig::new(sc).tight_seconds),
+        fair_queues: !a.no_fair_queues,
+        tenant_share: a.tenant_share,
         ..SimConfig::new(sc)
     };
     let started = std::time::Instant::now();
@@ -269,6 +282,12 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
     for k in ["sqs_requests", "dynamodb_writes", "dynamodb_reads", "lambda_gb_seconds"] {
         let b = value.get("baseline").map(|b| b["cost"][k].to_string()).unwrap_or_default();
         println!("{:<28} {:>16} {b:>16}", format!("  {k}/1M"), value["cost"][k].to_string());
+    }
+    if report.tenant_p99_delay_seconds.len() > 1 {
+        println!("p99 delay per tenant, s (fair queues {})", if config.fair_queues { "on" } else { "off" });
+        for (t, d) in &report.tenant_p99_delay_seconds {
+            println!("  {t:<26} {d:>16.1}");
+        }
     }
     ExitCode::SUCCESS
 }

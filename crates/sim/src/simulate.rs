@@ -77,12 +77,23 @@ pub enum Scenario {
     Mixed,
     /// 12,000 fresh reminders while a DLQ of 2,000 throttled ones is redriven under a cap.
     Redrive,
+    /// One tenant releases 50,000 and nine release 1,000 each, at once: each tenant's p99
+    /// delay, with fair queues on or off (`--no-fair-queues`) and `--tenant-share`.
+    Tenants,
 }
 
 impl Scenario {
     /// Every scenario this build simulates.
-    pub const ALL: [Scenario; 7] =
-        [Self::Normal, Self::Throttle, Self::Poison, Self::Crash, Self::Overload, Self::Mixed, Self::Redrive];
+    pub const ALL: [Scenario; 8] = [
+        Self::Normal,
+        Self::Throttle,
+        Self::Poison,
+        Self::Crash,
+        Self::Overload,
+        Self::Mixed,
+        Self::Redrive,
+        Self::Tenants,
+    ];
 
     /// Parses a `--scenario` value.
     pub fn parse(s: &str) -> Option<Self> {
@@ -99,6 +110,7 @@ impl Scenario {
             Self::Overload => "overload",
             Self::Mixed => "mixed",
             Self::Redrive => "redrive",
+            Self::Tenants => "tenants",
         }
     }
 
@@ -107,6 +119,7 @@ impl Scenario {
         match self {
             Self::Overload => 200_000,
             Self::Mixed => 60_000,
+            Self::Tenants => TENANTS_NOISY + TENANTS_QUIET * TENANTS_QUIET_EACH,
             _ => 12_000,
         }
     }
@@ -137,7 +150,19 @@ pub struct SimConfig {
     pub overhead: Duration,
     /// Fraction of receives that also leave a duplicate copy (SQS at-least-once).
     pub duplicate_fraction: f64,
+    /// SQS fair queues (the tenant is each message's group; on by default, as the sender
+    /// sets `MessageGroupId` on every send).
+    pub fair_queues: bool,
+    /// The limiter's per-tenant share of the quota (`TENANT_SHARE`), if any.
+    pub tenant_share: Option<f64>,
 }
+
+/// `tenants`: the noisy tenant's reminders.
+pub const TENANTS_NOISY: usize = 50_000;
+/// `tenants`: the quiet tenants.
+pub const TENANTS_QUIET: usize = 9;
+/// `tenants`: each quiet tenant's reminders.
+pub const TENANTS_QUIET_EACH: usize = 1_000;
 
 impl SimConfig {
     /// The scenario's defaults.
@@ -154,6 +179,8 @@ impl SimConfig {
             latency: Duration::from_millis(80),
             overhead: Duration::from_millis(10),
             duplicate_fraction: 0.001,
+            fair_queues: true,
+            tenant_share: None,
         }
     }
 
@@ -219,6 +246,11 @@ pub struct SimReport {
     pub redrive_seconds: f64,
     /// `redrive`: fresh (never dead-lettered) reminders that were late.
     pub fresh_late: u64,
+    /// Fair queues were on.
+    pub fair_queues: bool,
+    /// Per tenant (more than one only in `tenants`): the p99 of delivery − `deliver_after`,
+    /// seconds, over its delivered reminders.
+    pub tenant_p99_delay_seconds: BTreeMap<String, f64>,
     /// Time series for charts (not part of the JSON report).
     #[serde(skip)]
     pub timeline: Timeline,
@@ -334,9 +366,16 @@ struct SimMsg {
     body: String,
     receive_count: u32,
     generation: u64,
+    /// Its `MessageGroupId` (the tenant), interned; 0 for none.
+    group: u32,
+    /// Received and neither deleted nor visible again.
+    in_flight: bool,
 }
 
-/// The in-memory SQS standard queue.
+/// The in-memory SQS standard queue. With `fair` (SQS fair queues, 2025) a receive serves the
+/// message groups with the fewest messages in flight first — a quiet tenant's messages are not
+/// stuck behind a noisy tenant's backlog — and picks at random within a group; without it, at
+/// random among every ready message.
 #[derive(Debug, Default)]
 struct QueueState {
     next_id: u64,
@@ -345,6 +384,64 @@ struct QueueState {
     /// (visible at ms, id, generation).
     waiting: BinaryHeap<Reverse<(i64, u64, u64)>>,
     dlq: Vec<(String, ReasonCode, bool)>,
+    fair: bool,
+    groups: HashMap<String, u32>,
+    /// `fair`: the ready messages of each group, and each group's messages in flight.
+    ready_by_group: Vec<Vec<u64>>,
+    in_flight: Vec<u32>,
+    ready_len: usize,
+}
+
+impl QueueState {
+    fn group_of(&mut self, group: Option<&str>) -> u32 {
+        let Some(g) = group else { return 0 };
+        let next = self.groups.len() as u32 + 1;
+        let id = *self.groups.entry(g.to_owned()).or_insert(next);
+        let need = id as usize + 1;
+        if self.in_flight.len() < need {
+            self.in_flight.resize(need, 0);
+            self.ready_by_group.resize_with(need, Vec::new);
+        }
+        id
+    }
+
+    fn make_ready(&mut self, id: u64) {
+        let Some(m) = self.msgs.get_mut(&id) else { return };
+        let g = m.group as usize;
+        if std::mem::take(&mut m.in_flight) {
+            self.in_flight[g] = self.in_flight[g].saturating_sub(1);
+        }
+        if self.fair {
+            self.ready_by_group[g].push(id);
+        } else {
+            self.ready.push(id);
+        }
+        self.ready_len += 1;
+    }
+
+    /// The next ready message to hand out, removed from the ready set.
+    fn take_ready(&mut self, rng: &mut SplitMix64) -> Option<u64> {
+        if self.ready_len == 0 {
+            return None;
+        }
+        let id = if self.fair {
+            // The group with the fewest in flight (ties: the first after a random start).
+            let n = self.ready_by_group.len();
+            let start = (rng.next_u64() % n as u64) as usize;
+            let g = (0..n)
+                .map(|k| (start + k) % n)
+                .filter(|g| !self.ready_by_group[*g].is_empty())
+                .min_by_key(|g| self.in_flight[*g])?;
+            let list = &mut self.ready_by_group[g];
+            let i = (rng.next_u64() % list.len() as u64) as usize;
+            list.swap_remove(i)
+        } else {
+            let i = (rng.next_u64() % self.ready.len() as u64) as usize;
+            self.ready.swap_remove(i)
+        };
+        self.ready_len -= 1;
+        Some(id)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -357,19 +454,24 @@ struct SimQueue {
 }
 
 impl SimQueue {
-    fn push(&self, body: String, visible_at: DateTime<Utc>) {
+    fn push(&self, body: String, visible_at: DateTime<Utc>, group: Option<&str>) {
         let mut s = lock(&self.state);
         let id = s.next_id;
         s.next_id += 1;
-        s.msgs.insert(id, SimMsg { body, receive_count: 0, generation: 0 });
+        let group = s.group_of(group);
+        s.msgs.insert(id, SimMsg { body, receive_count: 0, generation: 0, group, in_flight: false });
         s.waiting.push(Reverse((visible_at.timestamp_millis(), id, 0)));
         drop(s);
         self.pushed.notify_waiters();
     }
 
-    fn new(clock: &SimClock, usage: &Arc<Usage>) -> Self {
+    fn new(clock: &SimClock, usage: &Arc<Usage>, fair: bool) -> Self {
+        let mut state = QueueState { fair, ..QueueState::default() };
+        state.group_of(None);
+        state.in_flight.resize(1, 0);
+        state.ready_by_group.resize_with(1, Vec::new);
         Self {
-            state: Arc::default(),
+            state: Arc::new(Mutex::new(state)),
             clock: clock.clone(),
             usage: Arc::clone(usage),
             pushed: Arc::new(tokio::sync::Notify::new()),
@@ -403,34 +505,39 @@ impl SimQueue {
             }
             s.waiting.pop();
             if s.msgs.get(&id).is_some_and(|m| m.generation == generation) {
-                s.ready.push(id);
+                s.make_ready(id);
             }
         }
     }
 
-    /// Receives up to 10 random ready messages; each becomes invisible for `vt`.
+    /// Receives up to 10 ready messages (see [`QueueState`] for which); each becomes
+    /// invisible for `vt`.
     fn receive(&self, now: DateTime<Utc>, vt: Duration, dup: f64, rng: &mut SplitMix64) -> Vec<(u64, String, u32)> {
         let mut s = lock(&self.state);
         let now_ms = now.timestamp_millis();
         Self::promote(&mut s, now_ms);
         let mut out = Vec::new();
-        while out.len() < 10 && !s.ready.is_empty() {
-            let i = (rng.next_u64() % s.ready.len() as u64) as usize;
-            let id = s.ready.swap_remove(i);
+        while out.len() < 10 {
+            let Some(id) = s.take_ready(rng) else { break };
             let again = now_ms + vt.as_millis() as i64;
-            let (body, count, generation) = {
+            let (body, count, generation, group) = {
                 let Some(m) = s.msgs.get_mut(&id) else { continue };
                 m.receive_count += 1;
                 m.generation += 1;
-                (m.body.clone(), m.receive_count, m.generation)
+                m.in_flight = true;
+                (m.body.clone(), m.receive_count, m.generation, m.group)
             };
+            s.in_flight[group as usize] += 1;
             s.waiting.push(Reverse((again, id, generation)));
             if rng.next_unit() < dup {
                 // At-least-once: SQS also hands out a copy.
                 let cid = s.next_id;
                 s.next_id += 1;
-                s.msgs.insert(cid, SimMsg { body: body.clone(), receive_count: 0, generation: 0 });
-                s.ready.push(cid);
+                s.msgs.insert(
+                    cid,
+                    SimMsg { body: body.clone(), receive_count: 0, generation: 0, group, in_flight: false },
+                );
+                s.make_ready(cid);
             }
             out.push((id, body, count));
         }
@@ -438,7 +545,13 @@ impl SimQueue {
     }
 
     fn delete(&self, id: u64) {
-        lock(&self.state).msgs.remove(&id);
+        let mut s = lock(&self.state);
+        if let Some(m) = s.msgs.remove(&id)
+            && m.in_flight
+        {
+            let g = m.group as usize;
+            s.in_flight[g] = s.in_flight[g].saturating_sub(1);
+        }
     }
 
     fn depth(&self) -> usize {
@@ -447,7 +560,7 @@ impl SimQueue {
 
     fn next_visible(&self) -> Option<i64> {
         let s = lock(&self.state);
-        if !s.ready.is_empty() {
+        if s.ready_len > 0 {
             return Some(i64::MIN);
         }
         s.waiting.peek().map(|Reverse((at, _, _))| *at)
@@ -473,11 +586,12 @@ impl SimLanes {
         self.normal.depth() + self.urgent.depth()
     }
 
-    /// Sends with `DelaySeconds` as the real adapter does: rounded up to whole seconds, ≤ 900.
-    fn send(&self, body: String, delay: Duration, lane: QueueLane) {
+    /// Sends with `DelaySeconds` as the real adapter does: rounded up to whole seconds, ≤ 900;
+    /// the tenant is the message group, as the real adapter sets it.
+    fn send(&self, body: String, delay: Duration, lane: QueueLane, group: Option<&str>) {
         let secs = (delay.as_secs() + u64::from(delay.subsec_nanos() > 0)).min(900);
         let q = self.of(lane);
-        q.push(body, q.clock.now() + TimeDelta::seconds(secs as i64));
+        q.push(body, q.clock.now() + TimeDelta::seconds(secs as i64), group);
     }
 
     fn dlq(&self) -> &Arc<Mutex<QueueState>> {
@@ -488,7 +602,7 @@ impl SimLanes {
 impl SendQueue for SimLanes {
     async fn requeue(&self, msg: &ReminderMessage, delay: Duration, lane: QueueLane) -> Result<(), QueueError> {
         Usage::add(&self.normal.usage.sqs_requests, 1);
-        self.send(msg.encode(), delay, lane);
+        self.send(msg.encode(), delay, lane, Some(msg.tenant_id.as_str()));
         Ok(())
     }
 
@@ -503,7 +617,7 @@ impl SendQueue for SimLanes {
 impl ReleaseQueue for SimLanes {
     async fn release(&self, batch: &[Release]) -> Result<Vec<bool>, QueueError> {
         for r in batch {
-            self.send(r.message.encode(), r.delay, r.lane);
+            self.send(r.message.encode(), r.delay, r.lane, Some(r.message.tenant_id.as_str()));
         }
         Ok(vec![true; batch.len()])
     }
@@ -666,7 +780,8 @@ impl punctual_core::ports::DeadLetters for SimDeadLetters {
     async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), punctual_core::ports::DeadLettersError> {
         Usage::add(&self.queue.normal.usage.sqs_requests, 1);
         let now = self.queue.normal.clock.now();
-        self.queue.send(body.to_owned(), Duration::ZERO, lane);
+        let tenant = ReminderMessage::decode(body).ok().map(|m| m.tenant_id);
+        self.queue.send(body.to_owned(), Duration::ZERO, lane, tenant.as_ref().map(|t| t.as_str()));
         *lock(&self.moved_at) = Some(now);
         Ok(())
     }
@@ -716,7 +831,29 @@ fn reminder(config: &SimConfig, rng: &mut SplitMix64, i: usize) -> Result<Remind
     } else {
         t0() + config.window()
     };
-    Ok(punctual_core::testing::message(&format!("sim-{i}"), t0(), by))
+    let m = punctual_core::testing::message(&format!("sim-{i}"), t0(), by);
+    if config.scenario == Scenario::Tenants {
+        let tenant = tenant_name(tenant_of(i));
+        let tenant_id = punctual_core::TenantId::parse(&tenant).map_err(|e| e.to_string())?;
+        let reminder_id =
+            punctual_core::ids::ReminderId::derive(&tenant_id, &m.renewal_id, &m.kind, m.deliver_after.date_naive());
+        return Ok(ReminderMessage { tenant_id, reminder_id, ..m });
+    }
+    Ok(m)
+}
+
+/// `tenants`: reminder `i`'s tenant (0 the noisy one), interleaved as an import of a mixed
+/// file would be: of every 59 reminders, 50 are the noisy tenant's and one each the nine quiet
+/// tenants' (so the default 59,000 are 50,000 and 9 × 1,000, and a smaller run keeps the mix).
+fn tenant_of(i: usize) -> u8 {
+    const ROUND: usize = TENANTS_NOISY / TENANTS_QUIET_EACH + TENANTS_QUIET;
+    let k = i % ROUND;
+    let noisy = TENANTS_NOISY / TENANTS_QUIET_EACH;
+    if k < noisy { 0 } else { (1 + k - noisy) as u8 }
+}
+
+fn tenant_name(t: u8) -> String {
+    if t == 0 { "noisy".to_owned() } else { format!("quiet-{t}") }
 }
 
 /// What the accounting needs of a healthy reminder: a tenth of the message in memory (the
@@ -726,6 +863,8 @@ struct Tracked {
     id: punctual_core::ids::ReminderId,
     deliver_after: DateTime<Utc>,
     deliver_by: DateTime<Utc>,
+    /// `tenants`: the tenant's index (0 otherwise).
+    tenant: u8,
 }
 
 /// Late reminders under earliest-deadline-first at the quota (the optimum for one server).
@@ -752,7 +891,8 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let mut rng = SplitMix64::new(config.seed);
     let clock = SimClock::new(t0());
     let usage = Arc::new(Usage::default());
-    let queue = SimLanes { normal: SimQueue::new(&clock, &usage), urgent: SimQueue::new(&clock, &usage) };
+    let fair = config.fair_queues;
+    let queue = SimLanes { normal: SimQueue::new(&clock, &usage, fair), urgent: SimQueue::new(&clock, &usage, fair) };
     let provider = SimProvider {
         state: Arc::default(),
         clock: clock.clone(),
@@ -773,7 +913,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         if i >= fresh {
             if worker == Worker::Naive {
                 // The naive operator moves the whole DLQ back at once (SQS's own redrive).
-                queue.normal.push(body(), t0());
+                queue.normal.push(body(), t0(), m.as_ref().ok().map(|m| m.tenant_id.as_str()));
             } else {
                 lock(&dlq.items).push((i as u64, body(), false));
             }
@@ -787,17 +927,22 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                 deliver_by: m.deliver_by,
             });
             if worker == Worker::Naive {
-                queue.normal.push(body(), t0());
+                queue.normal.push(body(), t0(), Some(m.tenant_id.as_str()));
             }
         } else {
             // A malformed body has no renewal to schedule: it reaches the queue as it would
             // from a broken producer.
-            queue.normal.push(body(), t0());
+            queue.normal.push(body(), t0(), m.as_ref().ok().map(|m| m.tenant_id.as_str()));
         }
         msgs.push(match m {
             Ok(m) => (
                 String::new(),
-                Some(Tracked { id: m.reminder_id, deliver_after: m.deliver_after, deliver_by: m.deliver_by }),
+                Some(Tracked {
+                    id: m.reminder_id,
+                    deliver_after: m.deliver_after,
+                    deliver_by: m.deliver_by,
+                    tenant: if config.scenario == Scenario::Tenants { tenant_of(i) } else { 0 },
+                }),
             ),
             Err(body) => (body, None),
         });
@@ -848,7 +993,12 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             Sender::new(
                 ledger.clone(),
                 CountedRenewals(Arc::clone(&usage)),
-                SharedLimiter::new(slots.clone(), clock.clone(), LimiterSettings::new(config.quota), config.seed ^ w),
+                SharedLimiter::new(
+                    slots.clone(),
+                    clock.clone(),
+                    LimiterSettings { tenant_share: config.tenant_share, ..LimiterSettings::new(config.quota) },
+                    config.seed ^ w,
+                ),
                 provider.clone(),
                 queue.clone(),
                 clock.clone(),
@@ -1047,6 +1197,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let mut tally = Tally::new(as_of);
     let mut late_times: Vec<f64> = Vec::new();
     let mut last: Option<DateTime<Utc>> = None;
+    let mut delays: BTreeMap<u8, Vec<f64>> = BTreeMap::new();
     for (body, m) in &msgs {
         let Some(m) = m else {
             // Malformed: in the DLQ by reason, no reminder to follow.
@@ -1064,6 +1215,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         let (outcome, ended_at) = match delivered_at.get(m.id.as_str()) {
             Some(at) => {
                 last = Some(last.map_or(*at, |l| l.max(*at)));
+                delays.entry(m.tenant).or_default().push(until(m.deliver_after, *at).as_secs_f64());
                 (Outcome::Delivered { at: *at }, Some(*at))
             }
             None if state == Some(ReminderState::Expired) => (Outcome::Expired, entered(ReminderState::Expired)),
@@ -1093,6 +1245,16 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     // client: the naive worker) is a double effect.
     tally.provider(p.duplicate_key_attempts, p.duplicate_deliveries);
     report.counts = tally.finish(None, 0);
+    report.fair_queues = config.fair_queues;
+    report.tenant_p99_delay_seconds = delays
+        .into_iter()
+        .map(|(t, mut d)| {
+            d.sort_by(f64::total_cmp);
+            let p99 = d.get(((d.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0.0);
+            let name = if config.scenario == Scenario::Tenants { tenant_name(t) } else { "acme".to_owned() };
+            (name, (p99 * 10.0).round() / 10.0)
+        })
+        .collect();
     let drain = last.map_or(0.0, |l| until(t0(), l).as_secs_f64());
     report.throughput =
         Throughput::measure(p.calls, p.throttled, report.counts.delivered, drain, healthy as f64 / config.quota);

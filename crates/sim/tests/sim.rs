@@ -129,3 +129,26 @@ fn deadlines_thirty_to_ninety_seconds_out_are_served_within_five_of_edf() {
     );
     assert_eq!(p.counts.lost, 0);
 }
+
+/// SQS fair queues (the sender's `MessageGroupId = tenant_id`): one tenant's backlog does not
+/// hold back the others. Without them the quiet tenants wait as long as the noisy one.
+#[test]
+fn fair_queues_serve_quiet_tenants_ahead_of_a_noisy_backlog() {
+    let run = |fair| {
+        let config = SimConfig { reminders: 5_900, fair_queues: fair, ..SimConfig::new(Scenario::Tenants) };
+        run(&config, Worker::Punctual)
+    };
+    for fair in [true, false] {
+        let r = run(fair);
+        assert_eq!((r.counts.delivered, r.counts.late, r.counts.lost), (5_900, 0, 0), "fair {fair}");
+        let t = &r.tenant_p99_delay_seconds;
+        assert_eq!(t.len(), 10, "{t:?}");
+        let noisy = t["noisy"];
+        let quiet = t.iter().filter(|(k, _)| k.starts_with("quiet")).map(|(_, v)| *v).fold(0.0, f64::max);
+        if fair {
+            assert!(quiet < 0.3 * noisy, "fair queues: quiet p99 {quiet} s against noisy {noisy} s");
+        } else {
+            assert!(quiet > 0.8 * noisy, "random order: quiet p99 {quiet} s against noisy {noisy} s");
+        }
+    }
+}
