@@ -25,12 +25,14 @@ async fn run_contract(client: aws_sdk_dynamodb::Client, on_dynamodb_local: bool)
 
 #[tokio::test]
 async fn dynamodb_ledger_obeys_the_ledger_contract_on_the_emulator() {
-    run_contract(aws_sdk_dynamodb::Client::new(&sdk_config().await), false).await;
+    // Boxed: the suite's state machine (every SDK future it awaits, inline) is large in a debug
+    // build, and a `#[tokio::test]` body lives on the test thread's 2 MB stack.
+    Box::pin(run_contract(aws_sdk_dynamodb::Client::new(&sdk_config().await), false)).await;
 }
 
 #[tokio::test]
 async fn dynamodb_ledger_obeys_the_ledger_contract_on_dynamodb_local() {
     if let Some(client) = dynamodb_local_client().await {
-        run_contract(client, true).await;
+        Box::pin(run_contract(client, true)).await;
     }
 }

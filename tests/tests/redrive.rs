@@ -241,7 +241,9 @@ async fn a_failing_canary_aborts_and_leaves_the_rest_untouched() {
 #[tokio::test]
 async fn a_redriven_reminder_reaches_the_provider_with_its_original_key() {
     let r = rig("rd-key").await;
-    let m = r.dead_letter("key-1", ReasonCode::ProviderIndeterminate).await;
+    // Its attempts ran out on indeterminate answers (a keyed provider never quarantines as
+    // provider_indeterminate: it retries under the key until the budget is spent).
+    let m = r.dead_letter("key-1", ReasonCode::AttemptLimit).await;
     // The provider accepted the first attempt but the answer was lost (ledger never knew).
     let provider = HttpProvider::new(&r.double.url(), &Secret::new(TOKEN), Duration::from_secs(1)).unwrap();
     let req = punctual_core::ports::ProviderRequest {

@@ -65,10 +65,12 @@ async fn ses_on_the_emulator_sends_once_refuses_unverified_and_needs_a_recipient
     let after = punctual_ses::emulator::sent_last_24_hours(&endpoint(), REGION).await.unwrap();
     assert_eq!(after - before, 1, "exactly one email at SES");
 
-    // An unverified identity: permanent, with SES's reason and no address.
+    // An unverified From identity: refused with SES's reason (and no address in it). Every
+    // email from it would be refused the same way, so it refuses the deployment (the sender
+    // pauses the fleet for an operator) rather than dead-lettering the morning one by one.
     let unverified = SesProvider::new(&ses_conf, book.clone(), settings("nobody@unverified.punctual.example"));
     match unverified.send(&req(Some("cust-1"))).await.unwrap() {
-        ProviderOutcome::Undeliverable { reason: ReasonCode::ClassifiedPermanent, detail } => {
+        ProviderOutcome::AccountBlocked { detail } => {
             assert!(detail.contains("MessageRejected"), "{detail}");
             assert!(!detail.contains('@'), "an address leaked into the DLQ detail: {detail}");
         }

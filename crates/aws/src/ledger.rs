@@ -262,6 +262,7 @@ fn parse_record(id: &ReminderId, item: &Item) -> Result<LedgerRecord, LedgerErro
         history_dropped: get_i64(item, "history_dropped").and_then(|d| u64::try_from(d).ok()).unwrap_or(0),
         release_id: get_s(item, "release_id").map(str::to_owned),
         call_owner: get_s(item, "call_owner").map(str::to_owned),
+        call_release: get_s(item, "call_release").map(str::to_owned),
     })
 }
 
@@ -351,8 +352,10 @@ impl Ledger for DynamoLedger {
                     new.as_ref().and_then(|i| get_i64(i, "attempts")).and_then(|a| u32::try_from(a).ok()).unwrap_or(0);
                 // The claim leaves `call_owner` as it was: another owner's mark is a call whose
                 // outcome nobody recorded.
-                let unsettled_call =
-                    new.as_ref().and_then(|i| get_s(i, "call_owner")).is_some_and(|o| o != owner.as_str());
+                let mark = new.as_ref().and_then(|i| get_s(i, "call_owner"));
+                let release = new.as_ref().and_then(|i| get_s(i, "call_release"));
+                let unsettled_call = mark.is_some_and(|o| o != owner.as_str())
+                    && !punctual_core::ports::covered_by_operator(msg, release);
                 Ok(ClaimView::Claimed { prior_attempts, unsettled_call })
             }
             ConditionalUpdate::ConditionFailed(old) => {
@@ -398,6 +401,7 @@ impl Ledger for DynamoLedger {
         // The mark of an unknown call outlives only the quarantine that is about it.
         if x.reason != Some(ReasonCode::ProviderIndeterminate) {
             remove.push("call_owner");
+            remove.push("call_release");
         }
         let mut update = self
             .update(msg)
@@ -477,7 +481,8 @@ impl Ledger for DynamoLedger {
     ) -> Result<bool, LedgerError> {
         let update = self
             .update(msg)
-            .update_expression("SET call_owner = :owner")
+            .update_expression("SET call_owner = :owner, call_release = :release")
+            .expression_attribute_values(":release", s(msg.redrive.as_ref().map_or("", |r| r.id.as_str())))
             .condition_expression("#state = :leased AND #owner = :owner AND lease_until_ms > :now")
             .expression_attribute_names("#state", "state")
             .expression_attribute_names("#owner", "owner")

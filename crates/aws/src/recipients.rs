@@ -85,14 +85,15 @@ impl DynamoRecipients {
 
 impl Recipients for DynamoRecipients {
     async fn address(&self, recipient_ref: &str) -> Result<Option<EmailAddress>, RecipientsError> {
-        // Eventually consistent (half the read cost): an address written by an import minutes
-        // or days before its reminder is due has long propagated.
+        // Strongly consistent: an import may write the address moments before the scheduler
+        // releases the renewal (a read costs one unit instead of half).
         let item = self
             .client
             .get_item()
             .table_name(&self.table)
             .key(KEY, AttributeValue::S(recipient_ref.to_owned()))
             .projection_expression("email")
+            .consistent_read(true)
             .send()
             .await
             .map_err(|e| RecipientsError::Unknown(Box::new(e)))?

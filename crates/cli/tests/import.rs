@@ -136,7 +136,9 @@ async fn emails_go_to_the_recipients_table_only() {
          acme,ren-1,cust-1,email,Europe/London,2026-12-01,480,ana@example.com\n\
          acme,ren-2,cust-2,email,Europe/London,2026-12-01,480,not-an-address\n\
          acme,ren-3,cust-1,email,Europe/London,2026-12-01,480,someone.else@example.com\n\
-         acme,ren-4,cust-4,email,Europe/London,2026-12-01,480,\n",
+         acme,ren-4,cust-4,email,Europe/London,2026-12-01,480,\n\
+         acme,ren-5,cust-1,email,Europe/London,2026-12-01,480,ana@example.com\n\
+         acme,ren-6,bob@example.com,email,Europe/London,2026-12-01,480,\n",
     );
     let refused = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
         .args(["import", path.to_str().unwrap(), "--table", &name])
@@ -155,10 +157,25 @@ async fn emails_go_to_the_recipients_table_only() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((summary["inserted"].as_u64(), summary["recipients"].as_u64()), (Some(2), Some(1)), "{summary}");
+    // A customer with two renewals and one address (lines 2 and 6) is one recipient.
+    assert_eq!((summary["inserted"].as_u64(), summary["recipients"].as_u64()), (Some(3), Some(2)), "{summary}");
     let lines: Vec<u64> = summary["rejected"].as_array().unwrap().iter().map(|r| r["line"].as_u64().unwrap()).collect();
-    assert_eq!(lines, vec![3, 4], "{summary}");
+    // Line 7 uses an address as its recipient_ref.
+    assert_eq!(lines, vec![3, 4, 7], "{summary}");
     assert!(!summary.to_string().contains("not-an-address"), "a rejected value that may be an address is not echoed");
+    assert!(!summary.to_string().contains("bob@"), "{summary}");
+    // A misspelled column is named, not silently ignored.
+    let typo = write(
+        "typo.csv",
+        "tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,window_minutes,Email\n\
+         acme,ren-9,cust-9,email,Europe/London,2026-12-01,480,zoe@example.com\n",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["import", typo.to_str().unwrap(), "--table", &name, "--recipients-table", &recipients, "--json"])
+        .output()
+        .unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["ignored_columns"], serde_json::json!(["Email"]), "{summary}");
     let book = punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &recipients);
     assert_eq!(book.address("cust-1").await.unwrap().unwrap().expose(), "ana@example.com");
     assert_eq!(book.address("cust-4").await.unwrap(), None);

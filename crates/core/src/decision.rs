@@ -79,7 +79,9 @@ pub enum ClaimView {
         prior_attempts: u32,
         /// An earlier holder marked a provider call ([`Step::MarkCall`]) and its lease ended
         /// without a settle: that call's outcome is unknown (only ever set for a provider that
-        /// does not honour keys, the only kind whose calls are marked).
+        /// does not honour keys, the only kind whose calls are marked). Not set for a mark an
+        /// operator's redrive covers: a copy stamped `resend_unknown` whose redrive is later
+        /// than the release that made the mark (see the ledger contract).
         unsettled_call: bool,
     },
     /// The reminder is already delivered.
@@ -109,6 +111,9 @@ pub struct RecordView {
     pub state: Option<ReminderState>,
     /// Provider attempts recorded (0 without a record).
     pub attempts: u32,
+    /// A provider call is marked and was never settled (a provider without keys): its outcome
+    /// is unknown.
+    pub unknown_call: bool,
 }
 
 /// The renewal as the system of record has it now.
@@ -273,6 +278,15 @@ pub enum Decision {
 fn past_deadline(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision {
     let duplicate = Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
     match (inputs.claim, inputs.recorded) {
+        // An earlier call's outcome is unknown (a provider without keys): the reminder may have
+        // been delivered. Not an expiry (which would count it late and clear the mark): the DLQ
+        // with what is known, for an operator.
+        (Some(ClaimView::Claimed { prior_attempts, unsettled_call: true }), _) => quarantine(
+            ReasonCode::ProviderIndeterminate,
+            prior_attempts.max(msg.attempt),
+            None,
+            "deliver_by passed and an earlier call's outcome is unknown (its worker stopped before recording it)".into(),
+        ),
         // This worker holds the lease (it claimed before the deadline passed): not delivered.
         (Some(ClaimView::Claimed { prior_attempts, .. }), _) => {
             Decision::Done(Disposition::Expire { attempts_made: prior_attempts.max(msg.attempt) })
@@ -281,6 +295,16 @@ fn past_deadline(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision {
         (_, None) => Decision::Next(Step::ReadLedger),
         (_, Some(rec)) => match rec.state {
             Some(ReminderState::Delivered) => duplicate,
+            // Maybe delivered: never an expiry (see above).
+            Some(ReminderState::Leased | ReminderState::Deferred | ReminderState::DeadLettered) if rec.unknown_call => {
+                quarantine(
+                    ReasonCode::ProviderIndeterminate,
+                    rec.attempts.max(msg.attempt),
+                    None,
+                    "deliver_by passed and an earlier call's outcome is unknown (its worker stopped before recording it)"
+                        .into(),
+                )
+            }
             // Already expired: its DLQ entry exists (the DLQ is written before the ledger).
             Some(ReminderState::Expired) => duplicate,
             // Nothing is owed to a cancelled renewal; a DLQ entry would be a false one.
@@ -370,8 +394,7 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
     }
     // 5b. An earlier call whose outcome is unknown, at a provider that would apply a resend as
     //     a second effect: under `at_most_once` an operator decides (a redrive resends).
-    let operator_resends = msg.redrive.as_ref().is_some_and(|r| r.resend_unknown);
-    if unsettled_call && !policy.resends_indeterminate() && !operator_resends {
+    if unsettled_call && !policy.resends_indeterminate() {
         return quarantine(
             ReasonCode::ProviderIndeterminate,
             prior_attempts.max(msg.attempt),

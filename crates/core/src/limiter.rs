@@ -485,17 +485,23 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
         let key = self.main_key();
         let s = &self.settings;
         let view = lock(&self.pools).get(&key).map(|p| p.view).unwrap_or_default();
+        // Only a long window is worth acting on. A reset is told in whole seconds, so "1" may
+        // mean 5 ms: pausing the whole schedule for it each time a 1 s window runs dry would
+        // cost up to half the quota; such a window's 429, if it comes, says how long itself.
+        if reset < BUDGET_WINDOW_MIN {
+            return Ok(());
+        }
         if remaining == 0 {
             // The next call would be refused: no slot before the window resets.
             lock(&self.stats).budget_pauses += 1;
             return self.pause_for(&key, &view, now, reset).await;
         }
-        // Only a long window is worth a cut: near the end of a short (1 s) window `remaining`
-        // is small by construction, and a cut recovers slowly (`recover_per_sec`).
+        // Near the end of any window `remaining` is small; a cut recovers slowly
+        // (`recover_per_sec`), so only a budget that would run dry at half the rate cuts.
         let reset_s = reset.min(s.max_shared_pause).as_secs_f64();
         let rate = s.rate(&view, now);
         let fits = remaining as f64 / reset_s.max(f64::MIN_POSITIVE);
-        if reset < BUDGET_WINDOW_MIN || fits >= rate * 0.5 {
+        if fits >= rate * 0.5 {
             return Ok(());
         }
         let gap = s.cut_gap.as_millis() as i64;
@@ -513,8 +519,8 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
     }
 }
 
-/// The shortest provider window whose remaining budget can cut the rate (see
-/// [`Limiter::budget`]); shorter windows only pause when nothing is left.
+/// The shortest provider window (time to its reset) whose remaining budget the limiter acts on
+/// (see [`Limiter::budget`]).
 pub const BUDGET_WINDOW_MIN: Duration = Duration::from_secs(2);
 
 impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {

@@ -122,7 +122,9 @@ impl ThrottleHints {
             remaining = header("ratelimit-remaining").and_then(number);
         }
         if reset.is_none() {
-            reset = header("ratelimit-reset").and_then(number).map(Duration::from_secs);
+            // A delta by the IETF draft; some vendors send a Unix time here too, which `auto`
+            // tells apart (a 31-year delta is not credible).
+            reset = header("ratelimit-reset").and_then(number).map(|v| ResetForm::Auto.wait(v, now));
         }
         if remaining.is_none() {
             remaining = header("x-ratelimit-remaining").and_then(number);

@@ -33,8 +33,9 @@ impl RenewalStatus {
     }
 }
 
-/// One row as read from a file (all text, as written by a person or an export).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+/// One row as read from a file (all text, as written by a person or an export). Its `Debug`
+/// never shows `email`.
+#[derive(Clone, Default, PartialEq, Eq, serde::Deserialize)]
 pub struct RenewalInput {
     /// Tenant id.
     pub tenant_id: String,
@@ -63,6 +64,24 @@ pub struct RenewalInput {
     /// table under `recipient_ref` (for SES), never to the renewals table.
     #[serde(default)]
     pub email: String,
+}
+
+impl std::fmt::Debug for RenewalInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RenewalInput")
+            .field("tenant_id", &self.tenant_id)
+            .field("renewal_id", &self.renewal_id)
+            .field("recipient_ref", &self.recipient_ref)
+            .field("channel", &self.channel)
+            .field("zone", &self.zone)
+            .field("local_due_date", &self.local_due_date)
+            .field("local_send_time", &self.local_send_time)
+            .field("window_minutes", &self.window_minutes)
+            .field("status", &self.status)
+            .field("kind", &self.kind)
+            .field("email", &if self.email.is_empty() { "" } else { "<redacted>" })
+            .finish()
+    }
 }
 
 /// A validated renewal with its computed instants.
@@ -113,6 +132,12 @@ pub enum RowError {
     /// A required column is empty.
     #[error("{0} is required")]
     Missing(&'static str),
+    /// `recipient_ref` looks like an address: it is an opaque reference, resolved at send time
+    /// (put the address in the `email` column). The value is not repeated.
+    #[error(
+        "recipient_ref must be an opaque reference, not an address (it contains '@'); put the address in the email column"
+    )]
+    AddressAsReference,
     /// A column is longer than allowed.
     #[error("{field} is longer than {max} characters")]
     TooLong {
@@ -158,6 +183,10 @@ impl Renewal {
         let renewal_id = RenewalId::parse(input.renewal_id.trim())
             .map_err(|source| RowError::BadId { field: "renewal_id", source })?;
         let recipient_ref = text("recipient_ref", &input.recipient_ref, 256)?;
+        // An address would travel in messages, DLQ details, logs and the renewals table.
+        if recipient_ref.contains('@') {
+            return Err(RowError::AddressAsReference);
+        }
         let channel = text("channel", &input.channel, 32)?;
         let zone_name = input.zone.trim();
         let zone = parse_zone(zone_name)?;
@@ -277,5 +306,16 @@ mod tests {
         .unwrap();
         assert_eq!(r.deliver_after.to_rfc3339(), "2026-03-08T07:00:00+00:00");
         assert!(matches!(r.dst, DstAdjustment::MovedOutOfGap { .. }));
+    }
+
+    #[test]
+    fn an_address_is_never_a_recipient_ref_and_never_printed() {
+        let mut r = row();
+        r.recipient_ref = "ana@example.com".into();
+        assert_eq!(Renewal::validate(&r).unwrap_err(), RowError::AddressAsReference);
+        assert!(!RowError::AddressAsReference.to_string().contains("ana"));
+        let mut r = row();
+        r.email = "ana@example.com".into();
+        assert!(!format!("{r:?}").contains("ana@"), "{r:?}");
     }
 }

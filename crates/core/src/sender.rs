@@ -330,6 +330,7 @@ where
                     recorded = Some(RecordView {
                         state: rec.as_ref().map(|r| r.state),
                         attempts: rec.as_ref().map_or(0, |r| r.attempts),
+                        unknown_call: rec.as_ref().is_some_and(|r| r.call_owner.is_some()),
                     });
                 }
                 Decision::Next(Step::CheckRenewal) => {
@@ -356,7 +357,18 @@ where
                         timeout,
                     };
                     let started = self.clock.now();
-                    let outcome = self.provider.send(&req).await?;
+                    let outcome = match self.provider.send(&req).await {
+                        Ok(o) => o,
+                        // The client failed before calling (nothing reached the provider). With
+                        // a marked call this must not look like an unknown outcome to the next
+                        // claim: it becomes a determinate transient, whose deferral settles and
+                        // clears the mark. Without a mark it is infrastructure, retried by SQS.
+                        Err(e) if call_marked == Some(true) => {
+                            tracing::warn!(error = %e, "the provider client failed before calling; deferred");
+                            ProviderOutcome::Transient { status: None, retry_after: None }
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
                     provider_calls += 1;
                     self.measure(until(started, self.clock.now()));
                     // The provider says "slow down": a 429, or a 503 that says for how long.
@@ -366,24 +378,26 @@ where
                         ProviderOutcome::Transient { status: Some(503), retry_after: Some(ra) } => Some(Some(*ra)),
                         _ => None,
                     };
+                    // Best effort: the provider's answer is known now and must reach the ledger;
+                    // a limiter write that fails here is logged, never allowed to lose it (the
+                    // next 429 or budget hint tries again).
                     if let Some(retry_after) = slow_down {
                         let ra = retry_after.map(|r| r.delay_from(self.clock.now()));
-                        self.limiter.throttled(ra).await?;
+                        if let Err(e) = self.limiter.throttled(ra).await {
+                            tracing::warn!(error = %e, "could not slow the shared limiter after a throttle");
+                        }
                     }
                     // The provider said its window is nearly spent: slow down before a 429.
-                    if let ProviderOutcome::Accepted { budget: Some(b), .. } = &outcome {
-                        self.limiter.budget(b.remaining, b.reset).await?;
+                    if let ProviderOutcome::Accepted { budget: Some(b), .. } = &outcome
+                        && let Err(e) = self.limiter.budget(b.remaining, b.reset).await
+                    {
+                        tracing::warn!(error = %e, "could not pass the provider's remaining budget to the limiter");
                     }
                     provider = Some(outcome);
                 }
             }
             now = self.clock.now();
         };
-        // An unknown outcome that will be resent (a deferral, not a quarantine) at a provider
-        // without keys: the resend may double the effect.
-        possible_double |= !self.settings.policy.provider_keys
-            && matches!(provider, Some(ProviderOutcome::Indeterminate { .. }))
-            && matches!(disposition, Disposition::Defer { .. });
         let mut processed =
             self.apply(received, &decoded, &owner, claim, now, disposition, provider_calls, provider.as_ref()).await?;
         processed.possible_double = possible_double;

@@ -190,6 +190,7 @@ fn fresh_record(msg: &ReminderMessage) -> LedgerRecord {
         history_dropped: 0,
         release_id: None,
         call_owner: None,
+        call_release: None,
     }
 }
 
@@ -250,7 +251,8 @@ impl Ledger for MemoryLedger {
         r.lease_until = Some(lease_until);
         append(&mut r, entry(msg, now, ReminderState::Leased, None));
         let prior_attempts = r.attempts;
-        let unsettled_call = r.call_owner.as_deref().is_some_and(|o| o != owner.as_str());
+        let unsettled_call = r.call_owner.as_deref().is_some_and(|o| o != owner.as_str())
+            && !crate::ports::covered_by_operator(msg, r.call_release.as_deref());
         store(&mut records, msg, r)?;
         Ok(ClaimView::Claimed { prior_attempts, unsettled_call })
     }
@@ -289,6 +291,7 @@ impl Ledger for MemoryLedger {
         r.lease_until = None;
         if s.reason != Some(ReasonCode::ProviderIndeterminate) {
             r.call_owner = None;
+            r.call_release = None;
         }
         r.receipt = s.receipt.clone().or(r.receipt.take());
         r.last_reason = s.reason;
@@ -311,6 +314,7 @@ impl Ledger for MemoryLedger {
             return Ok(false);
         }
         r.call_owner = Some(owner.as_str().to_owned());
+        r.call_release = Some(release_of(msg).to_owned());
         Ok(true)
     }
 
@@ -631,6 +635,7 @@ pub struct ScriptedProvider<C> {
     latency: Duration,
     clock: C,
     honours_keys: bool,
+    fail_next: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<C: Clock> ScriptedProvider<C> {
@@ -642,12 +647,20 @@ impl<C: Clock> ScriptedProvider<C> {
             latency,
             clock,
             honours_keys: true,
+            fail_next: Arc::default(),
         }
     }
 
     /// The same provider, profiled as not honouring idempotency keys (like SES).
     pub fn without_keys(mut self) -> Self {
         self.honours_keys = false;
+        self
+    }
+
+    /// The first call fails before calling (a `ProviderError`, like a failed recipients read);
+    /// the call is still recorded, so tests can count it.
+    pub fn failing_once(self) -> Self {
+        self.fail_next.store(true, Ordering::SeqCst);
         self
     }
 
@@ -665,6 +678,9 @@ impl<C: Clock> Provider for ScriptedProvider<C> {
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
         let key = req.message.reminder_id.idempotency_key().to_string();
         lock(&self.calls).push((key.clone(), req.timeout));
+        if self.fail_next.swap(false, Ordering::SeqCst) {
+            return Err(ProviderError::Unknown("the client failed before calling".into()));
+        }
         self.clock.sleep(self.latency).await;
         let next = lock(&self.script).pop_front();
         Ok(next.unwrap_or(ProviderOutcome::Accepted {
@@ -868,50 +884,88 @@ pub mod ledger_contract {
         Box::pin(bounded_history(ledger, base, cycles.max(HISTORY_MAX as u32))).await;
     }
 
+    // Each ledger call's future is built in a plain function and boxed there: an async fn's
+    // frame in a debug build keeps a slot for every temporary future it awaits, and the SDK's
+    // are tens of KB each (the suite overflowed the 2 MB test-thread stack on DynamoDB).
+    type Boxed<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, LedgerError>> + Send + 'a>>;
+
+    fn claim_boxed<'a, L: Ledger>(
+        l: &'a L,
+        m: &'a ReminderMessage,
+        o: &'a OwnerToken,
+        now: DateTime<Utc>,
+        lease: DateTime<Utc>,
+    ) -> Boxed<'a, ClaimView> {
+        Box::pin(l.claim(m, o, now, lease))
+    }
+
+    fn mark_boxed<'a, L: Ledger>(
+        l: &'a L,
+        m: &'a ReminderMessage,
+        o: &'a OwnerToken,
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, bool> {
+        Box::pin(l.mark_call(m, o, now))
+    }
+
+    fn settle_boxed<'a, L: Ledger>(
+        l: &'a L,
+        m: &'a ReminderMessage,
+        o: Option<&'a OwnerToken>,
+        now: DateTime<Utc>,
+        x: &'a Settlement,
+    ) -> Boxed<'a, SettleOutcome> {
+        Box::pin(l.settle(m, o, now, x))
+    }
+
+    fn get_boxed<'a, L: Ledger>(l: &'a L, id: &'a ReminderId) -> Boxed<'a, Option<LedgerRecord>> {
+        Box::pin(l.get(id))
+    }
+
     /// The call mark (a provider without idempotency keys): only the lease holder marks, a
     /// claim that takes the record over reports another owner's mark, and a settle clears it.
     async fn call_marks<L: Ledger>(ledger: &L, base: DateTime<Utc>) {
         let s = TimeDelta::seconds;
         let (a, b, c) = (OwnerToken::new("mark-a"), OwnerToken::new("mark-b"), OwnerToken::new("mark-c"));
         let m = msg(40, base);
-        assert!(!must("mark unclaimed", ledger.mark_call(&m, &a, base)).await, "no record: nothing to mark");
+        assert!(!must("mark unclaimed", mark_boxed(ledger, &m, &a, base)).await, "no record: nothing to mark");
         let lease = base + s(30);
-        must("claim", ledger.claim(&m, &a, base, lease)).await;
-        assert!(!must("mark by a non-holder", ledger.mark_call(&m, &b, base + s(1))).await);
-        assert!(must("mark by the holder", ledger.mark_call(&m, &a, base + s(1))).await);
-        let rec = must("get", ledger.get(&m.reminder_id)).await.unwrap_or_else(|| panic!("no record"));
+        must("claim", claim_boxed(ledger, &m, &a, base, lease)).await;
+        assert!(!must("mark by a non-holder", mark_boxed(ledger, &m, &b, base + s(1))).await);
+        assert!(must("mark by the holder", mark_boxed(ledger, &m, &a, base + s(1))).await);
+        let rec = must("get", get_boxed(ledger, &m.reminder_id)).await.unwrap_or_else(|| panic!("no record"));
         assert_eq!(rec.call_owner.as_deref(), Some("mark-a"));
-        assert!(!must("mark after the lease", ledger.mark_call(&m, &a, lease)).await, "an ended lease marks nothing");
+        assert!(!must("mark after the lease", mark_boxed(ledger, &m, &a, lease)).await, "an ended lease marks nothing");
         // The holder's own retried claim (an answer lost) is not an unknown call.
         assert_eq!(
-            must("own re-claim", ledger.claim(&m, &a, base + s(2), lease)).await,
+            must("own re-claim", claim_boxed(ledger, &m, &a, base + s(2), lease)).await,
             ClaimView::Claimed { prior_attempts: 0, unsettled_call: false }
         );
         // a died mid-call: b takes over and learns of it, and so does c if b dies too.
         assert_eq!(
-            must("take over", ledger.claim(&m, &b, lease, lease + s(30))).await,
+            must("take over", claim_boxed(ledger, &m, &b, lease, lease + s(30))).await,
             ClaimView::Claimed { prior_attempts: 0, unsettled_call: true }
         );
         assert_eq!(
-            must("take over again", ledger.claim(&m, &c, lease + s(30), lease + s(60))).await,
+            must("take over again", claim_boxed(ledger, &m, &c, lease + s(30), lease + s(60))).await,
             ClaimView::Claimed { prior_attempts: 0, unsettled_call: true },
             "a claim keeps the mark it found"
         );
         // A settle clears it.
         assert_eq!(
-            must("settle", ledger.settle(&m, Some(&c), lease + s(31), &deferred(1, lease + s(40)))).await,
+            must("settle", settle_boxed(ledger, &m, Some(&c), lease + s(31), &deferred(1, lease + s(40)))).await,
             SettleOutcome::Recorded
         );
         assert_eq!(
-            must("get", ledger.get(&m.reminder_id)).await.unwrap_or_else(|| panic!("no record")).call_owner,
+            must("get", get_boxed(ledger, &m.reminder_id)).await.unwrap_or_else(|| panic!("no record")).call_owner,
             None
         );
         assert_eq!(
-            must("claim after settle", ledger.claim(&m, &a, lease + s(41), lease + s(70))).await,
+            must("claim after settle", claim_boxed(ledger, &m, &a, lease + s(41), lease + s(70))).await,
             ClaimView::Claimed { prior_attempts: 1, unsettled_call: false }
         );
         // A quarantine *about* the unknown call keeps the mark: a redrive's copy learns of it.
-        assert!(must("mark again", ledger.mark_call(&m, &a, lease + s(42))).await);
+        assert!(must("mark again", mark_boxed(ledger, &m, &a, lease + s(42))).await);
         let unknown = Settlement {
             state: ReminderState::DeadLettered,
             reason: Some(ReasonCode::ProviderIndeterminate),
@@ -921,11 +975,15 @@ pub mod ledger_contract {
             next_at: None,
         };
         assert_eq!(
-            must("quarantine", ledger.settle(&m, Some(&a), lease + s(43), &unknown)).await,
+            must("quarantine", settle_boxed(ledger, &m, Some(&a), lease + s(43), &unknown)).await,
             SettleOutcome::Recorded
         );
         assert_eq!(
-            must("get", ledger.get(&m.reminder_id)).await.unwrap_or_else(|| panic!("no record")).call_owner.as_deref(),
+            must("get", get_boxed(ledger, &m.reminder_id))
+                .await
+                .unwrap_or_else(|| panic!("no record"))
+                .call_owner
+                .as_deref(),
             Some("mark-a")
         );
         let mut redriven = m.clone();
@@ -937,7 +995,7 @@ pub mod ledger_contract {
             resend_unknown: false,
         });
         assert_eq!(
-            must("redriven claim", ledger.claim(&redriven, &b, lease + s(44), lease + s(74))).await,
+            must("redriven claim", claim_boxed(ledger, &redriven, &b, lease + s(44), lease + s(74))).await,
             ClaimView::Claimed { prior_attempts: 2, unsettled_call: true }
         );
     }
@@ -1227,6 +1285,34 @@ impl crate::ports::ReleaseQueue for MemoryRelease {
 }
 
 // ---- limiter slot store ---------------------------------------------------------------------
+
+/// A slot store whose `pause` and `cut` always fail (a throttled or unreachable limiter item),
+/// bookings served by an in-memory store: what a sender must survive after the provider
+/// answered.
+#[derive(Debug, Clone, Default)]
+pub struct FailingPauseStore(MemorySlotStore);
+
+impl crate::limiter::SlotStore for FailingPauseStore {
+    async fn book(
+        &self,
+        key: &str,
+        req: &crate::limiter::Book,
+    ) -> Result<crate::limiter::Booked, crate::ports::LimiterError> {
+        self.0.book(key, req).await
+    }
+    async fn cut(&self, _: &str, _: i64, _: f64, _: i64) -> Result<(), crate::ports::LimiterError> {
+        Err(crate::ports::LimiterError::Unknown("limiter item throttled".into()))
+    }
+    async fn pause(&self, _: &str, _: i64) -> Result<(), crate::ports::LimiterError> {
+        Err(crate::ports::LimiterError::Unknown("limiter item throttled".into()))
+    }
+    async fn view(&self, key: &str) -> Result<Option<crate::limiter::SlotView>, crate::ports::LimiterError> {
+        self.0.view(key).await
+    }
+    fn writes(&self) -> u64 {
+        self.0.writes()
+    }
+}
 
 /// The in-memory [`SlotStore`](crate::limiter::SlotStore): one mutex makes every operation
 /// atomic. Clones share the schedule (the simulator's senders all draw from one).

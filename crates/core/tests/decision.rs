@@ -114,7 +114,7 @@ impl World {
 }
 
 fn late(state: Option<ReminderState>, attempts: u32) -> RecordView {
-    RecordView { state, attempts }
+    RecordView { state, attempts, unknown_call: false }
 }
 
 fn defer(until: DateTime<Utc>, reason: ReasonCode, attempts_made: u32, provider_status: Option<u16>) -> Decision {
@@ -164,7 +164,11 @@ fn decision_table_covers_every_branch() {
         ),
         (
             "at deliver_by, with no record, is expired",
-            World { now: t(BY), recorded: Some(RecordView { state: None, attempts: 0 }), ..World::fresh() },
+            World {
+                now: t(BY),
+                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false }),
+                ..World::fresh()
+            },
             Decision::Done(Disposition::Expire { attempts_made: 0 }),
         ),
         (
@@ -534,7 +538,11 @@ fn drive(run: &Run) -> (World, Disposition, Option<(DateTime<Utc>, Duration)>) {
             Decision::Next(Step::Claim { .. }) => world.claim = Some(run.claim),
             Decision::Next(Step::ReadLedger) => {
                 let delivered = run.claim == ClaimView::AlreadyDelivered;
-                world.recorded = Some(RecordView { state: delivered.then_some(ReminderState::Delivered), attempts: 0 });
+                world.recorded = Some(RecordView {
+                    state: delivered.then_some(ReminderState::Delivered),
+                    attempts: 0,
+                    unknown_call: false,
+                });
             }
             Decision::Next(Step::CheckRenewal) => world.renewal = Some(run.renewal),
             Decision::Next(Step::TakeToken { .. }) => world.limiter = Some(run.limiter),

@@ -287,3 +287,49 @@ async fn the_pacing_stops_at_the_deadline_instead_of_sleeping_past_it() {
     assert!(sum.aborted.as_deref().is_some_and(|a| a.contains("deadline")), "{sum:?}");
     assert_eq!(dlq.released.lock().unwrap().len(), 2);
 }
+
+/// A `provider_indeterminate` letter: a broad redrive leaves it (its call may have taken
+/// effect), unless the ledger says delivered, in which case any run cleans it up; only a
+/// request naming the reason resends it, stamped so the ledger lets exactly that resend through.
+#[tokio::test]
+async fn unknown_outcome_letters_are_resent_only_by_name_and_cleaned_up_when_delivered() {
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let ledger = MemoryLedger::new();
+    let undelivered = punctual_core::testing::message("u", t0(), t0() + TimeDelta::hours(2));
+    let delivered = punctual_core::testing::message("d", t0(), t0() + TimeDelta::hours(2));
+    dead_lettered(&ledger, &undelivered, 1, clock.now()).await;
+    let owner = OwnerToken::new("late-worker");
+    ledger.claim(&delivered, &owner, clock.now(), clock.now() + TimeDelta::seconds(30)).await.unwrap();
+    let done = Settlement {
+        state: ReminderState::Delivered,
+        reason: None,
+        attempts: 1,
+        receipt: Some("r".into()),
+        provider_status: Some(200),
+        next_at: None,
+    };
+    ledger.settle(&delivered, Some(&owner), clock.now(), &done).await.unwrap();
+    let letters = || {
+        vec![
+            letter(undelivered.encode(), ReasonCode::ProviderIndeterminate),
+            DeadLetter { handle: "h-2".into(), ..letter(delivered.encode(), ReasonCode::ProviderIndeterminate) },
+        ]
+    };
+    let dlq = Dlq::holding(letters());
+    let redriver = Redriver::new(ledger.clone(), dlq.clone(), MemoryControl::default(), clock.clone());
+    let sum = redriver.run(&request(), clock.now() + TimeDelta::minutes(5)).await.unwrap();
+    assert_eq!((sum.moved, sum.removed_delivered), (0, 1), "{sum:?}");
+    assert_eq!(sum.skipped.get("unknown_outcome_not_named"), Some(&1), "{sum:?}");
+    assert!(dlq.sent_back().is_empty());
+
+    let dlq = Dlq::holding(letters());
+    let redriver = Redriver::new(ledger.clone(), dlq.clone(), MemoryControl::default(), clock.clone());
+    let named = RedriveRequest {
+        selection: Selection { failure_reasons: vec![ReasonCode::ProviderIndeterminate], ..Selection::default() },
+        ..request()
+    };
+    let sum = redriver.run(&named, clock.now() + TimeDelta::minutes(5)).await.unwrap();
+    assert_eq!(sum.moved, 1, "{sum:?}");
+    let sent = ReminderMessage::decode(&dlq.sent_back()[0]).unwrap();
+    assert!(sent.redrive.as_ref().is_some_and(|r| r.resend_unknown), "{sent:?}");
+}

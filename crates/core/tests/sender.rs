@@ -372,7 +372,13 @@ async fn without_keys_at_least_once_resends_and_counts_the_possible_double() {
     let r = keyless(MemoryLedger::new(), vec![ProviderOutcome::Indeterminate { status: Some(500) }], AtLeastOnce);
     let p = r.process(&message().encode()).await.unwrap();
     assert!(matches!(p.disposition, Disposition::Defer { reason: ReasonCode::ProviderIndeterminate, .. }), "{p:?}");
-    assert!(p.possible_double, "the resend this deferral leads to may double the effect");
+    assert!(!p.possible_double, "counted once, at the resend");
+    // The requeued copy is the resend: counted there, once.
+    let (copy, delay) = r.queue.requeued().pop().unwrap();
+    r.clock.advance(delay);
+    let p = r.process(&copy.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Delivered { .. }), "{p:?}");
+    assert!(p.possible_double, "the resend may double the effect");
 
     let ledger = MemoryLedger::new();
     let r = keyless(ledger.clone(), vec![], AtLeastOnce);
@@ -443,10 +449,143 @@ async fn an_empty_window_pauses_the_limiter_before_the_provider_answers_429() {
     let r = rig(vec![ProviderOutcome::Accepted { status: 202, receipt: None, budget: Some(spent) }]);
     r.process(&message().encode()).await.unwrap();
     assert_eq!(r.sender.limiter().stats().budget_pauses, 1);
+    // A 1 s window's "reset: 1" may mean 5 ms: never a pause of the whole schedule for it.
+    let short = RateBudget { remaining: 0, reset: Duration::from_secs(1) };
+    let r = rig(vec![ProviderOutcome::Accepted { status: 202, receipt: None, budget: Some(short) }]);
+    r.process(&message().encode()).await.unwrap();
+    assert_eq!(r.sender.limiter().stats().budget_pauses, 0);
     // A window with room left changes nothing.
     let room = RateBudget { remaining: 90, reset: Duration::from_secs(1) };
     let r = rig(vec![ProviderOutcome::Accepted { status: 202, receipt: None, budget: Some(room) }]);
     r.process(&message().encode()).await.unwrap();
     let s = r.sender.limiter().stats();
     assert_eq!((s.budget_pauses, s.budget_cuts), (0, 0));
+}
+
+// ---- review findings on the keyless path (each failed before its fix) ---------------------
+
+fn redriven(m: &ReminderMessage, id: &str, resend_unknown: bool) -> ReminderMessage {
+    ReminderMessage {
+        redrive: Some(punctual_core::RedriveStamp {
+            id: punctual_core::ids::RedriveId::parse(id).unwrap(),
+            reason: "checked the provider's log".into(),
+            owner: "oncall".into(),
+            base_attempt: 1,
+            resend_unknown,
+        }),
+        ..m.clone()
+    }
+}
+
+/// The operator's decision covers the unknown call it was about, not one a copy of the same
+/// redrive makes afterwards: a second unknown call is quarantined again, never resent.
+#[tokio::test]
+async fn a_redrive_decision_covers_only_the_unknown_call_before_it() {
+    use punctual_core::provider::IndeterminatePolicy::AtMostOnce;
+    let ledger = MemoryLedger::new();
+    let r = keyless(ledger.clone(), vec![], AtMostOnce);
+    let m0 = message();
+    dead_worker_mid_call(&ledger, &r.clock, &m0).await;
+    let p = r.process(&m0.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::ProviderIndeterminate, .. }));
+    // The operator redrives it naming the reason: the resend is allowed over that call...
+    let m1 = redriven(&m0, "rd-20261201T100000000-0001", true);
+    let w1 = punctual_core::ports::OwnerToken::new("w1");
+    let lease = r.clock.now() + TimeDelta::seconds(10);
+    let claimed = ledger.claim(&m1, &w1, r.clock.now(), lease).await.unwrap();
+    assert_eq!(claimed, punctual_core::decision::ClaimView::Claimed { prior_attempts: 0, unsettled_call: false });
+    // ...and its worker marks a call and dies too: the next copy of the same redrive must not
+    // call again.
+    assert!(ledger.mark_call(&m1, &w1, r.clock.now()).await.unwrap());
+    r.clock.advance(Duration::from_secs(11));
+    let p = r.process(&m1.encode()).await.unwrap();
+    assert!(
+        matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::ProviderIndeterminate, .. }),
+        "{p:?}"
+    );
+    assert!(r.provider.calls().is_empty(), "no second call over an unknown one");
+}
+
+/// A limiter write that fails after the provider answered must not lose the answer: with a
+/// keyless provider a lost delivery would later be quarantined as unknown and could be resent.
+#[tokio::test]
+async fn a_failing_limiter_hint_does_not_lose_the_providers_answer() {
+    use punctual_core::provider::RateBudget;
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let spent = RateBudget { remaining: 0, reset: Duration::from_secs(5) };
+    let provider = ScriptedProvider::new(
+        clock.clone(),
+        Duration::from_millis(100),
+        vec![ProviderOutcome::Accepted { status: 202, receipt: None, budget: Some(spent) }],
+    )
+    .without_keys();
+    let store = punctual_core::testing::FailingPauseStore::default();
+    let limiter = punctual_core::limiter::SharedLimiter::new(
+        store,
+        clock.clone(),
+        punctual_core::limiter::LimiterSettings::new(100.0),
+        1,
+    );
+    let queue = MemoryQueue::new();
+    let sender = punctual_core::sender::Sender::new(
+        MemoryLedger::new(),
+        punctual_core::testing::AllActive,
+        limiter,
+        provider,
+        queue,
+        clock.clone(),
+        punctual_core::sender::SenderSettings::default(),
+        7,
+    );
+    let p = sender
+        .process(Received { message_id: "m-1", body: &message().encode() }, clock.now() + TimeDelta::seconds(30))
+        .await;
+    assert!(matches!(p, Ok(ref p) if matches!(p.disposition, Disposition::Delivered { .. })), "{p:?}");
+}
+
+/// The provider client failing before it calls (the SES adapter's recipients read, a builder
+/// error) is not an unknown outcome: the next copy may call.
+#[tokio::test]
+async fn a_client_failure_before_the_call_is_not_an_unknown_outcome() {
+    use punctual_core::provider::IndeterminatePolicy::AtMostOnce;
+    let ledger = MemoryLedger::new();
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let provider =
+        ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]).without_keys().failing_once();
+    let mut settings = punctual_core::sender::SenderSettings::default();
+    settings.policy.indeterminate = AtMostOnce;
+    let (sender, queue, provider) =
+        punctual_core::testing::scripted_sender_over(ledger.clone(), &clock, provider, settings, 7);
+    let m = message();
+    let p = sender
+        .process(Received { message_id: "m-1", body: &m.encode() }, clock.now() + TimeDelta::seconds(30))
+        .await
+        .unwrap();
+    assert!(matches!(p.disposition, Disposition::Defer { .. }), "{p:?}");
+    assert_eq!(ledger.get(&m.reminder_id).await.unwrap().unwrap().call_owner, None, "the mark is cleared");
+    let (copy, delay) = queue.requeued().pop().unwrap();
+    clock.advance(delay);
+    let p = sender
+        .process(Received { message_id: "m-2", body: &copy.encode() }, clock.now() + TimeDelta::seconds(30))
+        .await
+        .unwrap();
+    assert!(matches!(p.disposition, Disposition::Delivered { .. }), "{p:?}");
+    assert_eq!(provider.calls().len(), 2, "one failed before calling, one delivered");
+}
+
+/// An unknown call found after `deliver_by` is not an expiry (which would count it late and
+/// forget the call): the DLQ, as unknown.
+#[tokio::test]
+async fn an_unknown_call_found_past_the_deadline_is_not_called_expired() {
+    use punctual_core::provider::IndeterminatePolicy::AtMostOnce;
+    let ledger = MemoryLedger::new();
+    let r = keyless(ledger.clone(), vec![], AtMostOnce);
+    let m = punctual_core::testing::message("1", t0(), t0() + TimeDelta::seconds(10));
+    dead_worker_mid_call(&ledger, &r.clock, &m).await;
+    assert!(r.clock.now() >= m.deliver_by);
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(
+        matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::ProviderIndeterminate, .. }),
+        "{p:?}"
+    );
 }

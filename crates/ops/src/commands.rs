@@ -428,6 +428,7 @@ mod tests {
             history_dropped: 0,
             release_id: None,
             call_owner: None,
+            call_release: None,
             reminder_id: ReminderId::parse("rem_0123456789abcdef0123456789abcdef").unwrap(),
             state,
             attempts: 2,

@@ -44,8 +44,8 @@ pub enum ImportError {
         "the file has an email column but no recipients table is known: give --recipients-table or set RECIPIENTS_TABLE (addresses are never stored in the renewals table); nothing was imported"
     )]
     NoRecipientsTable,
-    /// The recipients table failed (the renewals were written).
-    #[error("writing to the recipients table {0} failed (the renewals were imported; import again to retry)")]
+    /// The recipients table failed (before any renewal was written).
+    #[error("writing {0} to the recipients table failed; no renewal was imported (import again to retry)")]
     Recipients(String, #[source] punctual_aws::dynamodb::DynamoError),
     /// No table to import into.
     #[error("no renewals table: give --table, set RENEWALS_TABLE, or start a local pipeline with `punctual local up`")]
@@ -85,6 +85,9 @@ pub struct ImportSummary {
     pub rejected: Vec<Reject>,
     /// Addresses written to the recipients table.
     pub recipients: usize,
+    /// Columns (CSV header, or the first JSON object's keys) punctual does not read: a
+    /// misspelled `email` would otherwise import no address without a word.
+    pub ignored_columns: Vec<String>,
 }
 
 impl ImportSummary {
@@ -103,6 +106,9 @@ impl ImportSummary {
                 String::new()
             }
         );
+        if !self.ignored_columns.is_empty() {
+            out.push_str(&format!("  ignored columns (not read by punctual): {}\n", self.ignored_columns.join(", ")));
+        }
         for r in &self.rejected {
             out.push_str(&format!("  line {}: {}\n", r.line, r.reason));
         }
@@ -112,6 +118,42 @@ impl ImportSummary {
 
 const REQUIRED: &[&str] =
     &["tenant_id", "renewal_id", "recipient_ref", "channel", "zone", "local_due_date", "window_minutes"];
+/// Every column punctual reads.
+const KNOWN: &[&str] = &[
+    "tenant_id",
+    "renewal_id",
+    "recipient_ref",
+    "channel",
+    "zone",
+    "local_due_date",
+    "local_send_time",
+    "window_minutes",
+    "status",
+    "kind",
+    "email",
+];
+
+/// The columns of `path` punctual does not read (see [`ImportSummary::ignored_columns`]).
+fn ignored_columns(path: &Path, format: Option<Format>) -> Vec<String> {
+    let Ok(file) = std::fs::File::open(path) else { return Vec::new() };
+    let names: Vec<String> = match format_of(path, format) {
+        Ok(Format::Csv) => csv::ReaderBuilder::new()
+            .trim(csv::Trim::All)
+            .from_reader(file)
+            .headers()
+            .map(|h| h.iter().map(str::to_owned).collect())
+            .unwrap_or_default(),
+        Ok(Format::Jsonl) => std::io::BufReader::new(file)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| serde_json::from_str::<serde_json::Map<String, Value>>(&l).ok())
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    names.into_iter().filter(|n| !KNOWN.contains(&n.as_str())).collect()
+}
 
 fn format_of(path: &Path, explicit: Option<Format>) -> Result<Format, ImportError> {
     if let Some(f) = explicit {
@@ -322,6 +364,7 @@ async fn run_with(
     progress: bool,
 ) -> Result<ImportSummary, ImportError> {
     let rows = parse(path, format)?;
+    let ignored = ignored_columns(path, format);
     let total = rows.len();
     let (emails, bad_emails) = addresses(&rows);
     if (!emails.is_empty() || !bad_emails.is_empty()) && recipients.is_none() {
@@ -331,13 +374,31 @@ async fn run_with(
     let rows = rows.into_iter().filter(|(line, _)| !bad.contains(line)).collect();
     let (valid, mut rejected) = validate(rows);
     rejected.extend(bad_emails);
-    let mut book = Vec::new();
+    // The addresses go in first (one per reference), so a renewal the scheduler releases the
+    // moment it is written already finds its recipient; an address whose renewal is then
+    // refused (a conflict) is harmless: nothing refers to it that did not before.
+    if let Some(r) = recipients {
+        let mut book: Vec<(String, punctual_core::ports::EmailAddress)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (line, _) in &valid {
+            if let Some((reference, address)) = emails.get(line)
+                && seen.insert(reference.clone())
+            {
+                book.push((reference.clone(), address.clone()));
+            }
+        }
+        if !book.is_empty() {
+            r.put_all(&book, Utc::now().timestamp_millis())
+                .await
+                .map_err(|e| ImportError::Recipients(format!("{} addresses", book.len()), e))?;
+        }
+    }
     let bar = if progress { ProgressBar::new(valid.len() as u64) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{spinner} importing [{bar:30}] {pos}/{len} rows  {per_sec}  eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let mut summary = ImportSummary { rows: total, ..ImportSummary::default() };
+    let mut summary = ImportSummary { rows: total, ignored_columns: ignored, ..ImportSummary::default() };
     for chunk in valid.chunks(CHUNK) {
         let renewals: Vec<Renewal> = chunk.iter().map(|(_, r)| r.clone()).collect();
         let outcomes = store.import(&renewals, Utc::now()).await.map_err(ImportError::Store)?;
@@ -351,21 +412,13 @@ async fn run_with(
                     continue;
                 }
             }
-            if let Some(entry) = emails.get(line) {
-                book.push(entry.clone());
+            if emails.contains_key(line) {
+                summary.recipients += 1;
             }
         }
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();
-    if let Some(r) = recipients
-        && !book.is_empty()
-    {
-        r.put_all(&book, Utc::now().timestamp_millis())
-            .await
-            .map_err(|e| ImportError::Recipients(format!("{} addresses", book.len()), e))?;
-        summary.recipients = book.len();
-    }
     rejected.sort_by_key(|r| r.line);
     summary.rejected = rejected;
     Ok(summary)

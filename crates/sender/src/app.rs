@@ -132,7 +132,9 @@ pub fn ses_provider(
 /// The provider `config` names, as a cold start builds it: the HTTP client with its token
 /// (environment or Secrets Manager, re-read after a rotation) and vendor dialect, or SES. With
 /// `PROVIDER_RATE_FROM_ACCOUNT=true`, lowers `config.limiter.quota` to the account's
-/// `MaxSendRate` when that is lower (a failed read keeps the configured rate, with a warning).
+/// `MaxSendRate` when that is lower; a failed read fails the cold start (Lambda retries it): an
+/// instance on another rate than its peers would book the one shared schedule at its own
+/// density, and SES would see the difference as 429s.
 pub async fn provider(
     config: &mut SenderConfig,
     sdk: &aws_config::SdkConfig,
@@ -166,7 +168,10 @@ pub async fn provider(
                         tracing::info!(configured = config.limiter.quota, account = rate, "keeping the configured rate")
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "could not read the SES account's MaxSendRate; keeping the configured rate")
+                        return Err(format!(
+                            "PROVIDER_RATE_FROM_ACCOUNT=true but the SES account's MaxSendRate could not be read: {e}"
+                        )
+                        .into());
                     }
                 }
             }

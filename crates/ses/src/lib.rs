@@ -18,10 +18,13 @@
 //! - **Classification** ([`classify`]): throttling (`TooManyRequestsException`, `Throttling`)
 //!   is a 429 to the shared limiter; "Daily message quota exceeded" or `LimitExceededException`
 //!   also asks for 10 minutes (SES's own advice), which the limiter caps at its shared pause
-//!   and re-probes; `AccountSuspended`, `SendingPaused`, `MailFromDomainNotVerified` refuse the
-//!   whole account (the sender pauses the fleet); `MessageRejected`, `NotFound` (a template),
-//!   `BadRequest` are permanent for the message; a 503 or a refused connection is a
-//!   determinate transient; anything that may have reached SES is indeterminate.
+//!   and re-probes; `AccountSuspended`, `SendingPaused`, `MailFromDomainNotVerified`, a missing
+//!   template or configuration set (`NotFound`), a refused From identity, and every
+//!   credential, permission or signing error ([`ACCOUNT_CODES`], any 401/403) refuse the whole
+//!   deployment (the sender pauses the fleet for an operator instead of dead-lettering the
+//!   morning); `MessageRejected` for the recipient and `BadRequest` are permanent for the
+//!   message; a 503 or a refused connection is a determinate transient; a 408, a 500 and
+//!   anything that may have reached SES is indeterminate.
 
 pub mod emulator;
 
@@ -141,18 +144,25 @@ impl<R: Recipients> Provider for SesProvider<R> {
         let Some(reference) = req.recipient_ref else {
             return unknown("the renewal has no recipient_ref".into());
         };
-        let address = match self.recipients.address(reference).await {
-            Ok(Some(a)) => a,
-            Ok(None) => return unknown(format!("no address for recipient_ref {reference:?} in the recipients table")),
-            // The store failed: nothing was sent; the message is retried.
-            Err(e) => return Err(ProviderError::Unknown(Box::new(e))),
+        // The lookup spends the call's own budget (the sender sized it to the deadline and the
+        // lease): the send gets what is left, and a lookup that overruns sends nothing.
+        let started = std::time::Instant::now();
+        let address = match tokio::time::timeout(req.timeout, self.recipients.address(reference)).await {
+            Ok(Ok(Some(a))) => a,
+            Ok(Ok(None)) => {
+                return unknown(format!("no address for recipient_ref {reference:?} in the recipients table"));
+            }
+            // The store failed or was too slow: nothing was sent; the sender defers.
+            Ok(Err(e)) => return Err(ProviderError::Unknown(Box::new(e))),
+            Err(_) => return Err(ProviderError::Unknown("the recipients lookup overran the call's budget".into())),
         };
+        let left = req.timeout.saturating_sub(started.elapsed());
         let tag = MessageTag::builder()
             .name("punctual_reminder")
             .value(req.message.reminder_id.as_str())
             .build()
             .map_err(|e| ProviderError::Unknown(Box::new(e)))?;
-        let timeout = aws_sdk_sesv2::config::timeout::TimeoutConfig::builder().operation_timeout(req.timeout).build();
+        let timeout = aws_sdk_sesv2::config::timeout::TimeoutConfig::builder().operation_timeout(left).build();
         let sent = self
             .client
             .send_email()
@@ -167,7 +177,7 @@ impl<R: Recipients> Provider for SesProvider<R> {
             .await;
         Ok(match sent {
             Ok(out) => ProviderOutcome::Accepted { status: 200, receipt: out.message_id, budget: None },
-            Err(e) => classify(&e),
+            Err(e) => classify(&e, &self.settings.from_address),
         })
     }
 }
@@ -177,8 +187,25 @@ pub fn redact(text: &str) -> String {
     text.split(' ').map(|w| if w.contains('@') { "<address>" } else { w }).collect::<Vec<_>>().join(" ")
 }
 
-/// Classifies a failed `SendEmail` (module docs).
-pub fn classify<R: std::fmt::Debug + HasStatus>(e: &SdkError<SendEmailError, R>) -> ProviderOutcome {
+/// Error codes that refuse every email this deployment would send, whatever the recipient:
+/// credentials, permissions, signing, the account. They pause the fleet (like a confirmed 401)
+/// instead of dead-lettering the morning one reminder at a time.
+pub const ACCOUNT_CODES: &[&str] = &[
+    "AccessDeniedException",
+    "AccessDenied",
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "InvalidSignatureException",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "IncompleteSignature",
+    "MissingAuthenticationToken",
+    "NotAuthorized",
+];
+
+/// Classifies a failed `SendEmail` from `from` (module docs).
+pub fn classify<R: std::fmt::Debug + HasStatus>(e: &SdkError<SendEmailError, R>, from: &str) -> ProviderOutcome {
     let throttled = |retry_after| ProviderOutcome::Transient { status: Some(429), retry_after };
     match e {
         // Never left this process.
@@ -199,6 +226,9 @@ pub fn classify<R: std::fmt::Debug + HasStatus>(e: &SdkError<SendEmailError, R>)
                 format!("SES {name}: {message}").trim_end_matches([' ', ':']).to_owned()
             };
             let quota = err.message().is_some_and(|m| m.contains("Daily message quota exceeded"));
+            // The From identity itself is refused (not verified, or not ours): every email
+            // would be, so the fleet pauses. Checked before the message is redacted.
+            let sender_refused = !from.is_empty() && err.message().is_some_and(|m| m.contains(from));
             let wait = Some(RetryAfter::Seconds(DAILY_QUOTA_WAIT.as_secs()));
             match err {
                 SendEmailError::TooManyRequestsException(_) => throttled(if quota { wait } else { None }),
@@ -212,14 +242,17 @@ pub fn classify<R: std::fmt::Debug + HasStatus>(e: &SdkError<SendEmailError, R>)
                 SendEmailError::MailFromDomainNotVerifiedException(_) => {
                     ProviderOutcome::AccountBlocked { detail: detail("MailFromDomainNotVerifiedException") }
                 }
+                SendEmailError::MessageRejected(_) if sender_refused => {
+                    ProviderOutcome::AccountBlocked { detail: detail("MessageRejected (the From identity)") }
+                }
                 SendEmailError::MessageRejected(_) => ProviderOutcome::Undeliverable {
                     reason: ReasonCode::ClassifiedPermanent,
                     detail: detail("MessageRejected"),
                 },
-                SendEmailError::NotFoundException(_) => ProviderOutcome::Undeliverable {
-                    reason: ReasonCode::ClassifiedPermanent,
-                    detail: detail("NotFoundException"),
-                },
+                // A missing template or configuration set: the deployment's, not the message's.
+                SendEmailError::NotFoundException(_) => {
+                    ProviderOutcome::AccountBlocked { detail: detail("NotFoundException") }
+                }
                 SendEmailError::BadRequestException(_) => ProviderOutcome::Undeliverable {
                     reason: ReasonCode::ClassifiedPermanent,
                     detail: detail("BadRequestException"),
@@ -227,10 +260,17 @@ pub fn classify<R: std::fmt::Debug + HasStatus>(e: &SdkError<SendEmailError, R>)
                 other if matches!(other.code(), Some("Throttling" | "ThrottlingException")) => {
                     throttled(if quota { wait } else { None })
                 }
+                other if other.code().is_some_and(|c| ACCOUNT_CODES.contains(&c)) => {
+                    ProviderOutcome::AccountBlocked { detail: detail(other.code().unwrap_or("error")) }
+                }
                 // Unmodelled: by status, like any HTTP provider (a 503 was not processed; a
                 // 500 may have been; a 4xx will not change).
                 _ => match status {
                     429 => throttled(None),
+                    // 401/403 without a modelled code: about the credentials, not the message.
+                    401 | 403 => ProviderOutcome::AccountBlocked { detail: detail(err.code().unwrap_or("error")) },
+                    // 408: SES may or may not act on it (as for any HTTP provider).
+                    408 => ProviderOutcome::Indeterminate { status: Some(408) },
                     400..=499 => ProviderOutcome::Undeliverable {
                         reason: ReasonCode::ClassifiedPermanent,
                         detail: detail(err.code().unwrap_or("error")),

@@ -101,8 +101,14 @@ async fn ses_errors_are_classified_and_addresses_in_them_redacted() {
         error(400, "Throttling", "Rate exceeded"),
         error(503, "ServiceUnavailable", "try later"),
         error(500, "InternalFailure", "oops"),
+        error(403, "AccessDeniedException", "not authorized to perform ses:SendEmail"),
+        error(400, "MessageRejected", "Email address is not verified: reminders@billing.example.com"),
+        error(408, "RequestTimeout", "timed out"),
     ]);
     let outcomes = [
+        send(&p, Some("cust-1")).await,
+        send(&p, Some("cust-1")).await,
+        send(&p, Some("cust-1")).await,
         send(&p, Some("cust-1")).await,
         send(&p, Some("cust-1")).await,
         send(&p, Some("cust-1")).await,
@@ -128,14 +134,25 @@ async fn ses_errors_are_classified_and_addresses_in_them_redacted() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(
-        matches!(&outcomes[4], ProviderOutcome::Undeliverable { reason: ReasonCode::ClassifiedPermanent, detail } if detail.contains("NotFound"))
-    );
+    // A missing template is the deployment's: the fleet pauses.
+    assert!(matches!(&outcomes[4], ProviderOutcome::AccountBlocked { detail } if detail.contains("NotFound")));
     assert_eq!(outcomes[5], ProviderOutcome::Transient { status: Some(429), retry_after: None });
     assert_eq!(outcomes[6], ProviderOutcome::Transient { status: Some(503), retry_after: None });
     assert_eq!(outcomes[7], ProviderOutcome::Indeterminate { status: Some(500) });
+    // Permissions, and a refused From identity, are the deployment's too; a 408 may have acted.
+    assert!(
+        matches!(&outcomes[8], ProviderOutcome::AccountBlocked { detail } if detail.contains("AccessDenied")),
+        "{:?}",
+        outcomes[8]
+    );
+    assert!(
+        matches!(&outcomes[9], ProviderOutcome::AccountBlocked { detail } if !detail.contains('@')),
+        "{:?}",
+        outcomes[9]
+    );
+    assert_eq!(outcomes[10], ProviderOutcome::Indeterminate { status: Some(408) });
     // The SDK retried none of them: a retried SendEmail would be a second email.
-    assert_eq!(double.ses_requests().len(), 8);
+    assert_eq!(double.ses_requests().len(), 11);
 }
 
 #[tokio::test]

@@ -37,6 +37,14 @@ use crate::decision::ClaimView;
 use crate::ids::ReminderId;
 use crate::reason::{ReasonCode, ReminderState};
 
+/// Whether a mark left by a copy of `mark_release` is covered by the operator's decision that
+/// `msg` carries: `msg` is stamped `resend_unknown` by a redrive whose id sorts after the mark's
+/// release (redrive ids sort by time; "" is the scheduler's). A mark made by a copy of the same
+/// redrive, or a later one, is a new unknown call nobody decided about.
+pub fn covered_by_operator(msg: &ReminderMessage, mark_release: Option<&str>) -> bool {
+    msg.redrive.as_ref().is_some_and(|r| r.resend_unknown && mark_release.unwrap_or("") < r.id.as_str())
+}
+
 /// Identifies one processing of one message, so a retried write (after a timeout whose
 /// outcome is unknown) recognises its own claim instead of losing to itself.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -108,6 +116,8 @@ pub struct LedgerRecord {
     /// The owner that marked a provider call ([`Ledger::mark_call`]) not yet settled: while its
     /// lease lives, a call may be in flight; after, that call's outcome is unknown.
     pub call_owner: Option<String>,
+    /// The release of the copy that made the mark (its redrive id, "" for the scheduler's).
+    pub call_release: Option<String>,
 }
 
 /// A transition to record when settling a reminder.
@@ -182,9 +192,12 @@ impl LedgerError {
 ///   ended (`cancelled`, `dead_lettered`, `expired`: answered `AlreadyEnded`); neither ever
 ///   overwrites `delivered`, except that `delivered` itself is recorded whoever holds the
 ///   lease — the provider accepted it;
-/// - `mark_call` records `call_owner = owner` only while `owner` holds a live lease (else it
+/// - `mark_call` records `call_owner = owner` and `call_release` = the copy's release (its
+///   redrive id, "" for the scheduler's) only while `owner` holds a live lease (else it
 ///   answers false and writes nothing); a claim that takes the record over reports a mark
-///   left by another owner as `unsettled_call` (and keeps it); every settle clears it except
+///   left by another owner as `unsettled_call` (and keeps it) — unless the claiming copy is
+///   stamped `resend_unknown` by a redrive later than the mark's release (the operator decided
+///   about that call, and only that one); every settle clears it except
 ///   one whose reason is `provider_indeterminate` (the call's outcome stays unknown until an
 ///   operator's redrive that names that reason resends it, or a delivery ends it);
 /// - every claim and settle appends one history entry in the same write, compacting the

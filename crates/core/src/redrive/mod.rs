@@ -156,8 +156,9 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
             reason: req.reason.clone(),
             owner: req.owner.clone(),
             base_attempt: 0,
-            // Naming the reason is the operator's decision that those calls took no effect.
-            resend_unknown: req.selection.failure_reasons.contains(&ReasonCode::ProviderIndeterminate),
+            // Set per letter below: only a `provider_indeterminate` letter, in a request that
+            // names that reason, may resend over an earlier unknown call.
+            resend_unknown: false,
         };
         let mut sum = RedriveSummary { redrive_id: id.to_string(), dry_run: req.dry_run, ..RedriveSummary::default() };
         let mut held: Vec<String> = Vec::new();
@@ -219,6 +220,16 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                         }
                         continue;
                     }
+                    // A letter whose provider call may have taken effect (`provider_indeterminate`,
+                    // only ever quarantined for a provider without idempotency keys under
+                    // `at_most_once`) is resent only when the request names that reason: the
+                    // operator's decision that the effect did not happen, never a side effect of
+                    // a broad redrive. (A delivered one was cleaned up above either way.)
+                    let unknown = reason == Some(ReasonCode::ProviderIndeterminate);
+                    if unknown && !req.selection.names_unknown_outcomes() {
+                        *sum.skipped.entry("unknown_outcome_not_named".into()).or_default() += 1;
+                        continue;
+                    }
                     // A letter of this run's own making (its body carries this run's stamp: a copy
                     // it released failed again): sent back, it would be answered `Ended` and its
                     // letter deleted, leaving a dead-lettered reminder with no letter. It stays
@@ -250,7 +261,7 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     msg.attempt = record.as_ref().map_or(msg.attempt, |r| r.attempts.max(msg.attempt));
                     // The fresh budget starts from the attempts made so far, once: requeued
                     // copies carry this base unchanged (see `decision::attempt_limit`).
-                    msg.redrive = Some(RedriveStamp { base_attempt: msg.attempt, ..stamp.clone() });
+                    msg.redrive = Some(RedriveStamp { base_attempt: msg.attempt, resend_unknown: unknown, ..stamp.clone() });
                     let lane = crate::lanes::lane_at(msg.deliver_by, self.clock.now(), self.urgent_below);
                     self.dlq.send_back(&msg.encode(), lane).await.map_err(port("sending back to the send queue"))?;
                     held.retain(|h| *h != dl.handle);

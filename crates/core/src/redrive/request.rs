@@ -429,6 +429,13 @@ impl RedriveRequest {
 }
 
 impl Selection {
+    /// The request names `provider_indeterminate`: the operator decided that those calls'
+    /// effects did not happen, so their letters may be resent (only they: a broad redrive skips
+    /// them, and the ledger still refuses a resend over a call made after this redrive).
+    pub fn names_unknown_outcomes(&self) -> bool {
+        self.failure_reasons.contains(&ReasonCode::ProviderIndeterminate)
+    }
+
     /// True when a dead letter with this message, DLQ reason and first-enqueued time is selected.
     pub fn matches(
         &self,
@@ -437,15 +444,6 @@ impl Selection {
         first_enqueued: Option<DateTime<Utc>>,
     ) -> bool {
         let any = |empty: bool, hit: bool| empty || hit;
-        // A letter whose provider call may have taken effect (`provider_indeterminate`, only
-        // ever quarantined for a provider without idempotency keys under `at_most_once`) is
-        // resent only when the request names that reason: resending it is the operator's
-        // decision that the effect did not happen, never a side effect of a broad redrive.
-        if reason == Some(ReasonCode::ProviderIndeterminate)
-            && !self.failure_reasons.contains(&ReasonCode::ProviderIndeterminate)
-        {
-            return false;
-        }
         any(self.failure_reasons.is_empty(), reason.is_some_and(|r| self.failure_reasons.contains(&r)))
             && any(self.tenants.is_empty(), self.tenants.contains(&msg.tenant_id))
             && any(self.reminder_ids.is_empty(), self.reminder_ids.contains(&msg.reminder_id))
@@ -542,15 +540,9 @@ mod tests {
     }
 
     #[test]
-    fn an_indeterminate_letter_is_redriven_only_when_its_reason_is_named() {
-        let now = chrono::DateTime::parse_from_rfc3339("2026-12-01T09:00:00Z").unwrap().with_timezone(&Utc);
-        let m = crate::testing::message("1", now, now + chrono::TimeDelta::hours(1));
-        let broad = Selection::default();
-        assert!(broad.matches(&m, Some(ReasonCode::AttemptLimit), None));
-        assert!(!broad.matches(&m, Some(ReasonCode::ProviderIndeterminate), None));
-        let by_id = Selection { reminder_ids: vec![m.reminder_id.clone()], ..Selection::default() };
-        assert!(!by_id.matches(&m, Some(ReasonCode::ProviderIndeterminate), None));
+    fn only_a_selection_naming_the_reason_resends_unknown_outcomes() {
+        assert!(!Selection::default().names_unknown_outcomes());
         let named = Selection { failure_reasons: vec![ReasonCode::ProviderIndeterminate], ..Selection::default() };
-        assert!(named.matches(&m, Some(ReasonCode::ProviderIndeterminate), None));
+        assert!(named.names_unknown_outcomes());
     }
 }
