@@ -63,6 +63,9 @@ core-deps:
 	    crates/redrive/src/main.rs crates/redrive/src/app.rs; then \
 	  echo "production code must not call the test fixtures" >&2; exit 1; fi
 	@echo "==> the operator CLI, the functions and the harness link no fakes"
+	@if grep -rnE 'scan_all|\.scan\(\)' crates/ops/src crates/cli/src; then \
+	  echo "operator commands must not scan a table (punctual status reads indexes; README)" >&2; exit 1; fi
+	@echo "==> no operator command scans a table"
 
 ## The whole suite (unit, handler, adapter, integration) with AWS_ENDPOINT_URL pointing at
 ## moto server started on a free loopback port (or at the endpoint already set).

@@ -720,7 +720,7 @@ for rule in template.get("Rules", {}).values():
 # (and the empty string only because a rule refuses it with ProviderKind http, the one kind
 # that is given PROVIDER_URL).
 sender_cfg = rust("crates/sender/src/config.rs")
-prefixes = re.findall(r'provider_url\.starts_with\("([^"]+)"\)', sender_cfg)
+prefixes = re.findall(r'(?:provider_url|url)\.starts_with\("([^"]+)"\)', sender_cfg)
 check("the sender's PROVIDER_URL prefixes are read from crates/sender/src/config.rs", len(prefixes) >= 1, str(prefixes))
 url_pattern = parameters.get("ProviderUrl", {}).get("AllowedPattern")
 if url_pattern and prefixes:
@@ -1038,6 +1038,22 @@ for name, f in sorted(functions.items()):
     check(f"{binary}: {'is given RECIPIENTS_TABLE' if binary == 'sender' else 'is not given the recipients table'}",
           given == (["RECIPIENTS_TABLE"] if binary == "sender" else []), ", ".join(given))
 check("an output gives the recipients table's name", any(ref_name(o.get("Value")) == "RecipientsTable" for o in outputs.values()))
+
+# The ledger's sparse `dead` index: the name, keys and projection `punctual status` queries
+# (crates/aws/src/ledger.rs DEAD_INDEX and its attributes), so status never needs a scan.
+ledger_src = rust("crates/aws/src/ledger.rs")
+dead_name = (re.findall(r'pub const DEAD_INDEX: &str = "([^"]+)"', ledger_src) or [None])[0]
+ledger_props = template["Resources"].get("LedgerTable", {}).get("Properties", {})
+dead = [g for g in ledger_props.get("GlobalSecondaryIndexes", []) if g.get("IndexName") == dead_name]
+keys = [(k.get("AttributeName"), k.get("KeyType")) for k in (dead[0].get("KeySchema", []) if dead else [])]
+check(f"LedgerTable has the sparse index {dead_name!r} status queries", bool(dead_name) and len(dead) == 1, str(dead_name))
+check("its keys are dead_reason (HASH) and deliver_by_ms (RANGE), as the code writes them",
+      keys == [("dead_reason", "HASH"), ("deliver_by_ms", "RANGE")] and "dead_reason = :r AND deliver_by_ms >= :since" in ledger_src,
+      str(keys))
+check("it projects keys only (status counts; nothing else is read from it)",
+      bool(dead) and dead[0].get("Projection", {}).get("ProjectionType") == "KEYS_ONLY")
+types = {a.get("AttributeName"): a.get("AttributeType") for a in ledger_props.get("AttributeDefinitions", [])}
+check("dead_reason is a string and deliver_by_ms a number", types.get("dead_reason") == "S" and types.get("deliver_by_ms") == "N", str(types))
 
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:

@@ -7,7 +7,6 @@ use std::time::Duration;
 use aws_config::SdkConfig;
 use aws_lambda_events::event::sqs::SqsEvent;
 use aws_sdk_sqs::types::QueueAttributeName;
-use punctual_aws::dynamodb::create_pk_table;
 use punctual_aws::sqs::{Received, SqsQueues};
 
 use crate::unique;
@@ -66,8 +65,8 @@ impl Stack {
         let (send_url, urgent_url) = (lanes[0].clone(), lanes[1].clone());
         let ledger_table = unique(&format!("{prefix}-ledger"));
         let renewals_table = unique(&format!("{prefix}-renewals"));
-        create_pk_table(&ddb, &ledger_table).await?;
-        create_pk_table(&ddb, &renewals_table).await?;
+        punctual_aws::ledger::create_table(&ddb, &ledger_table).await?;
+        punctual_aws::renewals::create_table(&ddb, &renewals_table).await?;
         let queues = SqsQueues::new(sqs.clone(), send_url, dlq_url).with_urgent(Some(&urgent_url));
         Ok(Self { queues, sqs, ddb, ledger_table, renewals_table })
     }

@@ -266,9 +266,65 @@ fn parse_record(id: &ReminderId, item: &Item) -> Result<LedgerRecord, LedgerErro
     })
 }
 
+/// The ledger's sparse GSI of dead-lettered reminders: partition key `dead_reason` (present
+/// only while a reminder is dead-lettered), sort key `deliver_by_ms`, keys only.
+pub const DEAD_INDEX: &str = "dead";
+
 impl DynamoLedger {
-    /// Every record in the table (a paginated Scan): for `punctual run` reports and `status`,
-    /// never on a hot path.
+    /// Reminders dead-lettered or expired whose `deliver_by` is at or after `since`, by reason,
+    /// from the sparse [`DEAD_INDEX`]: one `Query` (`Select=COUNT`) per reason code, paginated;
+    /// reads proportional to those reminders, never to the table. `Ok(None)` when the table has
+    /// no such index (a stack from before it).
+    pub async fn dead_by_reason(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Option<std::collections::BTreeMap<String, u64>>, LedgerError> {
+        let mut out = std::collections::BTreeMap::new();
+        let reasons = ReasonCode::ALL.iter().map(|r| r.as_str()).chain(["unknown"]);
+        for reason in reasons {
+            let mut start: Option<Item> = None;
+            let mut count = 0u64;
+            loop {
+                let page = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(DEAD_INDEX)
+                    .key_condition_expression("dead_reason = :r AND deliver_by_ms >= :since")
+                    .expression_attribute_values(":r", s(reason))
+                    .expression_attribute_values(":since", ms(since))
+                    .select(aws_sdk_dynamodb::types::Select::Count)
+                    .set_exclusive_start_key(start.take())
+                    .send()
+                    .await;
+                let page = match page {
+                    Ok(p) => p,
+                    Err(e)
+                        if e.as_service_error().is_some_and(|s| {
+                            s.is_resource_not_found_exception()
+                                || s.meta().code() == Some("ValidationException")
+                                    && s.meta().message().is_some_and(|m| m.to_ascii_lowercase().contains("index"))
+                        }) =>
+                    {
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(LedgerError::Unknown(Box::new(e))),
+                };
+                count += u64::try_from(page.count).unwrap_or(0);
+                match page.last_evaluated_key.filter(|k| !k.is_empty()) {
+                    Some(k) => start = Some(k),
+                    None => break,
+                }
+            }
+            if count > 0 {
+                out.insert(reason.to_owned(), count);
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// Every record in the table (a paginated Scan): O(table), for `punctual run` and `local
+    /// drain` reports on an emulator; `punctual status` never calls it (`make test` checks).
     pub async fn scan_all(&self) -> Result<Vec<LedgerRecord>, LedgerError> {
         let mut out = Vec::new();
         let mut start: Option<Item> = None;
@@ -308,7 +364,7 @@ impl Ledger for DynamoLedger {
             .update_expression(format!(
                 "SET #state = :leased, #owner = :owner, lease_until_ms = :lease, updated_ms = :now, \
                  deliver_after_ms = :after, deliver_by_ms = :by, tenant_id = :tenant, renewal_id = :renewal, ttl_epoch_s = :ttl, \
-                 attempts = if_not_exists(attempts, :zero){}, {}",
+                 attempts = if_not_exists(attempts, :zero){}, {} REMOVE dead_reason",
                 if msg.redrive.is_some() { ", release_id = :release" } else { "" },
                 h.set()
             ))
@@ -422,6 +478,15 @@ impl Ledger for DynamoLedger {
             }
             None => remove.push("last_reason"),
         }
+        // The sparse `dead` index holds exactly the reminders whose last word was the DLQ
+        // (dead-lettered, or expired: `business_deadline_expired`), by reason: what `punctual
+        // status` counts without a scan.
+        if matches!(x.state, ReminderState::DeadLettered | ReminderState::Expired) {
+            set.push("dead_reason = :dead_reason");
+            update = update.expression_attribute_values(":dead_reason", s(x.reason.map_or("unknown", |r| r.as_str())));
+        } else {
+            remove.push("dead_reason");
+        }
         match x.next_at {
             Some(t) => {
                 set.push("next_at_ms = :next");
@@ -517,4 +582,39 @@ impl Ledger for DynamoLedger {
             other => other,
         }
     }
+}
+
+/// Creates a ledger table (tests and `punctual local`; on AWS the SAM template owns it): string
+/// key `pk`, on demand, with the sparse [`DEAD_INDEX`].
+pub async fn create_table(client: &Client, table: &str) -> Result<(), DynamoError> {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
+        ScalarAttributeType,
+    };
+    let build = |e: aws_sdk_dynamodb::error::BuildError| DynamoError::Unknown(Box::new(e));
+    let attr = |name: &str, t: ScalarAttributeType| {
+        AttributeDefinition::builder().attribute_name(name).attribute_type(t).build().map_err(build)
+    };
+    let key =
+        |name: &str, t: KeyType| KeySchemaElement::builder().attribute_name(name).key_type(t).build().map_err(build);
+    let gsi = GlobalSecondaryIndex::builder()
+        .index_name(DEAD_INDEX)
+        .key_schema(key("dead_reason", KeyType::Hash)?)
+        .key_schema(key("deliver_by_ms", KeyType::Range)?)
+        .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
+        .build()
+        .map_err(build)?;
+    client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(attr("pk", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("dead_reason", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("deliver_by_ms", ScalarAttributeType::N)?)
+        .key_schema(key("pk", KeyType::Hash)?)
+        .global_secondary_indexes(gsi)
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .map_err(crate::dynamodb::classify)?;
+    Ok(())
 }

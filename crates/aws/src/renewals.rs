@@ -490,6 +490,34 @@ fn pending_of(item: &Item) -> Option<Pending> {
     })
 }
 
+impl DynamoRenewals {
+    /// The oldest `deliver_after` among renewals due by `now` and not yet released (the sparse
+    /// `due` index): one `Query` with `Limit 1` per shard, 16 in all, whatever the table holds.
+    pub async fn oldest_unreleased(&self, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, DueStoreError> {
+        let mut oldest: Option<DateTime<Utc>> = None;
+        for shard in 0..DUE_SHARDS {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(DUE_INDEX)
+                .key_condition_expression("due_shard = :shard AND due_after_ms <= :now")
+                .expression_attribute_values(":shard", s(shard_key(shard)))
+                .expression_attribute_values(":now", ms(now))
+                .projection_expression("due_after_ms")
+                .limit(1)
+                .send()
+                .await
+                .map_err(unknown)?;
+            let first = out.items.unwrap_or_default().first().and_then(|i| get_i64(i, "due_after_ms"));
+            if let Some(at) = first.and_then(DateTime::<Utc>::from_timestamp_millis) {
+                oldest = Some(oldest.map_or(at, |o| o.min(at)));
+            }
+        }
+        Ok(oldest)
+    }
+}
+
 impl DueStore for DynamoRenewals {
     type Cursor = Item;
 

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use aws_config::SdkConfig;
 use aws_sdk_sqs::types::QueueAttributeName;
 use punctual_aws::config::dynamodb_client;
-use punctual_aws::dynamodb::create_pk_table;
 use punctual_lambda::config::{ConfigError, Env};
 use punctual_ops::Resources;
 use punctual_scheduler::config::SchedulerConfig;
@@ -336,7 +335,7 @@ pub async fn provision(
     let ledger_table = format!("{prefix}-ledger");
     let renewals_table = format!("{prefix}-renewals");
     let recipients_table = format!("{prefix}-recipients");
-    create_pk_table(ddb, &ledger_table).await.map_err(|e| p("the ledger table")(Box::new(e)))?;
+    punctual_aws::ledger::create_table(ddb, &ledger_table).await.map_err(|e| p("the ledger table")(Box::new(e)))?;
     punctual_aws::recipients::create_table(ddb, &recipients_table)
         .await
         .map_err(|e| p("the recipients table")(Box::new(e)))?;

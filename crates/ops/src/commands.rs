@@ -50,7 +50,8 @@ pub async fn resume(target: &Target, by: &str) -> Result<Option<Pause>, OpsError
 
 // ---- status ------------------------------------------------------------------------------------
 
-/// `punctual status`.
+/// `punctual status`: what an operator needs in an incident, read without a scan (README,
+/// "Operating punctual": the read cost per call).
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     /// Send queue: visible.
@@ -65,37 +66,39 @@ pub struct Status {
     pub urgent_in_flight: u64,
     /// Urgent lane: delayed (paced releases, deferred copies).
     pub urgent_delayed: u64,
-    /// DLQ messages.
+    /// DLQ messages (the queue's own count).
     pub dlq: u64,
-    /// Reminders dead-lettered, by their last reason (from the ledger).
-    pub dlq_by_reason: BTreeMap<String, u64>,
-    /// Oldest due-but-undelivered reminder's age (ledger: not terminal, deliver_after passed).
-    pub oldest_age_seconds: f64,
-    /// Reminders in the ledger by state.
-    pub by_state: BTreeMap<String, u64>,
+    /// Reminders whose last word was the DLQ (dead-lettered, or expired), `deliver_by` within
+    /// the DLQ's 14-day retention, by reason: the ledger's sparse `dead` index. `None` when the
+    /// ledger table has no such index (a stack from before it).
+    pub dlq_by_reason: Option<BTreeMap<String, u64>>,
+    /// How long the oldest renewal due by now has waited for the scheduler (the renewals
+    /// table's sparse `due` index); `None` when every due renewal was released.
+    pub oldest_unreleased_seconds: Option<f64>,
     /// Both lanes' backlog ÷ quota.
     pub projected_drain_seconds: f64,
-    /// The smallest time left to `deliver_by` among undelivered reminders.
-    pub min_slack_seconds: Option<f64>,
-    /// True when the projected drain exceeds the smallest slack.
-    pub projected_breach: bool,
     /// The pause in force, if any.
     pub paused: Option<Pause>,
+    /// AWS requests this status made (none of them a Scan).
+    pub requests: u32,
 }
 
 impl Status {
     /// Human lines.
     pub fn render(&self) -> String {
-        let reasons: Vec<String> = self.dlq_by_reason.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let states: Vec<String> = self.by_state.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let reasons = match &self.dlq_by_reason {
+            None => "by reason: unavailable (the ledger table has no `dead` index: update the stack)".to_owned(),
+            Some(r) if r.is_empty() => "none by reason in the ledger".to_owned(),
+            Some(r) => r.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "),
+        };
         format!(
             "paused            {}\n\
              send queue        {} visible, {} in flight, {} delayed (normal lane)\n\
              urgent lane       {} visible, {} in flight, {} delayed\n\
              dlq               {} ({})\n\
-             ledger            {}\n\
-             oldest due age    {:.1} s\n\
-             backlog vs drain  projected drain {:.1} s, smallest slack {} → {}\n",
+             unreleased        {}\n\
+             projected drain   {:.1} s for both lanes' backlog at the quota\n\
+             cost              {} requests, no scan\n",
             self.paused
                 .as_ref()
                 .map_or("no".to_owned(), |p| format!("YES since {} by {}: {}", p.since, p.owner, p.reason)),
@@ -106,35 +109,60 @@ impl Status {
             self.urgent_in_flight,
             self.urgent_delayed,
             self.dlq,
-            if reasons.is_empty() { "none by reason".to_owned() } else { reasons.join(", ") },
-            if states.is_empty() { "empty".to_owned() } else { states.join(", ") },
-            self.oldest_age_seconds,
+            reasons,
+            self.oldest_unreleased_seconds.map_or_else(
+                || "every renewal due by now was released".to_owned(),
+                |s| format!("the oldest due renewal has waited {s:.1} s for the scheduler")
+            ),
             self.projected_drain_seconds,
-            self.min_slack_seconds.map_or("n/a".to_owned(), |s| format!("{s:.1} s")),
-            if self.projected_breach { "BREACH PROJECTED" } else { "ok" },
+            self.requests,
         )
     }
 }
 
-/// Reads queue depths, the ledger (a scan: fine for an operator command, not for a hot path)
-/// and the pause switch.
+/// How far back `status` counts dead-lettered reminders: the DLQ's retention.
+pub const DLQ_RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(14);
+
+/// Reads the queues' attributes (3 requests), the pause switch (1 `GetItem`), the ledger's
+/// sparse `dead` index (one `Select=COUNT` `Query` per reason code, reading only dead-lettered
+/// keys) and the renewals' `due` index (16 `Query`s of one item). No Scan: the cost does not
+/// grow with the tables (README, "Operating punctual").
 pub async fn status(target: &Target) -> Result<Status, OpsError> {
     let (ddb, queues) = target.clients().await;
+    status_with(target, ddb, &queues).await
+}
+
+/// [`status`] over given clients (a test counts what it sends).
+pub async fn status_with(
+    target: &Target,
+    ddb: aws_sdk_dynamodb::Client,
+    queues: &punctual_aws::sqs::SqsQueues,
+) -> Result<Status, OpsError> {
+    let mut requests = 0u32;
     let send = queues.depth_of(queues.send_url()).await.map_err(step("reading the send queue"))?;
+    requests += 1;
     let urgent = if queues.has_urgent_lane() {
+        requests += 1;
         queues.depth_of(queues.urgent_url()).await.map_err(step("reading the urgent lane"))?
     } else {
         punctual_aws::sqs::Depth::default()
     };
     let dlq = queues.depth_of(queues.dlq_url()).await.map_err(step("reading the DLQ"))?;
+    requests += 1;
+    let now = Utc::now();
     let ledger = DynamoLedger::new(ddb.clone(), &target.resources.ledger_table);
-    let records = ledger.scan_all().await.map_err(step("reading the ledger"))?;
+    let dlq_by_reason =
+        ledger.dead_by_reason(now - DLQ_RETENTION).await.map_err(step("reading the ledger's dead index"))?;
+    requests += punctual_core::ReasonCode::ALL.len() as u32 + 1;
+    let renewals = punctual_aws::renewals::DynamoRenewals::new(ddb.clone(), target.resources.renewals_table.clone());
+    let oldest = renewals.oldest_unreleased(now).await.map_err(step("reading the renewals' due index"))?;
+    requests += punctual_aws::renewals::DUE_SHARDS;
     let paused = DynamoControl::new(ddb, &target.resources.ledger_table)
         .pause()
         .await
         .map_err(step("reading the pause switch"))?;
-    let now = Utc::now();
-    let mut s = Status {
+    requests += 1;
+    Ok(Status {
         send_visible: send.visible,
         send_in_flight: send.in_flight,
         send_delayed: send.delayed,
@@ -142,28 +170,12 @@ pub async fn status(target: &Target) -> Result<Status, OpsError> {
         urgent_in_flight: urgent.in_flight,
         urgent_delayed: urgent.delayed,
         dlq: dlq.total(),
-        dlq_by_reason: BTreeMap::new(),
-        oldest_age_seconds: 0.0,
-        by_state: BTreeMap::new(),
+        dlq_by_reason,
+        oldest_unreleased_seconds: oldest.map(|t| (now - t).num_milliseconds().max(0) as f64 / 1000.0),
         projected_drain_seconds: (send.total() + urgent.total()) as f64 / target.quota,
-        min_slack_seconds: None,
-        projected_breach: false,
         paused,
-    };
-    for r in &records {
-        *s.by_state.entry(r.state.as_str().into()).or_default() += 1;
-        if r.state == ReminderState::DeadLettered {
-            *s.dlq_by_reason.entry(r.last_reason.map_or("unknown", |c| c.as_str()).into()).or_default() += 1;
-        }
-        if !r.state.is_terminal() {
-            let first = r.history.first().map_or(now, |h| h.at);
-            s.oldest_age_seconds = s.oldest_age_seconds.max((now - first).num_milliseconds() as f64 / 1000.0);
-            let slack = (r.deliver_by - now).num_milliseconds() as f64 / 1000.0;
-            s.min_slack_seconds = Some(s.min_slack_seconds.map_or(slack, |m: f64| m.min(slack)));
-        }
-    }
-    s.projected_breach = s.min_slack_seconds.is_some_and(|m| s.projected_drain_seconds > m);
-    Ok(s)
+        requests,
+    })
 }
 
 // ---- explain -----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ pub mod commands;
 pub mod import;
 pub mod target;
 
-pub use commands::{explain, pause, redrive, redrive_function, render_summary, resume, status};
+pub use commands::{explain, pause, redrive, redrive_function, render_summary, resume, status, status_with};
 pub use target::{LocalState, Resources, Target};
 
 /// An operator command failed.
