@@ -257,6 +257,13 @@ enum LocalAction {
     },
     /// Stop what `local up` started.
     Down,
+    /// Print a valid message body for demo renewal N (0..3) that `local up` seeded, due now:
+    /// for hand-sent messages (`aws sqs send-message`) and smoke tests.
+    DemoMessage {
+        /// Which demo renewal.
+        #[arg(default_value_t = 0)]
+        n: usize,
+    },
 }
 
 fn fail(e: &dyn std::error::Error) -> ExitCode {
@@ -575,6 +582,16 @@ async fn local_command(a: LocalArgs) -> ExitCode {
                 if report.counts.lost == 0 { ExitCode::SUCCESS } else { ExitCode::from(4) }
             }
             Err(e) => harness_err(&e),
+        },
+        LocalAction::DemoMessage { n } => match local::demo_message(n) {
+            Ok(body) => {
+                println!("{body}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("punctual local demo-message: {e}");
+                ExitCode::from(2)
+            }
         },
         LocalAction::Down => match local::down() {
             Ok(pids) => {
