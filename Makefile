@@ -13,7 +13,7 @@ DDB_LOCAL := .tools/dynamodb-local/DynamoDBLocal.jar
 HAVE_JAVA := $(shell command -v java >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && echo yes)
 CARGO ?= cargo
 
-.PHONY: check-seeds soak help test run build deploy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean
+.PHONY: cold-start check-seeds soak help test run build deploy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean
 
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
@@ -113,6 +113,12 @@ build: build-tools
 	$(LAMBDA_BUILD_ENV) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/cargo-lambda lambda build --release --locked \
 	  $(if $(filter arm64,$(ARCH)),--arm64,--x86-64) --bin sender --bin scheduler --bin redrive
 	@ls -l target/lambda/*/bootstrap
+
+## Each package from `make build` started under the Lambda runtime API emulator with its real
+## environment against the local pipeline: init (exec → first GET next), the first
+## invocation's duration, binary sizes (target/cold-start.json). Needs `make build` first.
+cold-start: tools
+	tools/with-emulator.sh tools/cold-start.sh
 
 ## The real function binary under the Lambda runtime API with an event from events/:
 ##   cargo run -p punctual -- local up; make invoke-sender EVENT=events/sender/due.json

@@ -66,7 +66,7 @@ async fn dead_index(client: aws_sdk_dynamodb::Client) {
         ledger.settle(&m, Some(&o), now, &settle(state, reason)).await.unwrap();
         messages.push(m);
     }
-    let counts = ledger.dead_by_reason(since).await.unwrap().expect("the index exists");
+    let counts = ledger.dead_by_reason(since).await.unwrap().0.expect("the index exists");
     let want: std::collections::BTreeMap<String, u64> =
         [("attempt_limit", 2), ("business_deadline_expired", 1), ("classified_permanent", 1)]
             .into_iter()
@@ -85,14 +85,16 @@ async fn dead_index(client: aws_sdk_dynamodb::Client) {
         ..messages[0].clone()
     };
     ledger.claim(&redriven, &OwnerToken::new("again"), now, now + chrono::TimeDelta::seconds(30)).await.unwrap();
-    let counts = ledger.dead_by_reason(since).await.unwrap().unwrap();
+    let counts = ledger.dead_by_reason(since).await.unwrap().0.unwrap();
     assert_eq!(counts.get("attempt_limit"), Some(&1), "{counts:?}");
     // Outside the window: not counted.
-    assert_eq!(ledger.dead_by_reason(now + chrono::TimeDelta::days(1)).await.unwrap().unwrap().len(), 0);
+    assert_eq!(ledger.dead_by_reason(now + chrono::TimeDelta::days(1)).await.unwrap().0.unwrap().len(), 0);
     // A table without the index says so instead of failing.
     let bare = unique("punctual-ledger-bare");
     punctual_aws::dynamodb::create_pk_table(&client, &bare).await.unwrap();
-    assert_eq!(DynamoLedger::new(client.clone(), &bare).dead_by_reason(since).await.unwrap(), None);
+    assert_eq!(DynamoLedger::new(client.clone(), &bare).dead_by_reason(since).await.unwrap().0, None);
+    // A table that does not exist is an error, not "no index".
+    assert!(DynamoLedger::new(client.clone(), "no-such-table").dead_by_reason(since).await.is_err());
     client.delete_table().table_name(&table).send().await.unwrap();
     client.delete_table().table_name(&bare).send().await.unwrap();
 }

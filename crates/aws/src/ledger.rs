@@ -275,11 +275,13 @@ impl DynamoLedger {
     /// from the sparse [`DEAD_INDEX`]: one `Query` (`Select=COUNT`) per reason code, paginated;
     /// reads proportional to those reminders, never to the table. `Ok(None)` when the table has
     /// no such index (a stack from before it).
+    /// The second value is the number of requests made (one per page).
     pub async fn dead_by_reason(
         &self,
         since: DateTime<Utc>,
-    ) -> Result<Option<std::collections::BTreeMap<String, u64>>, LedgerError> {
+    ) -> Result<(Option<std::collections::BTreeMap<String, u64>>, u32), LedgerError> {
         let mut out = std::collections::BTreeMap::new();
+        let mut requests = 0u32;
         let reasons = ReasonCode::ALL.iter().map(|r| r.as_str()).chain(["unknown"]);
         for reason in reasons {
             let mut start: Option<Item> = None;
@@ -297,16 +299,18 @@ impl DynamoLedger {
                     .set_exclusive_start_key(start.take())
                     .send()
                     .await;
+                requests += 1;
                 let page = match page {
                     Ok(p) => p,
+                    // Only "the table does not have the specified index" means a stack from before
+                    // it; a missing table or any other refusal is an error.
                     Err(e)
                         if e.as_service_error().is_some_and(|s| {
-                            s.is_resource_not_found_exception()
-                                || s.meta().code() == Some("ValidationException")
-                                    && s.meta().message().is_some_and(|m| m.to_ascii_lowercase().contains("index"))
+                            s.meta().code() == Some("ValidationException")
+                                && s.meta().message().is_some_and(|m| m.contains("specified index"))
                         }) =>
                     {
-                        return Ok(None);
+                        return Ok((None, requests));
                     }
                     Err(e) => return Err(LedgerError::Unknown(Box::new(e))),
                 };
@@ -320,7 +324,7 @@ impl DynamoLedger {
                 out.insert(reason.to_owned(), count);
             }
         }
-        Ok(Some(out))
+        Ok((Some(out), requests))
     }
 
     /// Every record in the table (a paginated Scan): O(table), for `punctual run` and `local

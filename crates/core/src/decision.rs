@@ -342,7 +342,10 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
     // 3. Past the business deadline: only an undelivered reminder expires, so the ledger is
     //    consulted first (a late at-least-once copy of a delivered one is a duplicate, not a
     //    deadline miss, and must not reach the DLQ).
-    if now >= msg.deliver_by {
+    // A provider answer is classified whatever the time now: the call ended before
+    // `deliver_by` (its timeout is bounded by it), so an acceptance at the last moment is a
+    // delivery, not an expiry (the answer's own processing may cross the deadline).
+    if now >= msg.deliver_by && inputs.provider.is_none() {
         return past_deadline(msg, inputs);
     }
     // 4. Claim.

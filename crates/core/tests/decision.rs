@@ -699,3 +699,19 @@ proptest! {
         }
     }
 }
+
+/// An acceptance the sender finishes handling just after `deliver_by` (a limiter write in
+/// between) is a delivery: the call itself ended before the deadline.
+#[test]
+fn an_answer_from_before_the_deadline_is_classified_even_if_handled_after_it() {
+    let w = World { now: t(BY) + secs(1), ..World::ready() }.called(ProviderOutcome::Accepted {
+        status: 202,
+        receipt: Some("r".into()),
+        budget: None,
+    });
+    assert!(matches!(w.decide(), Decision::Done(Disposition::Delivered { attempt: 1, .. })), "{:?}", w.decide());
+    // A failure then has no time left: quarantined, never deferred past the deadline.
+    let w = World { now: t(BY) + secs(1), ..World::ready() }
+        .called(ProviderOutcome::Transient { status: Some(503), retry_after: None });
+    assert!(matches!(w.decide(), Decision::Done(Disposition::Quarantine { .. })), "{:?}", w.decide());
+}

@@ -150,15 +150,17 @@ impl Emulator {
         };
         let bin = moto_binary().ok_or(EnvError::NoEmulator)?;
         let port = free_port()?;
-        let mut children = vec![spawn(
+        // Owned while starting: a later step that fails stops what this one started (a
+        // `Child` dropped does not kill its process).
+        let mut children = Started(vec![spawn(
             Command::new(&bin).args(["-H", "127.0.0.1", "-p", &port.to_string()]).stderr(log("moto.log")?),
             "moto server",
-        )?];
+        )?]);
         let mut dynamodb_endpoint = None;
         if let Some(jar) = dynamodb_local_jar() {
             let dport = free_port()?;
             let dir = jar.parent().map(PathBuf::from).unwrap_or_default();
-            children.push(spawn(
+            children.0.push(spawn(
                 Command::new("java")
                     .current_dir(&dir)
                     // -sharedDb: one database whatever the credentials and region of each caller.
@@ -179,6 +181,7 @@ impl Emulator {
         }
         wait_port(port, "moto server")?;
         let endpoint = format!("http://127.0.0.1:{port}");
+        let mut children = std::mem::take(&mut children.0);
         let detached = if detach { children.drain(..).map(|c| c.id()).collect() } else { Vec::new() };
         Ok(Self { endpoint, dynamodb_endpoint, children, detached })
     }
@@ -192,6 +195,42 @@ impl Emulator {
     pub fn dynamodb(&self, config: &SdkConfig) -> aws_sdk_dynamodb::Client {
         dynamodb_client(config, self.dynamodb_endpoint.as_deref())
     }
+}
+
+/// Processes being started: killed if the start fails half-way.
+struct Started(Vec<Child>);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Stops processes by pid (SIGTERM; `kill` from the system: no signal code of our own).
+pub fn stop_pids(pids: &[u32]) {
+    for pid in pids {
+        let _ = Command::new("kill").arg(pid.to_string()).stderr(Stdio::null()).status();
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM, whichever comes first: a terminal's Ctrl-C, a supervisor's
+/// `kill -INT`, and what `timeout`, CI runners and `docker stop` send.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 impl Drop for Emulator {

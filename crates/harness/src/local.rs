@@ -41,6 +41,33 @@ pub async fn up(quota: f64, provider: &str) -> Result<LocalState, LocalError> {
     }
     std::fs::create_dir_all(&dir).map_err(step("creating the state directory"))?;
     let emulator = Emulator::start(Some(&dir), true)?;
+    // Everything started from here on is stopped again if `up` fails before writing its state
+    // (without the state file, `local down` could not find it).
+    let mut spawned: Vec<u32> = emulator.pids();
+    // A signal while provisioning (the children are in their own process groups, so a
+    // terminal's Ctrl-C reaches only this process) stops them too.
+    let result = tokio::select! {
+        r = up_on(&dir, &emulator, quota, provider, &mut spawned) => r,
+        () = crate::env::shutdown_signal() => Err(LocalError::Interrupted),
+    };
+    if let Err(e) = result {
+        crate::env::stop_pids(&spawned);
+        return Err(LocalError::Step {
+            what: "local up (every process it had started was stopped)",
+            source: format!("{e} [stopped pids: {}]", spawned.iter().map(u32::to_string).collect::<Vec<_>>().join(" "))
+                .into(),
+        });
+    }
+    result
+}
+
+async fn up_on(
+    dir: &std::path::Path,
+    emulator: &Emulator,
+    quota: f64,
+    provider: &str,
+    spawned: &mut Vec<u32>,
+) -> Result<LocalState, LocalError> {
     let config = for_endpoint(&emulator.endpoint).await;
     let ddb = emulator.dynamodb(&config);
     let token = format!("local-{:x}", Utc::now().timestamp_nanos_opt().unwrap_or_default());
@@ -58,6 +85,7 @@ pub async fn up(quota: f64, provider: &str) -> Result<LocalState, LocalError> {
         cmd.process_group(0);
     }
     let double = cmd.spawn().map_err(step("starting the provider double"))?;
+    spawned.push(double.id());
     let started = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if started.elapsed() > Duration::from_secs(10) {
@@ -86,8 +114,15 @@ pub async fn up(quota: f64, provider: &str) -> Result<LocalState, LocalError> {
             .map_err(step("naming demo recipients"))?;
         book.put(&reference, &address, Utc::now().timestamp_millis()).await.map_err(step("seeding demo recipients"))?;
     }
-    let mut pids = emulator.pids();
-    pids.push(double.id());
+    // Fault injection for the lifecycle test (README, "Processes"): fail after everything
+    // was started, before the state is written, the way a late provisioning error does.
+    if std::env::var("PUNCTUAL_FAULT").is_ok_and(|f| f == "local-up-before-state") {
+        return Err(LocalError::Step {
+            what: "writing the state file",
+            source: "injected fault (PUNCTUAL_FAULT)".into(),
+        });
+    }
+    let pids = spawned.clone();
     let state = LocalState {
         resources,
         dynamodb_endpoint: emulator.dynamodb_endpoint.clone(),

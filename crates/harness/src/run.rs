@@ -248,8 +248,22 @@ impl ProviderSide {
     }
 }
 
-/// Runs the pipeline end to end.
+/// Runs the pipeline end to end. A SIGINT or SIGTERM at any point (starting the emulator,
+/// importing, delivering, reporting) stops it: the run's future is dropped, and with it the
+/// emulator processes it started (`Emulator`'s drop). While delivering, the monitor sees the
+/// signal first and gives the pollers two seconds to finish what they hold.
 pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
+    tokio::select! {
+        r = run_inner(opts) => r,
+        () = async {
+            crate::env::shutdown_signal().await;
+            // Let the monitor's own graceful stop (2 s) go first when it is running.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        } => Err(RunError::Interrupted),
+    }
+}
+
+async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     let started = Instant::now();
     let say = |s: String| {
         if opts.progress {
@@ -377,9 +391,11 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         let mut last_depth_check = Instant::now() - Duration::from_secs(10);
         let mut depth: Option<(punctual_aws::sqs::Depth, punctual_aws::sqs::Depth)> = None;
         let mut backlog: Vec<(DateTime<Utc>, f64)> = Vec::new();
+        let signalled = crate::env::shutdown_signal();
+        tokio::pin!(signalled);
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => { interrupted = true; }
+                _ = &mut signalled => { interrupted = true; }
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             }
             if interrupted {
@@ -431,10 +447,32 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
         stop.store(true, Ordering::Relaxed);
         (interrupted, backlog)
     };
-    let ((), (sched_expired, released_urgent), (interrupted, backlog)) = tokio::join!(pollers, ticks, monitor);
+    // The pollers and the scheduler run until the monitor says stop. Interrupted (SIGINT or
+    // SIGTERM), the run gives them two seconds to finish what they hold and then drops them
+    // (an abandoned message returns to its queue after its visibility timeout), so it exits
+    // promptly and `Emulator`'s drop stops the processes it started.
+    let mut work = std::pin::pin!(async { tokio::join!(pollers, ticks) });
+    let mut monitor = std::pin::pin!(monitor);
+    let mut finished = None;
+    let (interrupted, backlog) = loop {
+        tokio::select! {
+            m = &mut monitor => break m,
+            w = &mut work, if finished.is_none() => finished = Some(w),
+        }
+    };
     if interrupted {
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            if finished.is_none() {
+                let _ = (&mut work).await;
+            }
+        })
+        .await;
         return Err(RunError::Interrupted);
     }
+    let ((), (sched_expired, released_urgent)) = match finished {
+        Some(w) => w,
+        None => work.await,
+    };
     let as_of = Utc::now();
 
     let records =

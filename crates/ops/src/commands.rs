@@ -151,9 +151,9 @@ pub async fn status_with(
     requests += 1;
     let now = Utc::now();
     let ledger = DynamoLedger::new(ddb.clone(), &target.resources.ledger_table);
-    let dlq_by_reason =
+    let (dlq_by_reason, pages) =
         ledger.dead_by_reason(now - DLQ_RETENTION).await.map_err(step("reading the ledger's dead index"))?;
-    requests += punctual_core::ReasonCode::ALL.len() as u32 + 1;
+    requests += pages;
     let renewals = punctual_aws::renewals::DynamoRenewals::new(ddb.clone(), target.resources.renewals_table.clone());
     let oldest = renewals.oldest_unreleased(now).await.map_err(step("reading the renewals' due index"))?;
     requests += punctual_aws::renewals::DUE_SHARDS;
