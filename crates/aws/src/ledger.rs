@@ -302,12 +302,14 @@ impl DynamoLedger {
                 requests += 1;
                 let page = match page {
                     Ok(p) => p,
-                    // Only "the table does not have the specified index" means a stack from before
-                    // it; a missing table or any other refusal is an error.
+                    // Only a missing index means a stack from before it — DynamoDB (and DynamoDB
+                    // Local) say "The table does not have the specified index", moto "Invalid
+                    // index: … for table"; a missing table or any other refusal is an error.
                     Err(e)
                         if e.as_service_error().is_some_and(|s| {
-                            s.meta().code() == Some("ValidationException")
-                                && s.meta().message().is_some_and(|m| m.contains("specified index"))
+                            s.meta()
+                                .message()
+                                .is_some_and(|m| m.contains("specified index") || m.contains("Invalid index"))
                         }) =>
                     {
                         return Ok((None, requests));
