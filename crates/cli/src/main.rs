@@ -317,9 +317,9 @@ fn report_out<T: serde::Serialize>(report: &T, path: &str, json: bool, human: St
 
 fn harness_err(e: &HarnessError) -> ExitCode {
     match e {
-        HarnessError::Interrupted => {
-            eprintln!("punctual: interrupted; everything it started was stopped");
-            ExitCode::from(130)
+        HarnessError::Interrupted(stop) => {
+            eprintln!("punctual: interrupted ({stop:?}); everything it started was stopped");
+            ExitCode::from(stop.exit_code())
         }
         e => fail(e),
     }

@@ -216,21 +216,39 @@ pub fn stop_pids(pids: &[u32]) {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM, whichever comes first: a terminal's Ctrl-C, a supervisor's
-/// `kill -INT`, and what `timeout`, CI runners and `docker stop` send.
-pub async fn shutdown_signal() {
+/// Which signal stopped a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGINT: a terminal's Ctrl-C, a supervisor's `kill -INT`.
+    Int,
+    /// SIGTERM: what `timeout`, CI runners and `docker stop` send.
+    Term,
+}
+
+impl Stop {
+    /// The shell's convention: 128 + the signal's number (130, 143).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Self::Int => 130,
+            Self::Term => 143,
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM, whichever comes first, saying which.
+pub async fn shutdown_signal() -> Stop {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
         if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
+            return tokio::select! {
+                _ = tokio::signal::ctrl_c() => Stop::Int,
+                _ = term.recv() => Stop::Term,
+            };
         }
     }
     let _ = tokio::signal::ctrl_c().await;
+    Stop::Int
 }
 
 impl Drop for Emulator {

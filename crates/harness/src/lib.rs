@@ -42,9 +42,9 @@ pub enum HarnessError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// Ctrl-C.
-    #[error("interrupted; everything this run started was stopped")]
-    Interrupted,
+    /// SIGINT or SIGTERM.
+    #[error("interrupted ({0:?}); everything this run started was stopped")]
+    Interrupted(crate::env::Stop),
 }
 
 /// Wraps a failure of `what`.

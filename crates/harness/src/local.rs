@@ -48,7 +48,7 @@ pub async fn up(quota: f64, provider: &str) -> Result<LocalState, LocalError> {
     // terminal's Ctrl-C reaches only this process) stops them too.
     let result = tokio::select! {
         r = up_on(&dir, &emulator, quota, provider, &mut spawned) => r,
-        () = crate::env::shutdown_signal() => Err(LocalError::Interrupted),
+        stop = crate::env::shutdown_signal() => Err(LocalError::Interrupted(stop)),
     };
     if let Err(e) = result {
         crate::env::stop_pids(&spawned);

@@ -255,11 +255,12 @@ impl ProviderSide {
 pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
     tokio::select! {
         r = run_inner(opts) => r,
-        () = async {
-            crate::env::shutdown_signal().await;
+        stop = async {
+            let stop = crate::env::shutdown_signal().await;
             // Let the monitor's own graceful stop (2 s) go first when it is running.
             tokio::time::sleep(Duration::from_secs(3)).await;
-        } => Err(RunError::Interrupted),
+            stop
+        } => Err(RunError::Interrupted(stop)),
     }
 }
 
@@ -387,7 +388,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     let monitor = async {
         let limit = Duration::from_secs_f64(n as f64 / opts.quota * 4.0 + 120.0);
         let loop_started = Instant::now();
-        let mut interrupted = false;
+        let mut interrupted: Option<crate::env::Stop> = None;
         let mut last_depth_check = Instant::now() - Duration::from_secs(10);
         let mut depth: Option<(punctual_aws::sqs::Depth, punctual_aws::sqs::Depth)> = None;
         let mut backlog: Vec<(DateTime<Utc>, f64)> = Vec::new();
@@ -395,10 +396,10 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         tokio::pin!(signalled);
         loop {
             tokio::select! {
-                _ = &mut signalled => { interrupted = true; }
+                stop = &mut signalled => { interrupted = Some(stop); }
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             }
-            if interrupted {
+            if interrupted.is_some() {
                 break;
             }
             let m = metrics.lock().map(|m| m.clone()).unwrap_or_default();
@@ -460,14 +461,14 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
             w = &mut work, if finished.is_none() => finished = Some(w),
         }
     };
-    if interrupted {
+    if let Some(stop) = interrupted {
         let _ = tokio::time::timeout(Duration::from_secs(2), async {
             if finished.is_none() {
                 let _ = (&mut work).await;
             }
         })
         .await;
-        return Err(RunError::Interrupted);
+        return Err(RunError::Interrupted(stop));
     }
     let ((), (sched_expired, released_urgent)) = match finished {
         Some(w) => w,
