@@ -11,7 +11,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-py() { "$here/.venv/bin/python" "$@"; }
+# shellcheck source=tools/lib.sh
+. tools/lib.sh
 export PUNCTUAL_STATE_DIR="$here/target/cold-start"
 rm -rf "$PUNCTUAL_STATE_DIR"
 for fn in sender scheduler redrive; do
@@ -21,12 +22,7 @@ cargo build --locked -q -p punctual
 ./target/debug/punctual local up --json >/dev/null
 trap './target/debug/punctual local down >/dev/null 2>&1 || true' EXIT
 state="$PUNCTUAL_STATE_DIR/state.json"
-get() { py -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2]) or '')" "$state" "$1"; }
-export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
-export AWS_ENDPOINT_URL="$(get endpoint)" SEND_QUEUE_URL="$(get send_queue_url)" DLQ_URL="$(get dlq_url)"
-export URGENT_QUEUE_URL="$(get urgent_queue_url)" LEDGER_TABLE="$(get ledger_table)" RENEWALS_TABLE="$(get renewals_table)"
-export PROVIDER_URL="$(get provider_url)" PROVIDER_TOKEN="$(get provider_token)"
-ddb="$(get dynamodb_endpoint)"; [[ -n "$ddb" ]] && export AWS_ENDPOINT_URL_DYNAMODB="$ddb"
+local_env "$state"
 body=$(./target/debug/punctual local demo-message 0)
 events=$(mktemp -d); trap './target/debug/punctual local down >/dev/null 2>&1 || true; rm -rf "$events"' EXIT
 py - "$body" "$events" <<'PY'
@@ -46,15 +42,12 @@ json.dump({"reason": "cold start", "owner": "ops", "max_messages": 1, "max_per_s
 PY
 results=()
 for fn in sender scheduler redrive; do
-  port=$(py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(free_port)
   "$here/.venv/bin/python" tools/lambda_emulator.py --binary "target/lambda/$fn/bootstrap" --function "$fn" --port "$port" \
     --log "target/cold-start-$fn.log" --report "target/cold-start-$fn.json" &
   emu=$!
   trap "kill $emu 2>/dev/null || true; ./target/debug/punctual local down >/dev/null 2>&1 || true; rm -rf \"$events\"" EXIT
-  for _ in $(seq 1 100); do
-    py -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1)" "$port" 2>/dev/null && break
-    sleep 0.05
-  done
+  wait_port "$port"
   py - "$port" "$fn" "$events/$fn.json" <<'PY'
 import sys, urllib.request
 port, fn, event = sys.argv[1:4]

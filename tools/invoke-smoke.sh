@@ -11,6 +11,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 export PUNCTUAL_STATE_DIR="$here/target/invoke-smoke"
 rm -rf "$PUNCTUAL_STATE_DIR"
 cd "$here"
+# shellcheck source=tools/lib.sh
+. tools/lib.sh
 cargo build --locked -q -p punctual -p punctual-sender -p punctual-redrive
 ./target/debug/punctual local up --json >/dev/null
 trap './target/debug/punctual local down >/dev/null 2>&1 || true' EXIT
@@ -26,7 +28,6 @@ else
 fi
 
 # The redrive function through lambda:Invoke. Three redrivable letters join the malformed one.
-py() { "$here/.venv/bin/python" "$@"; }
 state="$PUNCTUAL_STATE_DIR/state.json"
 for n in 0 1 2; do
   body=$(./target/debug/punctual local demo-message "$n")
@@ -54,22 +55,15 @@ before=$(dlq_depth)
 # The redrive binary under a Lambda runtime + Invoke API emulator (tools/lambda_emulator.py:
 # each invocation gets a deadline 60 s out, as the template's function timeout would allow),
 # with the local pipeline's environment; the CLI reaches it through lambda:Invoke.
-lport=$(py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-get() { py -c "import json,sys; print(json.load(open(sys.argv[1])).get(sys.argv[2]) or '')" "$state" "$1"; }
+lport=$(free_port)
 (
-  export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
-  export AWS_ENDPOINT_URL="$(get endpoint)" SEND_QUEUE_URL="$(get send_queue_url)" DLQ_URL="$(get dlq_url)"
-  export URGENT_QUEUE_URL="$(get urgent_queue_url)" LEDGER_TABLE="$(get ledger_table)"
-  ddb="$(get dynamodb_endpoint)"; [[ -n "$ddb" ]] && export AWS_ENDPOINT_URL_DYNAMODB="$ddb"
+  local_env "$state"
   exec "$here/.venv/bin/python" tools/lambda_emulator.py --binary ./target/debug/redrive --function punctual-redrive --port "$lport" \
     --timeout-s 60 --log target/invoke-redrive.log --report target/invoke-redrive.json
 ) &
 emu=$!
 trap 'kill $emu 2>/dev/null || true; ./target/debug/punctual local down >/dev/null 2>&1 || true' EXIT
-for _ in $(seq 1 100); do
-  py -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1)" "$lport" 2>/dev/null && break
-  sleep 0.1
-done
+wait_port "$lport"
 invoke() {
   AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 \
     AWS_ENDPOINT_URL_LAMBDA="http://127.0.0.1:$lport" ./target/debug/punctual redrive --function punctual-redrive "$@"
