@@ -281,12 +281,9 @@ fn past_deadline(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision {
         // An earlier call's outcome is unknown (a provider without keys): the reminder may have
         // been delivered. Not an expiry (which would count it late and clear the mark): the DLQ
         // with what is known, for an operator.
-        (Some(ClaimView::Claimed { prior_attempts, unsettled_call: true }), _) => quarantine(
-            ReasonCode::ProviderIndeterminate,
-            prior_attempts.max(msg.attempt),
-            None,
-            "deliver_by passed and an earlier call's outcome is unknown (its worker stopped before recording it)".into(),
-        ),
+        (Some(ClaimView::Claimed { prior_attempts, unsettled_call: true }), _) => {
+            unknown_earlier_call(prior_attempts.max(msg.attempt), "deliver_by passed")
+        }
         // This worker holds the lease (it claimed before the deadline passed): not delivered.
         (Some(ClaimView::Claimed { prior_attempts, .. }), _) => {
             Decision::Done(Disposition::Expire { attempts_made: prior_attempts.max(msg.attempt) })
@@ -297,13 +294,7 @@ fn past_deadline(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision {
             Some(ReminderState::Delivered) => duplicate,
             // Maybe delivered: never an expiry (see above).
             Some(ReminderState::Leased | ReminderState::Deferred | ReminderState::DeadLettered) if rec.unknown_call => {
-                quarantine(
-                    ReasonCode::ProviderIndeterminate,
-                    rec.attempts.max(msg.attempt),
-                    None,
-                    "deliver_by passed and an earlier call's outcome is unknown (its worker stopped before recording it)"
-                        .into(),
-                )
+                unknown_earlier_call(rec.attempts.max(msg.attempt), "deliver_by passed")
             }
             // Already expired: its DLQ entry exists (the DLQ is written before the ledger).
             Some(ReminderState::Expired) => duplicate,
@@ -319,6 +310,44 @@ fn past_deadline(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision {
 
 fn quarantine(reason: ReasonCode, attempts_made: u32, provider_status: Option<u16>, detail: String) -> Decision {
     Decision::Done(Disposition::Quarantine { reason, attempts_made, provider_status, detail })
+}
+
+/// An earlier call's outcome is unknown (its worker stopped before recording it): to the DLQ as
+/// `provider_indeterminate`, saying `why` it is not called again.
+fn unknown_earlier_call(attempts_made: u32, why: &str) -> Decision {
+    quarantine(
+        ReasonCode::ProviderIndeterminate,
+        attempts_made,
+        None,
+        format!("an earlier call's outcome is unknown (its worker stopped before recording it); {why}"),
+    )
+}
+
+/// Another worker holds (or took over) the lease: never acknowledged — when SQS handed the
+/// *same* message to this worker (the holder's visibility ran out), deleting it here deletes the
+/// holder's only copy, and a holder that then dies leaves the reminder leased forever with
+/// nothing on a queue (F11). The copy comes back when the lease ends (`lease_until`, if known)
+/// or no later than the longest one provider call can hold a live lease — a holder that finished
+/// released it already, and the copy is then acknowledged as a duplicate instead of waiting out
+/// the whole invocation-long lease — and before `deliver_by`, like every deferral (a copy that
+/// wakes to a lease still held right at the deadline comes back once more and then expires
+/// through the ledger).
+fn held_elsewhere(
+    policy: &SenderPolicy,
+    msg: &ReminderMessage,
+    now: DateTime<Utc>,
+    lease_until: Option<DateTime<Utc>>,
+    attempts_made: u32,
+) -> Decision {
+    let recheck = add(now, policy.max_call_timeout + policy.invocation_margin);
+    let last = msg.deliver_by - chrono::TimeDelta::milliseconds(1);
+    let until = lease_until.map_or(recheck, |l| l.min(recheck));
+    Decision::Done(Disposition::Defer {
+        until: until.min(last).max(now),
+        reason: ReasonCode::ClaimedElsewhere,
+        attempts_made,
+        provider_status: None,
+    })
 }
 
 /// Decides the next step or the final disposition for one message. Pure: the same inputs and
@@ -349,7 +378,7 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         return past_deadline(msg, inputs);
     }
     // 4. Claim.
-    let prior_attempts = match inputs.claim {
+    let (prior_attempts, unsettled_call) = match inputs.claim {
         None => {
             let lease_until = inputs.invocation_deadline.min(msg.deliver_by);
             return Decision::Next(Step::Claim { lease_until });
@@ -358,28 +387,12 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             return Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
         }
         Some(ClaimView::HeldElsewhere { lease_until }) => {
-            // Never acknowledge a copy while another worker holds the lease: when SQS handed
-            // the *same* message to this worker (the holder's visibility ran out), deleting it
-            // here deletes the holder's only copy, and a holder that then dies leaves the
-            // reminder leased forever with nothing on a queue (F11). The copy comes back when
-            // the lease ends and finds the reminder delivered, expired, or free to claim.
-            // Recheck no later than the longest one provider call can hold a live lease: a
-            // holder that finished released it already, and the copy is then acknowledged as
-            // a duplicate instead of waiting out the whole invocation-long lease.
-            let recheck = add(now, policy.max_call_timeout + policy.invocation_margin);
-            // Before deliver_by, like every deferral; a copy that wakes to a lease still held
-            // right at the deadline comes back once more and then expires through the ledger.
-            let last = msg.deliver_by - chrono::TimeDelta::milliseconds(1);
-            return Decision::Done(Disposition::Defer {
-                until: lease_until.min(recheck).min(last).max(now),
-                reason: ReasonCode::ClaimedElsewhere,
-                attempts_made: msg.attempt,
-                provider_status: None,
-            });
+            // The copy comes back when the lease ends and finds the reminder delivered,
+            // expired, or free to claim (see `held_elsewhere`).
+            return held_elsewhere(policy, msg, now, Some(lease_until), msg.attempt);
         }
         Some(ClaimView::Claimed { prior_attempts, unsettled_call }) => (prior_attempts, unsettled_call),
     };
-    let (prior_attempts, unsettled_call) = prior_attempts;
     let limit = attempt_limit(policy, msg);
     if prior_attempts >= limit {
         return quarantine(
@@ -398,13 +411,9 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
     // 5b. An earlier call whose outcome is unknown, at a provider that would apply a resend as
     //     a second effect: under `at_most_once` an operator decides (a redrive resends).
     if unsettled_call && !policy.resends_indeterminate() {
-        return quarantine(
-            ReasonCode::ProviderIndeterminate,
+        return unknown_earlier_call(
             prior_attempts.max(msg.attempt),
-            None,
-            "an earlier call's outcome is unknown (its worker stopped before recording it) and the provider does not \
-             honour idempotency keys; not resent under at_most_once"
-                .into(),
+            "the provider does not honour idempotency keys; not resent under at_most_once",
         );
     }
     let call_room = until(now, inputs.invocation_deadline).saturating_sub(policy.invocation_margin);
@@ -457,16 +466,7 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             None if !policy.provider_keys => return Decision::Next(Step::MarkCall),
             // The lease passed to another worker meanwhile (this one waited past it): never
             // acknowledged while another holds it (see `HeldElsewhere`); rechecked instead.
-            Some(false) => {
-                let recheck = add(now, policy.max_call_timeout + policy.invocation_margin);
-                let last = msg.deliver_by - chrono::TimeDelta::milliseconds(1);
-                return Decision::Done(Disposition::Defer {
-                    until: recheck.min(last).max(now),
-                    reason: ReasonCode::ClaimedElsewhere,
-                    attempts_made: prior_attempts,
-                    provider_status: None,
-                });
-            }
+            Some(false) => return held_elsewhere(policy, msg, now, None, prior_attempts),
             _ => {}
         }
         let timeout = policy.max_call_timeout.min(call_room).min(to_deadline);
