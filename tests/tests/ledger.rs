@@ -74,16 +74,7 @@ async fn dead_index(client: aws_sdk_dynamodb::Client) {
             .collect();
     assert_eq!(counts, want);
     // A redrive's copy claims one: it leaves the index.
-    let redriven = punctual_core::ReminderMessage {
-        redrive: Some(punctual_core::RedriveStamp {
-            id: punctual_core::ids::RedriveId::parse("rd-20261201T000000000-0001").unwrap(),
-            reason: "r".into(),
-            owner: "o".into(),
-            base_attempt: 1,
-            resend_unknown: false,
-        }),
-        ..messages[0].clone()
-    };
+    let redriven = punctual_core::testing::redriven(&messages[0], "rd-20261201T000000000-0001", 1, false);
     ledger.claim(&redriven, &OwnerToken::new("again"), now, now + chrono::TimeDelta::seconds(30)).await.unwrap();
     let counts = ledger.dead_by_reason(since).await.unwrap().0.unwrap();
     assert_eq!(counts.get("attempt_limit"), Some(&1), "{counts:?}");

@@ -38,6 +38,20 @@ fn entry(msg: &ReminderMessage, at: DateTime<Utc>, state: ReminderState, s: Opti
     }
 }
 
+/// `msg` as a redrive with id `id` re-released it (its stamp: `base_attempt`, `resend_unknown`).
+#[allow(clippy::panic)]
+pub fn redriven(msg: &ReminderMessage, id: &str, base_attempt: u32, resend_unknown: bool) -> ReminderMessage {
+    let id = crate::ids::RedriveId::parse(id).unwrap_or_else(|e| panic!("test redrive id {id:?}: {e}"));
+    let stamp = crate::contract::RedriveStamp {
+        id,
+        reason: "redrive (test)".into(),
+        owner: "tests".into(),
+        base_attempt,
+        resend_unknown,
+    };
+    ReminderMessage { redrive: Some(stamp), ..msg.clone() }
+}
+
 /// A valid message for tests: tenant `acme`, kind `renewal_7d`, renewal `ren-{name}`,
 /// correlation `corr-{name}`, window `[after, by)`, first enqueued at `after`, attempt 0; the
 /// reminder id is derived from these as production derives it.
@@ -986,14 +1000,7 @@ pub mod ledger_contract {
                 .as_deref(),
             Some("mark-a")
         );
-        let mut redriven = m.clone();
-        redriven.redrive = Some(crate::contract::RedriveStamp {
-            id: crate::ids::RedriveId::parse("rd-marks").unwrap_or_else(|e| panic!("{e}")),
-            reason: "contract".into(),
-            owner: "contract".into(),
-            base_attempt: 2,
-            resend_unknown: false,
-        });
+        let redriven = super::redriven(&m, "rd-marks", 2, false);
         assert_eq!(
             must("redriven claim", claim_boxed(ledger, &redriven, &b, lease + s(44), lease + s(74))).await,
             ClaimView::Claimed { prior_attempts: 2, unsettled_call: true }
@@ -1033,14 +1040,7 @@ pub mod ledger_contract {
             let history = must("read ended", ledger.get(&e.reminder_id)).await.map(|r| (r.state, r.history.len()));
             assert_eq!(history, Some((ended, 2)), "a refused claim writes nothing");
             if ended == ReminderState::DeadLettered {
-                let mut redriven = e.clone();
-                redriven.redrive = Some(crate::contract::RedriveStamp {
-                    id: crate::ids::RedriveId::parse("rd-contract").unwrap_or_else(|e| panic!("{e}")),
-                    reason: "contract".into(),
-                    owner: "contract".into(),
-                    base_attempt: 1,
-                    resend_unknown: false,
-                });
+                let redriven = super::redriven(&e, "rd-contract", 1, false);
                 assert!(
                     matches!(
                         must("redriven claim", ledger.claim(&redriven, &b, base + s(41), base + s(71))).await,

@@ -464,19 +464,6 @@ async fn an_empty_window_pauses_the_limiter_before_the_provider_answers_429() {
 
 // ---- review findings on the keyless path (each failed before its fix) ---------------------
 
-fn redriven(m: &ReminderMessage, id: &str, resend_unknown: bool) -> ReminderMessage {
-    ReminderMessage {
-        redrive: Some(punctual_core::RedriveStamp {
-            id: punctual_core::ids::RedriveId::parse(id).unwrap(),
-            reason: "checked the provider's log".into(),
-            owner: "oncall".into(),
-            base_attempt: 1,
-            resend_unknown,
-        }),
-        ..m.clone()
-    }
-}
-
 /// The operator's decision covers the unknown call it was about, not one a copy of the same
 /// redrive makes afterwards: a second unknown call is quarantined again, never resent.
 #[tokio::test]
@@ -489,7 +476,7 @@ async fn a_redrive_decision_covers_only_the_unknown_call_before_it() {
     let p = r.process(&m0.encode()).await.unwrap();
     assert!(matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::ProviderIndeterminate, .. }));
     // The operator redrives it naming the reason: the resend is allowed over that call...
-    let m1 = redriven(&m0, "rd-20261201T100000000-0001", true);
+    let m1 = punctual_core::testing::redriven(&m0, "rd-20261201T100000000-0001", 1, true);
     let w1 = punctual_core::ports::OwnerToken::new("w1");
     let lease = r.clock.now() + TimeDelta::seconds(10);
     let claimed = ledger.claim(&m1, &w1, r.clock.now(), lease).await.unwrap();
