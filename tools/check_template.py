@@ -733,21 +733,29 @@ if url_pattern and prefixes:
     check("ProviderUrl's AllowedPattern accepts only URLs the sender accepts", not lies and not refused, f"accepts {lies}, refuses {refused}")
 else:
     check("ProviderUrl has an AllowedPattern", False)
-arn_pattern = parameters.get("ProviderTokenSecretArn", {}).get("AllowedPattern")
-if arn_pattern:
-    rx = re.compile(arn_pattern)
-    good = ["arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/provider-token-AbC123"]
-    bad = ["prod/provider-token", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/provider-token",
-           "arn:aws:secretsmanager:eu-west-1:123456789012:secret:", "arn:aws:ssm:eu-west-1:123456789012:parameter/x-AbC123"]
-    if "ProviderTokenSecretArn" not in needed_by_kind.get("http", set()):
-        bad.append("")  # empty is admitted only because the http rule refuses it
+def check_pattern(param, claim, good, bad):
+    """A parameter's AllowedPattern admits every `good` value and none of the `bad` ones."""
+    pattern = parameters.get(param, {}).get("AllowedPattern")
+    if not pattern:
+        check(f"{param} has an AllowedPattern", False)
+        return
+    rx = re.compile(pattern)
     check(
-        "ProviderTokenSecretArn accepts only a complete secret ARN (with its 6-character suffix)",
+        f"{param} {claim}",
         all(rx.fullmatch(s) for s in good) and not any(rx.fullmatch(s) for s in bad),
         f"{[s for s in good if not rx.fullmatch(s)]} refused, {[s for s in bad if rx.fullmatch(s)]} accepted",
     )
-else:
-    check("ProviderTokenSecretArn has an AllowedPattern", False)
+
+
+check_pattern(
+    "ProviderTokenSecretArn",
+    "accepts only a complete secret ARN (with its 6-character suffix)",
+    ["arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/provider-token-AbC123"],
+    ["prod/provider-token", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/provider-token",
+     "arn:aws:secretsmanager:eu-west-1:123456789012:secret:", "arn:aws:ssm:eu-west-1:123456789012:parameter/x-AbC123"]
+    # empty is admitted only because the http rule refuses it
+    + ([] if "ProviderTokenSecretArn" in needed_by_kind.get("http", set()) else [""]),
+)
 
 # --- 5. Async invocation, reserved concurrency, log retention --------------------------------
 for binary, (age_lo, age_hi, retries_max) in {"scheduler": (60, 120, 1), "redrive": (60, 21600, 0)}.items():
@@ -997,18 +1005,12 @@ check(
 other_ses = sorted(n for n, f in functions.items() if n != "SenderFunction"
                    and any(str(a).startswith("ses:") for st in statements(f) for a in as_list(st.get("Action", []))))
 check("no function but the sender has an SES permission", not other_ses, ", ".join(other_ses))
-identity_pattern = parameters.get("SesIdentityName", {}).get("AllowedPattern")
-if identity_pattern:
-    rx = re.compile(identity_pattern)
-    good = ["", "example.com", "mail.example.co.uk", "noreply@example.com"]
-    bad = ["*", "example.*", "*.example.com", "*@example.com", "example.com/x", "arn:aws:ses:eu-west-1:123456789012:identity/x"]
-    check(
-        "SesIdentityName admits a domain or an address, never a wildcard (the grant stays one identity)",
-        all(rx.fullmatch(s) for s in good) and not any(rx.fullmatch(s) for s in bad),
-        f"{[s for s in good if not rx.fullmatch(s)]} refused, {[s for s in bad if rx.fullmatch(s)]} accepted",
-    )
-else:
-    check("SesIdentityName has an AllowedPattern", False)
+check_pattern(
+    "SesIdentityName",
+    "admits a domain or an address, never a wildcard (the grant stays one identity)",
+    ["", "example.com", "mail.example.co.uk", "noreply@example.com"],
+    ["*", "example.*", "*.example.com", "*@example.com", "example.com/x", "arn:aws:ses:eu-west-1:123456789012:identity/x"],
+)
 
 # --- 10. The recipients table: addresses readable by the sender only, by key -------------------
 recipients = tables.get("RecipientsTable", {}).get("Properties", {})
