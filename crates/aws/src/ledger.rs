@@ -329,6 +329,64 @@ impl DynamoLedger {
         Ok((Some(out), requests))
     }
 
+    /// The records of `ids` (absent ones are simply not in the map): strongly consistent
+    /// `BatchGetItem`s of 100 keys, 4 in flight, unprocessed keys retried with backoff.
+    /// O(ids), whatever the table holds: `punctual reconcile` and `status` join the due
+    /// population with it. `progress` is told the records read so far.
+    pub async fn get_many(
+        &self,
+        ids: &[ReminderId],
+        mut progress: impl FnMut(usize),
+    ) -> Result<std::collections::HashMap<ReminderId, LedgerRecord>, LedgerError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        use futures_util::StreamExt;
+        let unknown = |e: Box<dyn std::error::Error + Send + Sync>| LedgerError::Unknown(e);
+        let mut unique: Vec<&ReminderId> = ids.iter().collect();
+        unique.sort();
+        unique.dedup();
+        let chunks: Vec<Vec<ReminderId>> = unique.chunks(100).map(|c| c.iter().map(|id| (*id).clone()).collect()).collect();
+        let fetch = |chunk: Vec<ReminderId>| async move {
+            let mut keys = KeysAndAttributes::builder().consistent_read(true);
+            for id in &chunk {
+                keys = keys.keys([("pk".to_owned(), s(key(id)))].into());
+            }
+            let mut request = Some(keys.build().map_err(|e| unknown(Box::new(e)))?);
+            let mut items = Vec::new();
+            for attempt in 0..10u32 {
+                let Some(req) = request.take() else { break };
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, req)
+                    .send()
+                    .await
+                    .map_err(|e| unknown(Box::new(e)))?;
+                items.extend(out.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default());
+                request =
+                    out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)).filter(|k| !k.keys().is_empty());
+                if request.is_some() {
+                    tokio::time::sleep(std::time::Duration::from_millis(25 << attempt.min(6))).await;
+                }
+            }
+            if request.is_some() {
+                return Err(unknown("DynamoDB left keys unprocessed after 10 attempts".into()));
+            }
+            Ok::<_, LedgerError>(items)
+        };
+        let mut stream = futures_util::stream::iter(chunks).map(fetch).buffer_unordered(4);
+        let mut out = std::collections::HashMap::new();
+        while let Some(items) = stream.next().await {
+            for item in items? {
+                let Some(id) = get_s(&item, "pk").and_then(|pk| pk.strip_prefix("reminder:")) else { continue };
+                let Ok(id) = ReminderId::parse(id) else { continue };
+                let rec = parse_record(&id, &item)?;
+                out.insert(id, rec);
+            }
+            progress(out.len());
+        }
+        Ok(out)
+    }
+
     /// Every record in the table (a paginated Scan): O(table), for `punctual run` and `local
     /// drain` reports on an emulator; `punctual status` never calls it (`make test` checks).
     pub async fn scan_all(&self) -> Result<Vec<LedgerRecord>, LedgerError> {

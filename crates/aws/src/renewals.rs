@@ -10,11 +10,20 @@
 //! | `reminder_id`, `deliver_after_ms`, `deliver_by_ms` | S, N, N | computed with the DST policy |
 //! | `sched_state` | S | `scheduled` → `enqueued`, or `expired` (`sched_reason = missed_schedule_window`) |
 //! | `due_shard`, `due_after_ms` | S, N | **GSI `due`** keys, present only while `active` and `scheduled` |
+//! | `day_shard`, `deliver_after_ms` | S, N | **GSI `by_day`** keys, on every row: `{UTC date of deliver_after}#{shard}` |
+//! | `sched_at_ms` | N | when the scheduler released or expired it |
 //!
 //! The `due` index is sparse (only renewals waiting for release) and sharded 16 ways by reminder
 //! id (`due#00` … `due#15`), so a 200,000-renewal morning spreads over 16 partitions and the
 //! scheduler's query `due_shard = S AND due_after_ms <= horizon` returns exactly what is
 //! pending and due, oldest first. The watermark lives in the item `pk = scheduler:watermark`.
+//!
+//! The `by_day` index is not sparse: every row, whatever its status, is under
+//! `day_shard = {UTC date of deliver_after}#{00..15}`, sorted by `deliver_after_ms`, projecting
+//! the few attributes [`DAY_PROJECTION`] that `reconcile`, `status` and `forecast` read. A
+//! window's due population is 16 queries per UTC day it touches, O(population) whatever the
+//! table holds. Its cost: every write of a row (import, the scheduler's mark) writes the index
+//! too, ~250 bytes, 1 WCU; storage ~250 bytes per renewal.
 
 use aws_sdk_dynamodb::Client;
 use punctual_core::decision::RenewalView;
@@ -31,12 +40,28 @@ use aws_sdk_dynamodb::types::{
 use chrono::{DateTime, Utc};
 use punctual_core::ids::{ReminderId, ReminderKind};
 use punctual_core::ports::{DueStore, DueStoreError, Marked, Page, Pending};
+use punctual_core::reconcile::{DueRow, ReleaseState};
 use punctual_core::renewal::{Renewal, RenewalStatus};
 
 use crate::dynamodb::{
     ConditionalPut, ConditionalUpdate, DynamoError, Item, get, get_i64, get_s, n, put_if, s, update_if,
 };
 
+/// The reconciliation index (see the module docs).
+pub const DAY_INDEX: &str = "by_day";
+/// The non-key attributes `by_day` projects (the template's `NonKeyAttributes`, checked by
+/// `tools/check_template.py`).
+pub const DAY_PROJECTION: [&str; 9] = [
+    "tenant_id",
+    "renewal_id",
+    "reminder_id",
+    "kind",
+    "status",
+    "sched_state",
+    "sched_reason",
+    "sched_at_ms",
+    "deliver_by_ms",
+];
 /// Shards of the `due` index.
 pub const DUE_SHARDS: u32 = 16;
 /// The GSI name.
@@ -131,6 +156,15 @@ fn shard_key(shard: u32) -> String {
     format!("due#{shard:02}")
 }
 
+/// The `by_day` partition of a reminder due at `deliver_after`.
+pub fn day_shard(deliver_after: DateTime<Utc>, reminder: &ReminderId) -> String {
+    day_key(deliver_after.date_naive(), shard_of(reminder, DUE_SHARDS))
+}
+
+fn day_key(day: chrono::NaiveDate, shard: u32) -> String {
+    format!("{}#{shard:02}", day.format("%Y-%m-%d"))
+}
+
 fn ms(t: DateTime<Utc>) -> AttributeValue {
     n(t.timestamp_millis())
 }
@@ -166,6 +200,7 @@ pub fn row_item(r: &Renewal, now: DateTime<Utc>) -> Item {
         ("deliver_by_ms", ms(r.deliver_by)),
         ("sched_state", s("scheduled")),
         ("updated_ms", ms(now)),
+        ("day_shard", s(day_shard(r.deliver_after, &r.reminder_id))),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -249,7 +284,7 @@ pub enum RowOutcome {
     Conflict(String),
 }
 
-/// Creates the renewals table with its sparse `due` GSI (tests and `punctual local`; on AWS
+/// Creates the renewals table with its sparse `due` GSI and its `by_day` GSI (tests and `punctual local`; on AWS
 /// the SAM template owns it).
 pub async fn create_table(client: &Client, table: &str) -> Result<(), DynamoError> {
     let attr = |name: &str, t: ScalarAttributeType| {
@@ -273,14 +308,28 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), DynamoErro
         .projection(Projection::builder().projection_type(ProjectionType::All).build())
         .build()
         .map_err(|e| DynamoError::Unknown(Box::new(e)))?;
+    let mut day_projection = Projection::builder().projection_type(ProjectionType::Include);
+    for a in DAY_PROJECTION {
+        day_projection = day_projection.non_key_attributes(a);
+    }
+    let by_day = GlobalSecondaryIndex::builder()
+        .index_name(DAY_INDEX)
+        .key_schema(key("day_shard", KeyType::Hash)?)
+        .key_schema(key("deliver_after_ms", KeyType::Range)?)
+        .projection(day_projection.build())
+        .build()
+        .map_err(|e| DynamoError::Unknown(Box::new(e)))?;
     client
         .create_table()
         .table_name(table)
         .attribute_definitions(attr("pk", ScalarAttributeType::S)?)
         .attribute_definitions(attr("due_shard", ScalarAttributeType::S)?)
         .attribute_definitions(attr("due_after_ms", ScalarAttributeType::N)?)
+        .attribute_definitions(attr("day_shard", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("deliver_after_ms", ScalarAttributeType::N)?)
         .key_schema(key("pk", KeyType::Hash)?)
         .global_secondary_indexes(gsi)
+        .global_secondary_indexes(by_day)
         .billing_mode(BillingMode::PayPerRequest)
         .send()
         .await
@@ -582,5 +631,100 @@ impl DueStore for DynamoRenewals {
         // A lost condition means another tick already went further: fine.
         update_if(update).await.map_err(from_dynamo)?;
         Ok(())
+    }
+}
+
+/// A renewal of the `by_day` index as reconcile reads it, or why it cannot be read.
+fn due_row(item: &Item) -> Result<DueRow, String> {
+    let text = |k: &str| get_s(item, k).ok_or_else(|| format!("{k} missing"));
+    let at = |k: &str| {
+        get_i64(item, k).and_then(DateTime::<Utc>::from_timestamp_millis).ok_or_else(|| format!("{k} missing"))
+    };
+    let status = match text("status")? {
+        "active" => RenewalStatus::Active,
+        "cancelled" => RenewalStatus::Cancelled,
+        "paid" => RenewalStatus::Paid,
+        other => return Err(format!("status {other:?}")),
+    };
+    let release = match get_s(item, "sched_state") {
+        Some("enqueued") => ReleaseState::Enqueued(at("sched_at_ms").ok()),
+        Some("expired") => ReleaseState::ExpiredAtRelease,
+        _ => ReleaseState::Scheduled,
+    };
+    Ok(DueRow {
+        tenant_id: text("tenant_id")?.to_owned(),
+        renewal_id: text("renewal_id")?.to_owned(),
+        reminder_id: ReminderId::parse(text("reminder_id")?).map_err(|e| e.to_string())?,
+        status,
+        release,
+        deliver_after: at("deliver_after_ms")?,
+        deliver_by: at("deliver_by_ms")?,
+    })
+}
+
+/// What [`DynamoRenewals::population`] read.
+#[derive(Debug, Clone, Default)]
+pub struct Population {
+    /// The renewals of the window.
+    pub rows: Vec<DueRow>,
+    /// Index items that did not parse (key and why): reported, never dropped silently.
+    pub unreadable: Vec<(String, String)>,
+    /// Query pages read.
+    pub pages: u64,
+}
+
+impl DynamoRenewals {
+    /// Every renewal whose `deliver_after` is in `[from, to)` (of `tenant` only, when given):
+    /// 16 queries per UTC day the window touches on the `by_day` index, paged to the end.
+    /// `progress` is told the rows read so far after each page.
+    pub async fn population(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        tenant: Option<&str>,
+        mut progress: impl FnMut(usize),
+    ) -> Result<Population, DueStoreError> {
+        let mut out = Population::default();
+        if to <= from {
+            return Ok(out);
+        }
+        let last = (to - chrono::TimeDelta::milliseconds(1)).date_naive();
+        let mut day = from.date_naive();
+        while day <= last {
+            for shard in 0..DUE_SHARDS {
+                let mut start: Option<Item> = None;
+                loop {
+                    let mut q = self
+                        .client
+                        .query()
+                        .table_name(&self.table)
+                        .index_name(DAY_INDEX)
+                        .key_condition_expression("day_shard = :day AND deliver_after_ms BETWEEN :from AND :last")
+                        .expression_attribute_values(":day", s(day_key(day, shard)))
+                        .expression_attribute_values(":from", ms(from))
+                        .expression_attribute_values(":last", n(to.timestamp_millis() - 1))
+                        .set_exclusive_start_key(start.take());
+                    if let Some(t) = tenant {
+                        q = q.filter_expression("tenant_id = :tenant").expression_attribute_values(":tenant", s(t));
+                    }
+                    let page = q.send().await.map_err(unknown)?;
+                    out.pages += 1;
+                    for item in page.items.unwrap_or_default() {
+                        match due_row(&item) {
+                            Ok(r) => out.rows.push(r),
+                            Err(why) => out.unreadable.push((get_s(&item, "pk").unwrap_or("?").to_owned(), why)),
+                        }
+                    }
+                    progress(out.rows.len());
+                    match page.last_evaluated_key.filter(|k| !k.is_empty()) {
+                        Some(k) => start = Some(k),
+                        None => break,
+                    }
+                }
+            }
+            let Some(next) = day.succ_opt() else { break };
+            day = next;
+        }
+        Ok(out)
     }
 }

@@ -48,6 +48,18 @@ enum Command {
     Local(LocalArgs),
     /// Queue depths, DLQ by reason, oldest age, backlog against projected drain, pause state.
     Status(StatusArgs),
+    /// Account for every renewal due in a window: delivered, late, expired, cancelled,
+    /// dead-lettered by reason, waiting (with slack) or UNACCOUNTED (named), plus the window's
+    /// deadline SLO. Reads O(due population) through the renewals table's `by_day` index.
+    ///
+    /// Exit status: 0 every renewal accounted for, 3 some unaccounted, 2 refused input.
+    Reconcile(ReconcileArgs),
+    /// Project tomorrow morning before it happens: the renewals due on a day, read from the
+    /// table, run through the simulator (both lanes, the real quota and concurrency): projected
+    /// SLO attainment, late reminders per tenant, the earliest projected breach.
+    ///
+    /// Exit status: 0 the projection meets SLO_TARGET, 3 it misses it, 2 refused input.
+    Forecast(ForecastArgs),
     /// Why a reminder is where it is: state, attempts, history, next time, slack, DLQ reason,
     /// redrive lineage, what a redrive would consume.
     Explain(ExplainArgs),
@@ -120,6 +132,51 @@ struct LocalArgs {
 /// `punctual status`.
 #[derive(Args)]
 struct StatusArgs {
+    /// Print as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `punctual reconcile`.
+#[derive(Args)]
+struct ReconcileArgs {
+    /// Window start on `deliver_after`, inclusive: RFC 3339, a date (00:00 UTC) or `now`.
+    #[arg(long)]
+    from: String,
+    /// Window end, exclusive (at most 31 days after --from).
+    #[arg(long, default_value = "now")]
+    to: String,
+    /// One tenant only.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Seconds a due renewal may stay unreleased before it counts as never released
+    /// (default 120: two scheduler ticks).
+    #[arg(long)]
+    grace: Option<u64>,
+    /// Print as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `punctual forecast`.
+#[derive(Args)]
+struct ForecastArgs {
+    /// The UTC day whose due renewals to project (YYYY-MM-DD).
+    #[arg(long)]
+    date: String,
+    /// Provider quota, calls per second (default: PROVIDER_RATE_PER_SEC, else the target's).
+    #[arg(long)]
+    quota: Option<f64>,
+    /// Concurrent senders on the normal lane (the mapping's MaximumConcurrency).
+    #[arg(long, default_value_t = 10)]
+    concurrency: usize,
+    /// Concurrent senders on the urgent lane.
+    #[arg(long, default_value_t = 10)]
+    urgent_concurrency: usize,
+    /// Also write the population read from the table to this CSV (`punctual simulate
+    /// --population FILE` replays it).
+    #[arg(long)]
+    save_population: Option<PathBuf>,
     /// Print as JSON.
     #[arg(long)]
     json: bool,
@@ -334,6 +391,8 @@ async fn main() -> ExitCode {
         Command::Simulate(a) => sibling("punctual-sim", "simulate", &a.args),
         Command::Check(a) => sibling("punctual-sim", "check", &a.args),
         Command::Status(a) => status(a).await,
+        Command::Reconcile(a) => reconcile(a).await,
+        Command::Forecast(a) => forecast(a).await,
         Command::Explain(a) => explain(a).await,
         Command::Pause(a) => pause(a).await,
         Command::Resume(a) => resume(a).await,
@@ -405,6 +464,75 @@ async fn status(a: StatusArgs) -> ExitCode {
         Ok((s, text, true))
     })
     .await
+}
+
+async fn reconcile(a: ReconcileArgs) -> ExitCode {
+    let json = a.json;
+    on_target(None, json, |t| async move {
+        let policy = punctual_ops::reconcile::slo_policy()?;
+        let window = punctual_ops::reconcile::Window::parse(&a.from, &a.to, a.tenant, a.grace)?;
+        let r = punctual_ops::reconcile::reconcile(&t, &window, &policy, !json).await?;
+        let text = r.render();
+        let ok = r.accounted;
+        Ok((r, text, ok))
+    })
+    .await
+}
+
+/// Reads the day's population from the table, writes it as a population file, and hands it
+/// to `punctual-sim forecast` (the simulator lives in its own binary: this one never links
+/// the in-memory fakes). The file is kept with `--save-population`, else removed.
+async fn forecast(a: ForecastArgs) -> ExitCode {
+    let day = match chrono::NaiveDate::parse_from_str(a.date.trim(), "%Y-%m-%d") {
+        Ok(d) => d,
+        Err(_) => {
+            eprintln!("punctual: refused: --date {:?} is not a day (YYYY-MM-DD)", a.date);
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = punctual_ops::reconcile::slo_policy() {
+        eprintln!("punctual: {e}");
+        return ExitCode::from(2);
+    }
+    let target = match Target::resolve(None) {
+        Ok(t) => t,
+        Err(e) => return fail(&e),
+    };
+    let rows = match punctual_ops::reconcile::day_population(&target, day, !a.json).await {
+        Ok(r) => r,
+        Err(e) => return fail(&e),
+    };
+    let path = a.save_population.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("punctual-population-{day}-{}.csv", std::process::id()))
+    });
+    if let Err(e) = std::fs::write(&path, punctual_core::reconcile::population_csv(&rows)) {
+        eprintln!("punctual forecast: cannot write the population to {}: {e}", path.display());
+        return ExitCode::from(1);
+    }
+    if !a.json {
+        eprintln!("forecast: {} renewals due on {day} read from {}", rows.len(), target.resources.renewals_table);
+    }
+    let quota = a.quota.unwrap_or(target.quota);
+    let mut args: Vec<String> = vec![
+        "--population".into(),
+        path.display().to_string(),
+        "--date".into(),
+        day.to_string(),
+        "--quota".into(),
+        quota.to_string(),
+        "--concurrency".into(),
+        a.concurrency.to_string(),
+        "--urgent-concurrency".into(),
+        a.urgent_concurrency.to_string(),
+    ];
+    if a.json {
+        args.push("--json".into());
+    }
+    let code = sibling("punctual-sim", "forecast", &args);
+    if a.save_population.is_none() {
+        let _ = std::fs::remove_file(&path);
+    }
+    code
 }
 
 async fn explain(a: ExplainArgs) -> ExitCode {

@@ -16,11 +16,13 @@ pub mod pause;
 pub mod ports;
 pub mod provider;
 pub mod reason;
+pub mod reconcile;
 pub mod redrive;
 pub mod renewal;
 pub mod scheduler;
 pub mod secret;
 pub mod sender;
+pub mod slo;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tz;

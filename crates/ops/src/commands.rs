@@ -79,6 +79,12 @@ pub struct Status {
     pub projected_drain_seconds: f64,
     /// The pause in force, if any.
     pub paused: Option<Pause>,
+    /// The deadline SLO of today's due population (00:00 UTC to now: `reconcile`'s judgement
+    /// of it), with the worst tenants. `None` when the renewals table has no `by_day` index
+    /// (a stack from before it) or the SLO settings are invalid (`slo_unavailable` says why).
+    pub slo_today: Option<punctual_core::slo::SloSummary>,
+    /// Why `slo_today` is absent.
+    pub slo_unavailable: Option<String>,
     /// AWS requests this status made (none of them a Scan).
     pub requests: u32,
 }
@@ -98,6 +104,7 @@ impl Status {
              dlq               {} ({})\n\
              unreleased        {}\n\
              projected drain   {:.1} s for both lanes' backlog at the quota\n\
+             slo today         {}\n\
              cost              {} requests, no scan\n",
             self.paused
                 .as_ref()
@@ -115,8 +122,29 @@ impl Status {
                 |s| format!("the oldest due renewal has waited {s:.1} s for the scheduler")
             ),
             self.projected_drain_seconds,
+            self.slo_line(),
             self.requests,
         )
+    }
+}
+
+impl Status {
+    fn slo_line(&self) -> String {
+        match (&self.slo_today, &self.slo_unavailable) {
+            (Some(s), _) => {
+                let worst: Vec<String> = s
+                    .worst_tenants
+                    .iter()
+                    .map(|t| format!("{} ({} breached)", t.tenant_id, t.counts.breached))
+                    .collect();
+                if worst.is_empty() {
+                    s.line()
+                } else {
+                    format!("{}\n                  worst tenants: {}", s.line(), worst.join(", "))
+                }
+            }
+            (None, why) => format!("unavailable: {}", why.as_deref().unwrap_or("unknown")),
+        }
     }
 }
 
@@ -157,11 +185,30 @@ pub async fn status_with(
     let renewals = punctual_aws::renewals::DynamoRenewals::new(ddb.clone(), target.resources.renewals_table.clone());
     let oldest = renewals.oldest_unreleased(now).await.map_err(step("reading the renewals' due index"))?;
     requests += punctual_aws::renewals::DUE_SHARDS;
-    let paused = DynamoControl::new(ddb, &target.resources.ledger_table)
+    let paused = DynamoControl::new(ddb.clone(), &target.resources.ledger_table)
         .pause()
         .await
         .map_err(step("reading the pause switch"))?;
     requests += 1;
+    // Today's SLO: reconcile's judgement of 00:00 UTC → now, O(today's due population).
+    let (slo_today, slo_unavailable) = match crate::reconcile::slo_policy() {
+        Err(e) => (None, Some(e.to_string())),
+        Ok(policy) => {
+            let window = crate::reconcile::Window {
+                from: now.date_naive().and_hms_opt(0, 0, 0).map_or(now, |t| t.and_utc()),
+                to: now + TimeDelta::milliseconds(1),
+                tenant: None,
+                grace: punctual_core::reconcile::DEFAULT_GRACE,
+            };
+            match crate::reconcile::reconcile_with(target, ddb.clone(), queues, &window, &policy, false).await {
+                Ok((r, n)) => {
+                    requests += n;
+                    (Some(r.slo), None)
+                }
+                Err(e) => (None, Some(format!("{e}: {}", std::error::Error::source(&e).map_or_else(String::new, |s| s.to_string())))),
+            }
+        }
+    };
     Ok(Status {
         send_visible: send.visible,
         send_in_flight: send.in_flight,
@@ -174,6 +221,8 @@ pub async fn status_with(
         oldest_unreleased_seconds: oldest.map(|t| (now - t).num_milliseconds().max(0) as f64 / 1000.0),
         projected_drain_seconds: (send.total() + urgent.total()) as f64 / target.quota,
         paused,
+        slo_today,
+        slo_unavailable,
         requests,
     })
 }

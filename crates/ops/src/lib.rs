@@ -1,5 +1,5 @@
 //! `punctual-ops`: the operator commands as a library — `import`, `status`, `explain`,
-//! `pause`, `resume`, `redrive` (in process through the redrive function's own composition
+//! `pause`, `resume`, `redrive`, `reconcile` (in process through the redrive function's own composition
 //! root and handler, or through the Lambda Invoke API). No harness, no fakes: what an operator
 //! runs against a deployed stack is exactly this.
 //!
@@ -8,6 +8,7 @@
 
 pub mod commands;
 pub mod import;
+pub mod reconcile;
 pub mod target;
 
 pub use commands::{explain, pause, redrive, redrive_function, render_summary, resume, status, status_with};
