@@ -305,7 +305,31 @@ if "SendQueue" in age_alarms and "UrgentQueue" in age_alarms:
         and int(u["Period"]) * int(u["EvaluationPeriods"]) <= int(n["Period"]) * int(n["EvaluationPeriods"]),
         f"urgent {u['Threshold']} s over {u['EvaluationPeriods']}, normal {n['Threshold']} s over {n['EvaluationPeriods']}",
     )
-check("every alarm notifies the topic", all(ref_name(a["Properties"]["AlarmActions"][0]) == "AlarmTopicArn" for a in alarms.values()))
+# Composite alarms (issue 16): each names its components in its AlarmRule, ALARM("${Logical}").
+composites = of_type("AWS::CloudWatch::CompositeAlarm")
+
+
+def alarm_rule(c):
+    rule = c.get("Properties", {}).get("AlarmRule")
+    return rule.get("Fn::Sub") if isinstance(rule, dict) else rule
+
+
+def components_of(c):
+    return re.findall(r'ALARM\("?\$\{(\w+)\}"?\)', str(alarm_rule(c)))
+
+
+components = {x for c in composites.values() for x in components_of(c)}
+
+
+def notifies_topic(p):
+    return [ref_name(x) for x in p.get("AlarmActions", [])] == ["AlarmTopicArn"]
+
+
+silent = sorted(n for n, a in {**alarms, **composites}.items() if n not in components and not notifies_topic(a["Properties"]))
+check("every alarm notifies the topic (a composite's components through their composite)", not silent, ", ".join(silent))
+check("every component a composite alarm names is an alarm of this stack", components <= set(alarms), ", ".join(sorted(components - set(alarms))))
+loud = sorted(n for n in components if n in alarms and any(alarms[n]["Properties"].get(k) for k in ["AlarmActions", "OKActions", "InsufficientDataActions"]))
+check("a composite's components have no actions of their own (the composite pages once)", not loud, ", ".join(loud))
 
 tables = of_type("AWS::DynamoDB::Table")
 check("tables are on demand", all(t["Properties"].get("BillingMode") == "PAY_PER_REQUEST" for t in tables.values()))
@@ -461,6 +485,11 @@ MISSING_DATA = {
     # Emitted only for an active fair queue; each lane's all-groups age covers the quiet groups'.
     "QuietGroupsOldestMessageAgeAlarm": ("notBreaching", ["OldestMessageAgeAlarm", "SenderErrorsAlarm"]),
     "UrgentQuietGroupsOldestMessageAgeAlarm": ("notBreaching", ["UrgentOldestMessageAgeAlarm", "SenderErrorsAlarm"]),
+    # The deadline SLO's burn rates (issue 16; components of SloFastBurnAlarm and SloSlowBurnAlarm):
+    # no traffic is no burn. A stopped scheduler (SloDue, its SloBreached) or sender stops the
+    # series too; the heartbeat, the per-tick breaching alarm and the lanes' age alarms fire.
+    **{name: ("notBreaching", ["SchedulerNotTickingAlarm", "OldestDueUndeliveredAlarm", "OldestMessageAgeAlarm", "SenderErrorsAlarm"])
+       for name in ["SloFastBurn1hAlarm", "SloFastBurn5mAlarm", "SloSlowBurn6hAlarm", "SloSlowBurn30mAlarm"]},
 }
 unlisted = sorted(set(alarms) - set(MISSING_DATA))
 check("every alarm's missing-data behaviour is a listed decision", not unlisted, ", ".join(unlisted))
@@ -654,6 +683,9 @@ BOUNDS = {
     "SenderMaximumPollers": (2, 2000),
     "SenderUrgentMinimumPollers": (2, 200),
     "SenderUrgentMaximumPollers": (2, 2000),
+    # Issue 16: a reminder meets the deadline SLO when delivered within this many seconds of its
+    # deliver_after. crates/core/src/slo.rs (SloPolicy::parse): 1..=86400, compared below (15).
+    "SloWithinSecs": (1, 86400),
 }
 for pname, (lo, hi) in sorted(BOUNDS.items()):
     p = parameters.get(pname, {})
@@ -1056,6 +1088,403 @@ check("it projects keys only (status counts; nothing else is read from it)",
       bool(dead) and dead[0].get("Projection", {}).get("ProjectionType") == "KEYS_ONLY")
 types = {a.get("AttributeName"): a.get("AttributeType") for a in ledger_props.get("AttributeDefinitions", [])}
 check("dead_reason is a string and deliver_by_ms a number", types.get("dead_reason") == "S" and types.get("deliver_by_ms") == "N", str(types))
+
+# ============================================================================================
+# Issue 16: a deadline SLO over the due population. The template's SLO alarms, dashboard and
+# Contributor Insights rule read exactly the metrics the code emits: names and the tenant
+# property from crates/aws/src/emf.rs, emitters as below, the stack's namespace, the one
+# dimension Function. The by_day index is checked against crates/aws/src/renewals.rs.
+# ============================================================================================
+
+# --- 11. The metrics: names from the code, and who emits each ---------------------------------
+emf_src = rust("crates/aws/src/emf.rs")
+SLO_CONSTS = ["SLO_DUE", "SLO_MET", "SLO_BREACHED", "SLO_EXCLUDED"]
+slo_names = {c: (re.findall(r'pub const ' + c + r': &str = "([^"]+)";', emf_src) or [None])[0] for c in SLO_CONSTS}
+check("the SLO metric names are read from crates/aws/src/emf.rs (SLO_DUE, SLO_MET, SLO_BREACHED, SLO_EXCLUDED)",
+      all(slo_names.values()) and len(set(slo_names.values())) == len(SLO_CONSTS), json.dumps(slo_names))
+tenant_prop = (re.findall(r'pub const TENANT_PROPERTY: &str = "([^"]+)";', emf_src) or [None])[0]
+check("the SLO documents' tenant property is read from crates/aws/src/emf.rs (TENANT_PROPERTY)", bool(tenant_prop), str(tenant_prop))
+DUE, MET, BREACHED, EXCLUDED = (slo_names[c] or f"<{c}>" for c in SLO_CONSTS)
+# Which function emits each (dimension Function): the due population is counted at release, its
+# outcome by the sender, and a reminder the scheduler finds expired is a breach of both.
+EMITTERS = {DUE: {"scheduler"}, MET: {"sender"}, BREACHED: {"sender", "scheduler"}, EXCLUDED: {"sender"}}
+
+
+def slo_metric_wrong(name, namespace, dims, want_namespace):
+    """What is wrong with one reference to an SLO metric ("" when it is what the code emits)."""
+    if name not in EMITTERS:
+        return f"{name}: not a metric emf.rs emits"
+    if namespace != want_namespace:
+        return f"{name}: namespace {json.dumps(namespace)}"
+    if set(dims) != {"Function"} or dims["Function"] not in EMITTERS[name]:
+        return f"{name}: dimensions {json.dumps(dims)} (emitted with Function = {' | '.join(sorted(EMITTERS[name]))} only)"
+    return ""
+
+
+# --- A small evaluator of the metric math the SLO uses (IF, FILL, + - * /, comparisons) --------
+# Expressions are evaluated on sample counts, so a check states what an expression computes
+# (the error ratio, the burn rate), not how it is spelled. None is a missing datapoint.
+class MathValue:
+    def __init__(self, v):
+        self.v = v
+
+    def _op(self, other, f):
+        b = other.v if isinstance(other, MathValue) else other
+        return MathValue(None if self.v is None or b is None else f(self.v, b))
+
+    def _rop(self, other, f):
+        return MathValue(other)._op(self, f)
+
+    __add__ = lambda s, o: s._op(o, lambda a, b: a + b)
+    __radd__ = lambda s, o: s._rop(o, lambda a, b: a + b)
+    __sub__ = lambda s, o: s._op(o, lambda a, b: a - b)
+    __rsub__ = lambda s, o: s._rop(o, lambda a, b: a - b)
+    __mul__ = lambda s, o: s._op(o, lambda a, b: a * b)
+    __rmul__ = lambda s, o: s._rop(o, lambda a, b: a * b)
+    __truediv__ = lambda s, o: s._op(o, lambda a, b: a / b if b else float("nan"))
+    __rtruediv__ = lambda s, o: s._rop(o, lambda a, b: a / b if b else float("nan"))
+    __gt__ = lambda s, o: s._op(o, lambda a, b: float(a > b))
+    __ge__ = lambda s, o: s._op(o, lambda a, b: float(a >= b))
+    __lt__ = lambda s, o: s._op(o, lambda a, b: float(a < b))
+    __le__ = lambda s, o: s._op(o, lambda a, b: float(a <= b))
+    __neg__ = lambda s: MathValue(None if s.v is None else -s.v)
+
+
+def math_if(c, a, b):
+    c = c if isinstance(c, MathValue) else MathValue(c)
+    return MathValue(None) if c.v is None else (a if c.v else b)
+
+
+def math_fill(x, c):
+    return MathValue(c) if x.v is None else x
+
+
+def math_eval(queries, target, counts, slo_target):
+    """The value of query `target`. queries: {id: ("expr", text) | ("metric", name, function, period)};
+    counts: {(name, function): value}; ${SloTarget} in an expression is `slo_target`."""
+    cache = {}
+
+    def val(i, depth=0):
+        if i in cache:
+            return cache[i]
+        if depth > 20:
+            raise ValueError("a cycle")
+        q = queries[i]
+        if q[0] == "metric":
+            r = MathValue(counts.get((q[1], q[2])))
+        else:
+            text = q[1].replace("${SloTarget}", slo_target)
+            if not re.fullmatch(r"[\w\s.+\-*/<>=(),]*", text):
+                raise ValueError(f"unsupported syntax in {text}")
+            env = {n: val(n, depth + 1) for n in set(re.findall(r"[A-Za-z_]\w*", text)) - {"IF", "FILL"}}
+            r = eval(text, {"__builtins__": {}, "IF": math_if, "FILL": math_fill}, env)  # noqa: S307 (the template's own text)
+            r = r if isinstance(r, MathValue) else MathValue(r)
+        cache[i] = r
+        return r
+
+    return val(target).v
+
+
+def leaves(queries, target, depth=0):
+    """The metric queries an expression reads, transitively."""
+    q = queries.get(target)
+    if q is None or depth > 20:
+        return set()
+    if q[0] == "metric":
+        return {target}
+    return set().union(*[leaves(queries, n, depth + 1) for n in set(re.findall(r"[A-Za-z_]\w*", q[1])) - {"IF", "FILL"}])
+
+
+# Sample counts (None = not written this period) and the error ratio each must give: the
+# breaches of both emitters over the population (due − excluded); SloMet is not in it; a
+# missing series counts 0 (FILL); an empty population is no burn.
+SLO_SAMPLES = [
+    ({(BREACHED, "sender"): 2, (BREACHED, "scheduler"): 1, (DUE, "scheduler"): 100, (EXCLUDED, "sender"): 10, (MET, "sender"): 85}, 3 / 90),
+    ({(BREACHED, "scheduler"): 1, (DUE, "scheduler"): 50}, 1 / 50),
+    ({(BREACHED, "sender"): 4, (DUE, "scheduler"): 40, (MET, "sender"): 36}, 4 / 40),
+    ({}, 0.0),
+    ({(BREACHED, "sender"): 1, (DUE, "scheduler"): 5, (EXCLUDED, "sender"): 5}, 0.0),
+]
+TARGETS = ["0.99", "0.9995"]
+
+
+def computes(queries, target, want):
+    """Whether `target` computes want(ratio, slo_target) on every sample; (ok, first mismatch)."""
+    for counts, ratio in SLO_SAMPLES:
+        for t in TARGETS:
+            try:
+                got = math_eval(queries, target, counts, t)
+            except Exception as e:  # an unknown id, a syntax the evaluator refuses, a cycle
+                return False, f"{target}: {e}"
+            w = want(ratio, float(t))
+            if got is None or got != got or abs(got - w) > 1e-9 * max(1.0, abs(w)):  # got != got: NaN (x / 0)
+                return False, f"{target} = {got} for {json.dumps({f'{k[0]}/{k[1]}': v for k, v in counts.items()})}, target {t}; want {w}"
+    return True, ""
+
+
+BURN = lambda ratio, t: ratio / (1 - t)
+
+# --- 12. The burn-rate alarms: two windows each, ANDed, thresholds of the SRE workbook ----------
+# {composite: (threshold, {long window, short window})}: a fast burn of 14.4 (2 % of a 30-day
+# budget in an hour) over 1 h and 5 min; a slow burn of 6 (5 % in 6 h) over 6 h and 30 min.
+BURN_ALARMS = {"SloFastBurnAlarm": (14.4, {3600, 300}), "SloSlowBurnAlarm": (6.0, {21600, 1800})}
+
+
+def alarm_queries(p):
+    """({id: query} as math_eval takes them, [ids with ReturnData], [(name, namespace, dims, stat)])."""
+    queries, returned, refs = {}, [], []
+    for m in p.get("Metrics", []):
+        if "MetricStat" in m:
+            ms = m["MetricStat"]
+            met = ms.get("Metric", {})
+            dims = {d.get("Name"): d.get("Value") for d in met.get("Dimensions", [])}
+            queries[m["Id"]] = ("metric", met.get("MetricName"), dims.get("Function"), int(ms.get("Period", 0)))
+            refs.append((met.get("MetricName"), met.get("Namespace"), dims, ms.get("Stat")))
+        else:
+            e = m.get("Expression")
+            queries[m["Id"]] = ("expr", e.get("Fn::Sub") if isinstance(e, dict) else str(e))
+        if m.get("ReturnData", True):
+            returned.append(m["Id"])
+    return queries, returned, refs
+
+
+for cname, (threshold, windows) in BURN_ALARMS.items():
+    c = composites.get(cname, {}).get("Properties", {})
+    rule = str(alarm_rule(composites.get(cname, {})))
+    parts = re.fullmatch(r'ALARM\("\$\{(\w+)\}"\) AND ALARM\("\$\{(\w+)\}"\)', rule)
+    check(f"{cname}: a composite alarm that is ALARM(one window) AND ALARM(the other), nothing else", cname in composites and parts, rule)
+    kids = list(parts.groups()) if parts else []
+    seen_windows, wrong = set(), []
+    for kid in kids:
+        p = alarms.get(kid, {}).get("Properties", {})
+        queries, returned, refs = alarm_queries(p)
+        periods = {q[3] for q in queries.values() if q[0] == "metric"}
+        seen_windows |= periods
+        if len(periods) != 1:
+            wrong.append(f"{kid}: periods {sorted(periods)} (one window per alarm)")
+        if (float(p.get("Threshold", -1)), p.get("ComparisonOperator")) != (threshold, "GreaterThanThreshold"):
+            wrong.append(f"{kid}: {p.get('ComparisonOperator')} {p.get('Threshold')}")
+        if int(p.get("EvaluationPeriods", 0)) != 1 or int(p.get("DatapointsToAlarm", 1)) != 1:
+            wrong.append(f"{kid}: {p.get('DatapointsToAlarm')} of {p.get('EvaluationPeriods')} (one window = one period)")
+    check(f"{cname}: burn rate > {threshold:g} over {' and '.join(f'{w // 60} min' if w < 3600 else f'{w // 3600} h' for w in sorted(windows, reverse=True))}",
+          len(kids) == 2 and seen_windows == windows and not wrong, "; ".join(wrong) + f" windows {sorted(seen_windows)}")
+    check(f"{cname} notifies the topic, with a runbook (punctual status, punctual reconcile --from … --to …)",
+          notifies_topic(c) and "punctual status" in str(c.get("AlarmDescription")) and re.search(r"punctual reconcile --from \S.* --to ", str(c.get("AlarmDescription"))),
+          str(c.get("AlarmDescription")))
+    for kid in kids:
+        p = alarms.get(kid, {}).get("Properties", {})
+        queries, returned, refs = alarm_queries(p)
+        check(f"{kid}: one expression is returned (the burn rate)", len(returned) == 1 and queries.get(returned[0], ("",))[0] == "expr", str(returned))
+        if len(returned) != 1:
+            continue
+        ok, why = computes(queries, returned[0], BURN)
+        check(f"{kid}: it computes (SloBreached{{sender}} + SloBreached{{scheduler}}) / (SloDue − SloExcluded) / (1 − SloTarget), FILLed, 0 on an empty population", ok, why)
+        texts = " ".join(q[1] for q in queries.values() if q[0] == "expr")
+        check(f"{kid}: the expression divides by (1 - ${{SloTarget}}), SloTarget substituted by !Sub",
+              re.search(r"/\s*\(\s*1\s*-\s*\$\{SloTarget\}\s*\)", texts)
+              and any(isinstance(m.get("Expression"), dict) and "${SloTarget}" in m["Expression"].get("Fn::Sub", "") for m in p.get("Metrics", [])),
+              texts)
+        bad = [w for w in (slo_metric_wrong(n, ns, d, NAMESPACE) for n, ns, d, _ in refs) if w]
+        bad += [f"{n}: {st}" for n, _, _, st in refs if st != "Sum"]
+        pairs = sorted({(q[1], q[2]) for q in queries.values() if q[0] == "metric"})
+        want_pairs = sorted({(n, f) for n in [BREACHED, DUE, EXCLUDED] for f in EMITTERS[n]})
+        check(f"{kid}: reads SloBreached (sender, scheduler), SloDue (scheduler), SloExcluded (sender): names, namespace and dimensions as emitted, Sum",
+              not bad and pairs == want_pairs, "; ".join(bad) + f" reads {pairs}")
+
+# Any alarm at all that reads an SLO metric reads it as emitted (catches a typo'd name too).
+slo_refs = []
+for name, a in sorted(alarms.items()):
+    p = a["Properties"]
+    refs = [(p.get("MetricName"), p.get("Namespace"), metric_of(p)[2])] if "MetricName" in p else []
+    refs += [(n, ns, d) for n, ns, d, _ in alarm_queries(p)[2]]
+    slo_refs += [f"{name}: {w}" for w in (slo_metric_wrong(n, ns, d, NAMESPACE) for n, ns, d in refs if str(n).startswith("Slo")) if w]
+check("every alarm that reads an Slo* metric reads one emf.rs emits, in the stack's namespace, with its emitters' Function", not slo_refs, "; ".join(slo_refs))
+
+
+# --- 13. The dashboard's SLO widgets ------------------------------------------------------------
+def dashboard_widgets():
+    """The dashboard's widgets, with ${SloTarget} kept in expressions (None when unreadable)."""
+    text = dash_text.replace("${SloTarget}", "__SLO_TARGET__")
+    text = re.sub(r'(?<!")\$\{[^}]+\}(?!")', "0", text)
+    try:
+        return json.loads(text.replace("__SLO_TARGET__", "${SloTarget}"))["widgets"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def widget_queries(w):
+    """({id: query}, [visible expression ids], [(name, namespace, dims, stat)]) of a metric widget."""
+    props = w.get("properties", {})
+    queries, shown, refs, prev = {}, [], [], []
+    for row in props.get("metrics", []):
+        opts = row[-1] if row and isinstance(row[-1], dict) else {}
+        dims = [x for x in row if not isinstance(x, dict)]
+        dims = [prev[i] if x == "." and i < len(prev) else x for i, x in enumerate(dims)]
+        if dims:
+            prev = dims
+            d = dict(zip(dims[2::2], dims[3::2]))
+            refs.append((dims[1], dims[0], d, opts.get("stat", props.get("stat"))))
+            if "id" in opts:
+                queries[opts["id"]] = ("metric", dims[1], d.get("Function"), int(opts.get("period", props.get("period", 300))))
+        elif "expression" in opts:
+            queries[opts.get("id", f"e{len(queries)}")] = ("expr", opts["expression"])
+            if opts.get("visible", True):
+                shown.append(opts.get("id", f"e{len(queries) - 1}"))
+    return queries, shown, refs
+
+
+widgets = dashboard_widgets() or []
+check("the dashboard body parses (with the SLO widgets)", dashboard_widgets() is not None)
+
+
+def widget(title):
+    return next((w for w in widgets if title in str(w.get("properties", {}).get("title", ""))), None)
+
+
+SLO_WIDGETS = {
+    "Deadline SLO attainment": ("1 − error ratio over the dashboard's time range", lambda ratio, t: 1 - ratio),
+    "Error budget left (30 days)": ("1 − error ratio / (1 − SloTarget) over 30 days", lambda ratio, t: 1 - ratio / (1 - t)),
+}
+for title, (claim, want) in SLO_WIDGETS.items():
+    w = widget(title)
+    props = (w or {}).get("properties", {})
+    queries, shown, refs = widget_queries(w or {})
+    ok, why = (computes(queries, shown[0], want) if len(shown) == 1 else (False, f"shown {shown}"))
+    check(f"the dashboard shows {title}: {claim}", w is not None and props.get("view") == "singleValue" and ok, why)
+attain = (widget("Deadline SLO attainment") or {}).get("properties", {})
+check("the attainment covers the dashboard's whole time range (setPeriodToTimeRange)", attain.get("setPeriodToTimeRange") is True)
+budget = (widget("Error budget left (30 days)") or {}).get("properties", {})
+check("the error budget is over 30 days whatever the dashboard's range (start -P30D, period 2592000)",
+      budget.get("start") == "-P30D" and budget.get("period") == 2592000
+      and all(q[3] == 2592000 for q in widget_queries(widget("Error budget left (30 days)") or {})[0].values() if q[0] == "metric"),
+      json.dumps({k: budget.get(k) for k in ["start", "period"]}))
+burn_w = widget("Deadline SLO burn rate")
+queries, shown, _ = widget_queries(burn_w or {})
+by_window = {}
+for e in shown:
+    periods = {queries[x][3] for x in leaves(queries, e)}
+    if len(periods) == 1:
+        by_window[periods.pop()] = e
+for window in sorted({w for _, ws in BURN_ALARMS.values() for w in ws}):
+    e = by_window.get(window)
+    ok, why = computes(queries, e, BURN) if e else (False, "no expression reads this window alone")
+    check(f"the dashboard's burn rate shows the {window} s window (the alarms' formula, on that window's counts)", ok, why)
+marks = {float(a.get("value", -1)) for a in (burn_w or {}).get("properties", {}).get("annotations", {}).get("horizontal", [])}
+check("the burn-rate widget marks both thresholds (14.4 fast, 6 slow)", {t for t, _ in BURN_ALARMS.values()} <= marks, str(sorted(marks)))
+dash_slo = []
+for w in widgets:
+    for n, ns, d, st in widget_queries(w)[2]:
+        if str(n).startswith("Slo") or any(str(w.get("properties", {}).get("title", "")).startswith(t) for t in SLO_WIDGETS):
+            wrong = slo_metric_wrong(n, ns, d, "${Namespace}") or ("" if st == "Sum" else f"{n}: {st}")
+            if wrong:
+                dash_slo.append(f"{w['properties'].get('title')}: {wrong}")
+check("every Slo* metric on the dashboard is one emf.rs emits, in the stack's namespace, with its emitters' Function, summed",
+      not dash_slo, "; ".join(dash_slo))
+
+# --- 14. Who breaches: the Contributor Insights rule, and its widget ----------------------------
+rules = of_type("AWS::CloudWatch::InsightRule")
+rule = rules.get("SloBreachesByTenantRule", {}).get("Properties", {})
+RULE_NAME = {"Fn::Sub": "${AWS::StackName}-slo-breaches-by-tenant"}
+check("an enabled Contributor Insights rule named ${AWS::StackName}-slo-breaches-by-tenant",
+      rule.get("RuleState") == "ENABLED" and rule.get("RuleName") == RULE_NAME, json.dumps({k: rule.get(k) for k in ["RuleName", "RuleState"]}))
+body_sub = rule.get("RuleBody", {}).get("Fn::Sub") if isinstance(rule.get("RuleBody"), dict) else None
+try:
+    body = json.loads(re.sub(r"\$\{(\w+)\}", r"\1", body_sub)) if isinstance(body_sub, str) else {}
+except ValueError:
+    body = {}
+check("its body is JSON built with !Sub (the log groups' names resolve)", bool(body), str(body_sub))
+contribution = body.get("Contribution", {})
+check(f"its key is the SLO documents' tenant property ($.{tenant_prop}, emf.rs TENANT_PROPERTY)",
+      bool(tenant_prop) and contribution.get("Keys") == [f"$.{tenant_prop}"], json.dumps(contribution.get("Keys")))
+check(f"it sums $.{BREACHED} (emf.rs SLO_BREACHED) over the documents that carry a breach",
+      contribution.get("ValueOf") == f"$.{BREACHED}" and body.get("AggregateOn") == "Sum"
+      and contribution.get("Filters") == [{"Match": f"$.{BREACHED}", "GreaterThan": 0}],
+      json.dumps({"ValueOf": contribution.get("ValueOf"), "Filters": contribution.get("Filters"), "AggregateOn": body.get("AggregateOn")}))
+check("it is a CloudWatchLogRule v1 on JSON logs",
+      body.get("Schema") == {"Name": "CloudWatchLogRule", "Version": 1} and body.get("LogFormat") == "JSON", json.dumps(body.get("Schema")))
+emitter_groups = sorted(ref_name(by_binary.get(b, (None, {}))[1].get("Properties", {}).get("LoggingConfig", {}).get("LogGroup")) or f"<{b}>"
+                        for b in ["sender", "scheduler"])
+check("it reads the sender's and the scheduler's log groups (both emit SloBreached), nothing else",
+      sorted(body.get("LogGroupNames", [])) == emitter_groups, f"{body.get('LogGroupNames')} vs {emitter_groups}")
+top = widget("Worst tenants")
+insight = (top or {}).get("properties", {}).get("insightRule", {})
+rule_var = re.fullmatch(r"\$\{(\w+)\}", str(insight.get("ruleName", "")))
+check("the dashboard shows the rule's top 10 tenants by breaches (insightRule widget, ordered by Sum)",
+      insight.get("maxContributorCount") == 10 and insight.get("orderBy") == "Sum"
+      and rule_var is not None and dash_vars.get(rule_var.group(1)) == RULE_NAME,
+      json.dumps(insight))
+
+# --- 15. SLO_TARGET and SLO_WITHIN_SECS: the parameters, where they go ---------------------------
+slo_target = parameters.get("SloTarget", {})
+check("SloTarget is a String parameter defaulting to 0.99", slo_target.get("Type") == "String" and str(slo_target.get("Default")) == "0.99",
+      json.dumps(slo_target.get("Default")))
+check_pattern(
+    "SloTarget",
+    "admits a fraction strictly between 0 and 1 with at most 4 decimals (1 - SloTarget is the error budget)",
+    ["0.9", "0.99", "0.999", "0.9995", "0.95", "0.5", "0.0001"],
+    ["1", "1.0", "0", "0.0", "0.00", "0.000", "0.0000", "99", "0.99x", ".99", "0.99999", "", " 0.99", "-0.99", "0,99", "1e-2"],
+)
+within = parameters.get("SloWithinSecs", {})
+check("SloWithinSecs is a Number parameter defaulting to 300", within.get("Type") == "Number" and str(within.get("Default")) == "300",
+      json.dumps(within.get("Default")))
+# Both bounded by what the code's one SLO parser accepts (crates/core/src/slo.rs SloPolicy::parse:
+# the target `*v > LO && *v < HI`, the window `(LO..=HI).contains(v)`).
+slo_src = rust("crates/core/src/slo.rs")
+t_bounds = re.search(r"\*v > ([\d.]+) && \*v < ([\d.]+)", slo_src)
+w_bounds = re.search(r"\(([\d_]+)\.\.=([\d_]+)\)\.contains\(v\)", slo_src)
+check("the SLO parser's bounds are read from crates/core/src/slo.rs (SloPolicy::parse)", t_bounds and w_bounds)
+if w_bounds:
+    lo, hi = number(w_bounds.group(1)), number(w_bounds.group(2))
+    check("SloWithinSecs's bounds are the code's (SLO_WITHIN_SECS)",
+          float(within.get("MinValue", -1)) == lo and float(within.get("MaxValue", -1)) == hi,
+          f"template [{within.get('MinValue')}, {within.get('MaxValue')}], code [{lo:g}, {hi:g}]")
+if t_bounds and slo_target.get("AllowedPattern"):
+    # Every value the pattern admits, among all decimals of up to 5 places from 0 to 1 and the
+    # strings around them, is one the code accepts: the pattern is the code's range or inside it.
+    lo, hi = float(t_bounds.group(1)), float(t_bounds.group(2))
+    rx = re.compile(slo_target["AllowedPattern"])
+    candidates = ["0", "1", "1.0", "1.00", "0.", ".5", "-0.5"] + [f"{i}.{n:0{k}d}" for i in (0, 1) for k in range(1, 6) for n in range(10 ** k)]
+    refused_by_code = [c for c in candidates if rx.fullmatch(c) and not lo < float(c) < hi]
+    check("SloTarget's pattern admits only targets the code accepts (SLO_TARGET)", not refused_by_code, ", ".join(refused_by_code[:5]))
+SLO_ENV = {"SLO_TARGET": {"Ref": "SloTarget"}, "SLO_WITHIN_SECS": {"Ref": "SloWithinSecs"}}
+for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
+    envs = [resolve(f.get("Properties", {}).get("Environment", {}).get("Variables", {}), ps) for ps in SCENARIOS]
+    if binary in ("sender", "scheduler"):
+        wrong = sorted({f"{k}={json.dumps(env.get(k))}" for env in envs for k, v in SLO_ENV.items() if env.get(k) != v})
+        check(f"{binary}: SLO_TARGET and SLO_WITHIN_SECS come from SloTarget and SloWithinSecs, in every scenario", not wrong, ", ".join(wrong))
+    else:
+        given = sorted({k for env in envs for k in SLO_ENV if k in env})
+        check(f"{binary}: is not given the SLO variables (it neither releases nor delivers)", not given, ", ".join(given))
+
+# --- 16. The renewals table's by_day index: as crates/aws/src/renewals.rs queries it -----------
+renewals_src = rust("crates/aws/src/renewals.rs")
+day_name = (re.findall(r'pub const DAY_INDEX: &str = "([^"]+)"', renewals_src) or [None])[0]
+proj = re.search(r"pub const DAY_PROJECTION: \[&str; (\d+)\] = \[([^\]]*)\];", renewals_src)
+day_projection = re.findall(r'"([^"]+)"', proj.group(2)) if proj else []
+check("DAY_INDEX and DAY_PROJECTION are read from crates/aws/src/renewals.rs",
+      bool(day_name) and proj is not None and len(day_projection) == int(proj.group(1)) > 0,
+      f"{day_name}, {day_projection}")
+renewals_props = tables.get("RenewalsTable", {}).get("Properties", {})
+by_day = [g for g in renewals_props.get("GlobalSecondaryIndexes", []) if g.get("IndexName") == day_name]
+check(f"RenewalsTable has the index {day_name!r} (DAY_INDEX)", bool(day_name) and len(by_day) == 1, str(day_name))
+day_keys = [(k.get("AttributeName"), k.get("KeyType")) for k in (by_day[0].get("KeySchema", []) if by_day else [])]
+# Each key attribute must be named in a string literal of renewals.rs (the item it writes, the
+# key condition it queries with).
+named = [a for a in ["day_shard", "deliver_after_ms"] if not re.search(r'"[^"\n]*\b' + a + r'\b[^"\n]*"', renewals_src)]
+check("its keys are day_shard (HASH) and deliver_after_ms (RANGE), as renewals.rs names them",
+      day_keys == [("day_shard", "HASH"), ("deliver_after_ms", "RANGE")] and not named, f"{day_keys}, not in renewals.rs: {named}")
+day_proj_t = by_day[0].get("Projection", {}) if by_day else {}
+non_key = day_proj_t.get("NonKeyAttributes", [])
+check("it projects exactly DAY_PROJECTION (INCLUDE: what reconcile, forecast and status read, nothing more)",
+      day_proj_t.get("ProjectionType") == "INCLUDE" and sorted(non_key) == sorted(day_projection) and len(set(non_key)) == len(non_key) and day_projection,
+      f"template {non_key}, code {day_projection}")
+rtypes = {a.get("AttributeName"): a.get("AttributeType") for a in renewals_props.get("AttributeDefinitions", [])}
+check("day_shard is a string and deliver_after_ms a number", rtypes.get("day_shard") == "S" and rtypes.get("deliver_after_ms") == "N", str(rtypes))
+queriers = sorted(
+    f"{name}: {json.dumps(r)}" for name, f in functions.items() for st in statements(f) for r in as_list(st.get("Resource", []))
+    if "RenewalsTable" in json.dumps(r) and (f"/index/{day_name}" in json.dumps(r) or "/index/*" in json.dumps(r))
+)
+check(f"no function may query {day_name!r} (operators only: the CLI)", not queriers, "; ".join(queriers))
 
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:
