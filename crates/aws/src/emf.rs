@@ -36,13 +36,30 @@ pub mod name {
     /// Calls to a provider without idempotency keys that may repeat an effect
     /// (`PROVIDER_IDEMPOTENCY=at_least_once`).
     pub const POSSIBLE_DOUBLE: &str = "PossibleDoubleEffect";
+    /// The deadline SLO's due population, counted by the scheduler at release (released, or
+    /// expired at release).
+    pub const SLO_DUE: &str = "SloDue";
+    /// Reminders delivered within `SLO_WITHIN_SECS` of `deliver_after` (sender).
+    pub const SLO_MET: &str = "SloMet";
+    /// Reminders that missed the SLO: delivered later, expired, dead-lettered (sender), or
+    /// expired at release (scheduler).
+    pub const SLO_BREACHED: &str = "SloBreached";
+    /// Reminders the sender found cancelled or paid after release: out of the due population.
+    pub const SLO_EXCLUDED: &str = "SloExcluded";
 }
+
+/// The property naming the tenant in every SLO document: a property, not a dimension (one
+/// metric series per tenant would cost per tenant and hide nothing the logs do not already
+/// carry); the Contributor Insights rule ranks tenants by it.
+pub const TENANT_PROPERTY: &str = "tenant_id";
 
 /// Metrics of one invocation.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
     counts: BTreeMap<(&'static str, Option<String>), f64>,
     observations: BTreeMap<&'static str, Vec<f64>>,
+    /// SLO counts by tenant: one document per tenant, the tenant a property.
+    slo: BTreeMap<String, BTreeMap<&'static str, f64>>,
 }
 
 impl Metrics {
@@ -66,8 +83,23 @@ impl Metrics {
         self.observations.entry(metric).or_default().push(v);
     }
 
+    /// Adds `n` to an SLO count of `tenant`.
+    pub fn slo(&mut self, tenant: &str, metric: &'static str, n: f64) {
+        *self.slo.entry(tenant.to_owned()).or_default().entry(metric).or_default() += n;
+    }
+
+    /// An SLO count over every tenant.
+    pub fn slo_total(&self, metric: &str) -> f64 {
+        self.slo.values().filter_map(|m| m.get(metric)).sum()
+    }
+
     /// Adds every count and observation of `other` to this set.
     pub fn merge(&mut self, other: &Metrics) {
+        for (t, m) in &other.slo {
+            for (k, v) in m {
+                *self.slo.entry(t.clone()).or_default().entry(k).or_default() += v;
+            }
+        }
         for (k, v) in &other.counts {
             *self.counts.entry(k.clone()).or_default() += v;
         }
@@ -92,7 +124,7 @@ impl Metrics {
 
     /// True when nothing was recorded.
     pub fn is_empty(&self) -> bool {
-        self.counts.is_empty() && self.observations.is_empty()
+        self.counts.is_empty() && self.observations.is_empty() && self.slo.is_empty()
     }
 
     /// Renders the EMF documents, one per dimension set.
@@ -108,6 +140,28 @@ impl Metrics {
             docs.entry(None).or_default().insert((*metric).to_owned(), json!(values));
             defs.entry(None).or_default().push(json!({"Name": metric, "Unit": "Milliseconds"}));
         }
+        let envelope = |metrics: Vec<Value>| {
+            json!({
+                "Timestamp": timestamp_ms,
+                "CloudWatchMetrics": [{
+                    "Namespace": namespace,
+                    "Dimensions": [["Function"]],
+                    "Metrics": metrics,
+                }]
+            })
+        };
+        let slo_docs = self.slo.iter().map(|(tenant, counts)| {
+            let mut doc = Map::new();
+            doc.insert("Function".into(), json!(function));
+            doc.insert(TENANT_PROPERTY.into(), json!(tenant));
+            for (metric, v) in counts {
+                doc.insert((*metric).to_owned(), json!(v));
+            }
+            let defs = counts.keys().map(|m| json!({"Name": m, "Unit": "Count"})).collect();
+            doc.insert("_aws".into(), envelope(defs));
+            Value::Object(doc).to_string()
+        });
+        let slo_docs: Vec<String> = slo_docs.collect();
         docs.into_iter()
             .map(|(reason, mut doc)| {
                 let dims = if reason.is_some() { json!([["Function", "Reason"]]) } else { json!([["Function"]]) };
@@ -128,6 +182,7 @@ impl Metrics {
                 );
                 Value::Object(doc).to_string()
             })
+            .chain(slo_docs)
             .collect()
     }
 
@@ -179,5 +234,31 @@ mod tests {
         assert_eq!(plain["DeliveryLagMs"], json!([1200.0, 800.0]));
         let reasons: Vec<Value> = lines[1..].iter().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert!(reasons.iter().any(|d| d["Reason"] == "rate_limited" && d["Deferred"] == 3.0));
+    }
+
+    #[test]
+    fn slo_documents_carry_the_tenant_as_a_property_not_a_dimension() {
+        let mut m = Metrics::new();
+        m.slo("acme", name::SLO_MET, 2.0);
+        m.slo("acme", name::SLO_BREACHED, 1.0);
+        m.slo("globex", name::SLO_BREACHED, 3.0);
+        let mut other = Metrics::new();
+        other.slo("globex", name::SLO_BREACHED, 1.0);
+        m.merge(&other);
+        assert_eq!(m.slo_total(name::SLO_BREACHED), 5.0);
+        let docs: Vec<Value> =
+            m.lines("punctual/prod", "sender", 1).iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(docs.len(), 2, "one document per tenant");
+        for d in &docs {
+            let directive = &d["_aws"]["CloudWatchMetrics"][0];
+            assert_eq!(directive["Dimensions"], json!([["Function"]]), "the tenant is never a dimension");
+            assert_eq!(directive["Namespace"], "punctual/prod");
+            for def in directive["Metrics"].as_array().unwrap() {
+                assert!(d.get(def["Name"].as_str().unwrap()).is_some());
+            }
+        }
+        let globex = docs.iter().find(|d| d[TENANT_PROPERTY] == "globex").unwrap();
+        assert_eq!(globex[name::SLO_BREACHED], 4.0);
+        assert!(globex.get(name::SLO_MET).is_none());
     }
 }

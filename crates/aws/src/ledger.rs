@@ -344,7 +344,8 @@ impl DynamoLedger {
         let mut unique: Vec<&ReminderId> = ids.iter().collect();
         unique.sort();
         unique.dedup();
-        let chunks: Vec<Vec<ReminderId>> = unique.chunks(100).map(|c| c.iter().map(|id| (*id).clone()).collect()).collect();
+        let chunks: Vec<Vec<ReminderId>> =
+            unique.chunks(100).map(|c| c.iter().map(|id| (*id).clone()).collect()).collect();
         let fetch = |chunk: Vec<ReminderId>| async move {
             let mut keys = KeysAndAttributes::builder().consistent_read(true);
             for id in &chunk {
@@ -362,8 +363,7 @@ impl DynamoLedger {
                     .await
                     .map_err(|e| unknown(Box::new(e)))?;
                 items.extend(out.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default());
-                request =
-                    out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)).filter(|k| !k.keys().is_empty());
+                request = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)).filter(|k| !k.keys().is_empty());
                 if request.is_some() {
                     tokio::time::sleep(std::time::Duration::from_millis(25 << attempt.min(6))).await;
                 }

@@ -502,9 +502,10 @@ async fn forecast(a: ForecastArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(&e),
     };
-    let path = a.save_population.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("punctual-population-{day}-{}.csv", std::process::id()))
-    });
+    let path = a
+        .save_population
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("punctual-population-{day}-{}.csv", std::process::id())));
     if let Err(e) = std::fs::write(&path, punctual_core::reconcile::population_csv(&rows)) {
         eprintln!("punctual forecast: cannot write the population to {}: {e}", path.display());
         return ExitCode::from(1);

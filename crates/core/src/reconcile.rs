@@ -265,7 +265,11 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
         };
         let terminal = rec.filter(|rec| rec.state.is_terminal());
         let judged = if let Some(rec) = terminal {
-            let e = Ending { deliver_after: Some(row.deliver_after), deliver_by: row.deliver_by, ..Ending::from_record(rec, false) };
+            let e = Ending {
+                deliver_after: Some(row.deliver_after),
+                deliver_by: row.deliver_by,
+                ..Ending::from_record(rec, false)
+            };
             match &e.outcome {
                 Outcome::Delivered { at } => {
                     r.delivered += 1;
@@ -408,13 +412,18 @@ impl Reconciliation {
                 self.suspects.len()
             );
             for u in &self.suspects {
-                let _ = writeln!(out, "    {} tenant {} due {}", u.reminder_id, u.tenant_id, u.deliver_after.to_rfc3339());
+                let _ =
+                    writeln!(out, "    {} tenant {} due {}", u.reminder_id, u.tenant_id, u.deliver_after.to_rfc3339());
             }
         }
         let _ = writeln!(
             out,
             "{}",
-            if self.accounted { "every renewal of the window is accounted for" } else { "NOT every renewal is accounted for (exit 3)" }
+            if self.accounted {
+                "every renewal of the window is accounted for"
+            } else {
+                "NOT every renewal is accounted for (exit 3)"
+            }
         );
         out
     }
@@ -463,7 +472,9 @@ pub fn parse_population(text: &str) -> Result<Vec<DueRow>, String> {
             return Err(bad(format!("{} fields, want 6", f.len())));
         };
         let at = |name: &str, v: &str| {
-            DateTime::parse_from_rfc3339(v).map(|t| t.with_timezone(&Utc)).map_err(|e| bad(format!("{name} {v:?}: {e}")))
+            DateTime::parse_from_rfc3339(v)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|e| bad(format!("{name} {v:?}: {e}")))
         };
         let status = match status {
             "active" => RenewalStatus::Active,
@@ -635,7 +646,10 @@ mod tests {
         let broken = text.replace("active", "activ");
         assert!(parse_population(&broken).unwrap_err().starts_with("line 2: status"));
         assert!(parse_population("a,b\n").unwrap_err().contains("header"));
-        let swapped = format!("{POPULATION_HEADER}\nt,r,{},active,2026-12-01T10:00:00Z,2026-12-01T09:00:00Z\n", rows[0].reminder_id);
+        let swapped = format!(
+            "{POPULATION_HEADER}\nt,r,{},active,2026-12-01T10:00:00Z,2026-12-01T09:00:00Z\n",
+            rows[0].reminder_id
+        );
         assert!(parse_population(&swapped).unwrap_err().contains("not after"));
     }
 }

@@ -103,6 +103,10 @@ pub struct TickReport {
     pub oldest_due_age: Duration,
     /// The watermark after the tick.
     pub watermark: Option<DateTime<Utc>>,
+    /// The deadline SLO's due population this tick made, per tenant: (renewals released,
+    /// renewals expired at release — each also a breach). Only renewals this tick marked: a
+    /// copy released again after a crash is not counted twice.
+    pub due_by_tenant: std::collections::BTreeMap<String, (u64, u64)>,
 }
 
 /// Infrastructure failed during a tick; what was released before stays released.
@@ -183,9 +187,11 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         let marked = futures_util::future::join_all(marks).await;
         report.refused += sent.iter().filter(|ok| !**ok).count() as u64;
         report.released += marked.len() as u64;
-        for m in marked {
-            if m? == Marked::NotPending {
-                report.not_pending += 1;
+        let accepted = chunk.iter().zip(&sent).filter(|(_, ok)| **ok).map(|(p, _)| p);
+        for (p, m) in accepted.zip(marked) {
+            match m? {
+                Marked::NotPending => report.not_pending += 1,
+                Marked::Done => report.due_by_tenant.entry(p.tenant_id.to_string()).or_default().0 += 1,
             }
         }
         Ok(())
@@ -296,7 +302,10 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
             let (dead, live): (Vec<_>, Vec<_>) = batch.into_iter().partition(|p| p.deliver_by <= now);
             for p in &dead {
                 match self.store.mark_expired(p, now).await? {
-                    Marked::Done => report.expired_missed += 1,
+                    Marked::Done => {
+                        report.expired_missed += 1;
+                        report.due_by_tenant.entry(p.tenant_id.to_string()).or_default().1 += 1;
+                    }
                     Marked::NotPending => report.not_pending += 1,
                 }
             }

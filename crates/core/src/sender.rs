@@ -60,6 +60,11 @@ pub struct Processed {
     /// A call was made after an indeterminate outcome to a provider that does not honour
     /// idempotency keys (`at_least_once`): its effect may be the reminder's second.
     pub possible_double: bool,
+    /// The reminder's tenant, when the body decoded (the SLO's per-tenant views).
+    pub tenant_id: Option<crate::ids::TenantId>,
+    /// The message is a redrive's copy: its reminder was judged against the SLO when it was
+    /// dead-lettered, so this decision is not judged again.
+    pub redriven: bool,
 }
 
 /// Infrastructure failed while processing one message; the message is retried.
@@ -257,6 +262,8 @@ where
             slack: Some(until(now, msg.deliver_by)),
             settle_conflict: None,
             possible_double: false,
+            tenant_id: Some(msg.tenant_id.clone()),
+            redriven: msg.redrive.is_some(),
         })
     }
 
@@ -560,6 +567,8 @@ where
             slack: msg.map(|m| until(now, m.deliver_by)),
             settle_conflict,
             possible_double: false,
+            tenant_id: msg.map(|m| m.tenant_id.clone()),
+            redriven: msg.is_some_and(|m| m.redrive.is_some()),
         };
         Ok(processed)
     }

@@ -55,7 +55,9 @@ impl SloPolicy {
         let d = Self::default();
         let target = match target.map(str::trim) {
             None | Some("") => d.target,
-            Some(t) => t.parse::<f64>().ok().filter(|v| *v > 0.0 && *v < 1.0).ok_or_else(|| SloError::Target(t.into()))?,
+            Some(t) => {
+                t.parse::<f64>().ok().filter(|v| *v > 0.0 && *v < 1.0).ok_or_else(|| SloError::Target(t.into()))?
+            }
         };
         let within = match within.map(str::trim) {
             None | Some("") => d.within,
@@ -225,8 +227,7 @@ impl SloTally {
     pub fn summary(&self, policy: &SloPolicy) -> SloSummary {
         let attainment = self.all.attainment();
         let decided = (self.all.met + self.all.breached) as f64;
-        let budget_left =
-            (decided > 0.0).then(|| 1.0 - self.all.breached as f64 / ((1.0 - policy.target) * decided));
+        let budget_left = (decided > 0.0).then(|| 1.0 - self.all.breached as f64 / ((1.0 - policy.target) * decided));
         let mut worst: Vec<TenantSlo> = self
             .tenants
             .iter()
@@ -234,9 +235,10 @@ impl SloTally {
             .map(|(t, c)| TenantSlo { tenant_id: t.clone(), counts: *c, attainment: c.attainment() })
             .collect();
         worst.sort_by(|a, b| {
-            b.counts.breached.cmp(&a.counts.breached).then_with(|| {
-                a.attainment.partial_cmp(&b.attainment).unwrap_or(std::cmp::Ordering::Equal)
-            })
+            b.counts
+                .breached
+                .cmp(&a.counts.breached)
+                .then_with(|| a.attainment.partial_cmp(&b.attainment).unwrap_or(std::cmp::Ordering::Equal))
         });
         worst.truncate(WORST_TENANTS);
         SloSummary {

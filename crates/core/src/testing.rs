@@ -1158,6 +1158,17 @@ impl MemoryDueStore {
         lock(&self.inner).rows.insert((p.tenant_id.clone(), p.renewal_id.clone()), (p, "scheduled"));
     }
 
+    /// Forgets every renewal no longer pending (released or expired), so a long simulated day
+    /// pages only what is still pending (each page filters every row the store holds).
+    pub fn prune(&self) {
+        lock(&self.inner).rows.retain(|_, (_, state)| *state == "scheduled");
+    }
+
+    /// Renewals still pending.
+    pub fn pending(&self) -> usize {
+        lock(&self.inner).rows.values().filter(|(_, state)| *state == "scheduled").count()
+    }
+
     /// The scheduling state of a renewal (`scheduled`, `enqueued`, `expired`).
     pub fn state(&self, tenant: &TenantId, renewal: &RenewalId) -> Option<&'static str> {
         lock(&self.inner).rows.get(&(tenant.clone(), renewal.clone())).map(|(_, s)| *s)

@@ -205,7 +205,10 @@ pub async fn status_with(
                     requests += n;
                     (Some(r.slo), None)
                 }
-                Err(e) => (None, Some(format!("{e}: {}", std::error::Error::source(&e).map_or_else(String::new, |s| s.to_string())))),
+                Err(e) => (
+                    None,
+                    Some(format!("{e}: {}", std::error::Error::source(&e).map_or_else(String::new, |s| s.to_string()))),
+                ),
             }
         }
     };

@@ -46,7 +46,9 @@ pub fn parse_instant(flag: &str, v: &str, now: DateTime<Utc>) -> Result<DateTime
     if let Ok(d) = NaiveDate::parse_from_str(v.trim(), "%Y-%m-%d") {
         return Ok(d.and_hms_opt(0, 0, 0).map(|t| t.and_utc()).unwrap_or(now));
     }
-    Err(format!("{flag} {v:?} is not an instant: use RFC 3339 (2026-12-01T09:00:00Z), a date (2026-12-01 = 00:00 UTC) or `now`"))
+    Err(format!(
+        "{flag} {v:?} is not an instant: use RFC 3339 (2026-12-01T09:00:00Z), a date (2026-12-01 = 00:00 UTC) or `now`"
+    ))
 }
 
 impl Window {
@@ -69,12 +71,9 @@ impl Window {
             }
         }
         match (from, to, problems.is_empty()) {
-            (Some(from), Some(to), true) => Ok(Self {
-                from,
-                to,
-                tenant,
-                grace: grace_secs.map_or(DEFAULT_GRACE, Duration::from_secs),
-            }),
+            (Some(from), Some(to), true) => {
+                Ok(Self { from, to, tenant, grace: grace_secs.map_or(DEFAULT_GRACE, Duration::from_secs) })
+            }
             _ => Err(OpsError::Invalid(problems)),
         }
     }
@@ -139,8 +138,9 @@ pub async fn reconcile_with(
         .await
         .map_err(step("reading the ledger"))?;
     bar.finish_and_clear();
-    let requests = u32::try_from(population.pages + 1 + u64::from(queues.has_urgent_lane()) + total.div_ceil(100) as u64)
-        .unwrap_or(u32::MAX);
+    let requests =
+        u32::try_from(population.pages + 1 + u64::from(queues.has_urgent_lane()) + total.div_ceil(100) as u64)
+            .unwrap_or(u32::MAX);
     let r = judge_window(&ReconcileInput {
         from: window.from,
         to: window.to,
@@ -166,7 +166,8 @@ pub async fn day_population(
     let bar = if progress { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
     bar.set_style(ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
     bar.enable_steady_tick(Duration::from_millis(200));
-    let from = day.and_hms_opt(0, 0, 0).map(|t| t.and_utc()).ok_or_else(|| OpsError::Invalid(vec![format!("{day}")]))?;
+    let from =
+        day.and_hms_opt(0, 0, 0).map(|t| t.and_utc()).ok_or_else(|| OpsError::Invalid(vec![format!("{day}")]))?;
     let renewals = DynamoRenewals::new(ddb, target.resources.renewals_table.clone());
     let population = renewals
         .population(from, from + chrono::TimeDelta::days(1), None, |n| {

@@ -59,6 +59,14 @@ pub fn metrics(r: &TickReport) -> Metrics {
     m.count(name::OLDEST_DUE, r.oldest_due_age.as_secs_f64());
     m.count(name::UNFINISHED, if r.finished { 0.0 } else { 1.0 });
     m.count(name::TICK_FAILED, 0.0);
+    // The deadline SLO's due population, per tenant (a property, never a dimension): counted
+    // at release; one expired at release is due and breached at once.
+    for (tenant, (released, expired)) in &r.due_by_tenant {
+        m.slo(tenant, punctual_aws::emf::name::SLO_DUE, (released + expired) as f64);
+        if *expired > 0 {
+            m.slo(tenant, punctual_aws::emf::name::SLO_BREACHED, *expired as f64);
+        }
+    }
     m
 }
 

@@ -57,6 +57,9 @@ pub struct SenderConfig {
     pub concurrency: usize,
     /// `METRICS_NAMESPACE` (default `punctual`).
     pub metrics_namespace: String,
+    /// `SLO_TARGET` (default 0.99) and `SLO_WITHIN_SECS` (default 300): the deadline SLO its
+    /// metrics judge.
+    pub slo: punctual_core::slo::SloPolicy,
     /// Decision and service tunables.
     pub settings: SenderSettings,
     /// How often one instance re-reads the operator pause switch (5 s; not an environment
@@ -132,7 +135,17 @@ impl SenderConfig {
             });
         }
         let lanes = lane_config(env)?;
+        let (target, within) = (env.optional("SLO_TARGET"), env.optional("SLO_WITHIN_SECS"));
+        let slo = punctual_core::slo::SloPolicy::parse(target.as_deref(), within.as_deref()).map_err(|e| match e {
+            punctual_core::slo::SloError::Target(v) => {
+                ConfigError::Invalid { name: "SLO_TARGET", value: v, expected: "a fraction strictly between 0 and 1" }
+            }
+            punctual_core::slo::SloError::Within(v) => {
+                ConfigError::Invalid { name: "SLO_WITHIN_SECS", value: v, expected: "whole seconds in 1..=86400" }
+            }
+        })?;
         Ok(Self {
+            slo,
             send_queue_url: env.required("SEND_QUEUE_URL")?,
             urgent_queue_url: lanes.urgent_queue_url.clone(),
             dlq_url: env.required("DLQ_URL")?,

@@ -6,6 +6,7 @@ use punctual_aws::emf::{Metrics, name};
 use punctual_core::decision::Disposition;
 use punctual_core::reason::ReasonCode;
 use punctual_core::sender::{Process, Processed, Received, SenderError};
+use punctual_core::slo::{SloPolicy, Verdict, verdict_of};
 use punctual_lambda::batch::process_records;
 use punctual_lambda::error::HandlerError;
 use punctual_lambda::invocation_deadline;
@@ -17,6 +18,8 @@ pub struct Deps<S> {
     pub sender: S,
     /// Records processed at once.
     pub concurrency: usize,
+    /// The deadline SLO the metrics judge (`SLO_TARGET`, `SLO_WITHIN_SECS`).
+    pub slo: SloPolicy,
 }
 
 /// An invocation's answer and its metrics.
@@ -28,7 +31,20 @@ pub struct Handled {
     pub metrics: Metrics,
 }
 
-fn record_metrics(m: &mut Metrics, p: &Processed) {
+fn record_metrics(m: &mut Metrics, p: &Processed, slo: &SloPolicy) {
+    // The SLO: one verdict per reminder released by the scheduler (a redrive's copy was judged
+    // when it was dead-lettered), counted per tenant.
+    if let (Some(tenant), false) = (&p.tenant_id, p.redriven) {
+        let metric = match verdict_of(&p.disposition, p.delivery_lag, slo) {
+            Some(Verdict::Met) => Some(name::SLO_MET),
+            Some(Verdict::Breached) => Some(name::SLO_BREACHED),
+            Some(Verdict::Excluded) => Some(name::SLO_EXCLUDED),
+            Some(Verdict::Pending) | None => None,
+        };
+        if let Some(metric) = metric {
+            m.slo(tenant.as_str(), metric, 1.0);
+        }
+    }
     m.count(name::ATTEMPTS, f64::from(p.provider_calls));
     if p.throttled {
         m.count(name::THROTTLED, 1.0);
@@ -109,7 +125,7 @@ pub async fn handle<S: Process>(deps: &Deps<S>, event: LambdaEvent<SqsEvent>) ->
     for (record, result) in &results {
         log(record.message_id.as_deref().unwrap_or_default(), result);
         match result {
-            Ok(p) => record_metrics(&mut metrics, p),
+            Ok(p) => record_metrics(&mut metrics, p, &deps.slo),
             Err(_) => metrics.count(name::INFRA_FAILURES, 1.0),
         }
     }

@@ -43,7 +43,7 @@ fn rig_with<L: Ledger>(ledger: L, script: Vec<ProviderOutcome>) -> Rig<L> {
     let clock = ManualClock::new(now());
     let (sender, queue, provider) =
         punctual_core::testing::scripted_sender(ledger, &clock, Duration::from_millis(50), script, 1);
-    Rig { clock, queue, provider, deps: Deps { sender, concurrency: 4 } }
+    Rig { clock, queue, provider, deps: Deps { sender, concurrency: 4, slo: Default::default() } }
 }
 
 fn rig() -> Rig<MemoryLedger> {
@@ -184,4 +184,41 @@ async fn a_throttled_message_is_deferred_not_dead_lettered() {
     assert!(r.queue.requeued()[0].1 >= Duration::from_secs(7));
     let text = metric_lines(&h);
     assert!(text.contains("\"Provider429\":1.0") && text.contains("\"Reason\":\"provider_retry_after\""), "{text}");
+}
+
+/// The SLO documents of an invocation: (tenant, metric, value).
+fn slo_counts(h: &Handled) -> Vec<(String, String, f64)> {
+    let mut out = Vec::new();
+    for line in h.metrics.lines("punctual", "sender", 0) {
+        let doc: serde_json::Value = serde_json::from_str(&line).unwrap();
+        let Some(tenant) = doc.get("tenant_id").and_then(|t| t.as_str()) else { continue };
+        for def in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"].as_array().unwrap() {
+            let name = def["Name"].as_str().unwrap();
+            out.push((tenant.to_owned(), name.to_owned(), doc[name].as_f64().unwrap()));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_slo_is_judged_once_per_released_reminder_per_tenant() {
+    // due.json became due at 14:00; the clock says 14:05 and the provider answers 50 ms
+    // later: accepted 300.05 s after deliver_after. Within 301 s that is met ...
+    let mut r = rig();
+    r.deps.slo = punctual_core::slo::SloPolicy::parse(None, Some("301")).unwrap();
+    let h = r.invoke(load("due.json")).await;
+    assert_eq!(slo_counts(&h), [("acme".to_owned(), "SloMet".to_owned(), 1.0)]);
+    // ... and within the default 300 s the same delivery breaches it.
+    let h = rig().invoke(load("due.json")).await;
+    assert_eq!(slo_counts(&h), [("acme".to_owned(), "SloBreached".to_owned(), 1.0)]);
+    // Expired: breached, with no provider call.
+    let h = rig().invoke(load("expired.json")).await;
+    assert!(slo_counts(&h).iter().all(|(_, m, _)| m == "SloBreached"), "{:?}", slo_counts(&h));
+    assert_eq!(slo_counts(&h).len(), 1);
+    // A redrive's copy was judged when it was dead-lettered: no second verdict.
+    let h = rig().invoke(load("redriven.json")).await;
+    assert!(slo_counts(&h).is_empty(), "{:?}", slo_counts(&h));
+    // Not yet due: no verdict yet.
+    let h = rig().invoke(load("not-yet-due.json")).await;
+    assert!(slo_counts(&h).is_empty());
 }

@@ -24,6 +24,9 @@ enum Command {
     /// redrive, import and pause/resume together in virtual time, and checks the invariants
     /// I1–I7. Exit 0 with no violation, 3 with one (the JSON names the seed to replay).
     Check(CheckArgs),
+    /// Project a day's population (a file written by `punctual forecast`): SLO attainment,
+    /// late reminders per tenant, the earliest projected breach. Exit 3 when it misses the SLO.
+    Forecast(ForecastArgs),
 }
 
 /// `punctual check`.
@@ -96,7 +99,37 @@ struct SimulateArgs {
     /// Draw backlog, delivered/s against the quota, and late reminders over time to a PNG.
     #[arg(long)]
     chart: Option<PathBuf>,
+    /// Simulate this population file (`punctual forecast --save-population`) instead of the
+    /// scenario's: each reminder due at its own deliver_after, released minute by minute.
+    #[arg(long, conflicts_with_all = ["scenario", "reminders", "tight_share", "tight_seconds", "baseline"])]
+    population: Option<PathBuf>,
     /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `punctual forecast` (after `punctual` has read the day from the table).
+#[derive(Args)]
+struct ForecastArgs {
+    /// The day's population file.
+    #[arg(long)]
+    population: PathBuf,
+    /// The day (for the report).
+    #[arg(long)]
+    date: String,
+    /// Provider quota, calls per second.
+    #[arg(long, default_value_t = 100.0)]
+    quota: f64,
+    /// Concurrent senders on the normal lane.
+    #[arg(long, default_value_t = 10)]
+    concurrency: usize,
+    /// Concurrent senders on the urgent lane.
+    #[arg(long, default_value_t = 10)]
+    urgent_concurrency: usize,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -123,6 +156,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Simulate(args) => simulate_command(args),
         Command::Check(args) => check_command(args),
+        Command::Forecast(args) => forecast_command(args),
     }
 }
 
@@ -195,9 +229,22 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         eprintln!("punctual simulate: --tenant-share must be in (0, 1]");
         return ExitCode::from(2);
     }
+    let slo = match slo_policy() {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let population = match &a.population {
+        Some(path) => match load_population(path) {
+            Ok(p) => Some(std::sync::Arc::new(p)),
+            Err(code) => return code,
+        },
+        None => None,
+    };
     let (quota, concurrency, seed) = (a.quota, a.concurrency, a.seed);
     let config = SimConfig {
-        reminders: a.reminders.unwrap_or(sc.default_reminders()),
+        reminders: population.as_ref().map_or(a.reminders.unwrap_or(sc.default_reminders()), |p| p.rows.len()),
+        population,
+        slo,
         quota,
         concurrency,
         urgent_concurrency: a.urgent_concurrency,
@@ -210,6 +257,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
     };
     let started = std::time::Instant::now();
     let report = simulate(&config, Worker::Punctual);
+    let scenario_name = if a.population.is_some() { "population" } else { sc.name() };
     let wall = started.elapsed().as_secs_f64();
     let mut value = serde_json::to_value(&report).unwrap_or_default();
     // Measurements of this process, not of the simulated system (they vary run to run).
@@ -221,7 +269,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
     }
     if let Some(path) = &a.chart {
         let title =
-            format!("punctual simulate --scenario {} ({} reminders, quota {quota}/s)", sc.name(), config.reminders);
+            format!("punctual simulate --scenario {scenario_name} ({} reminders, quota {quota}/s)", config.reminders);
         if let Err(e) = punctual_sim::chart::draw(path, &title, &report, naive.as_ref()) {
             eprintln!("punctual: {e}");
             return ExitCode::from(1);
@@ -234,7 +282,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
     }
     println!(
         "scenario {} ({} reminders, quota {quota}/s, concurrency {concurrency} + {} urgent, seed {seed}, tight {:.0} % in {}-{} s)",
-        sc.name(),
+        scenario_name,
         config.reminders,
         config.urgent_concurrency,
         config.tight_share * 100.0,
@@ -283,6 +331,9 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         let b = value.get("baseline").map(|b| b["cost"][k].to_string()).unwrap_or_default();
         println!("{:<28} {:>16} {b:>16}", format!("  {k}/1M"), value["cost"][k].to_string());
     }
+    if let Some(slo) = &report.slo {
+        println!("{}", slo.line());
+    }
     if report.tenant_p99_delay_seconds.len() > 1 {
         println!("p99 delay per tenant, s (fair queues {})", if config.fair_queues { "on" } else { "off" });
         for (t, d) in &report.tenant_p99_delay_seconds {
@@ -290,4 +341,133 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// The SLO from the environment, as the functions read it; exit 2 when invalid.
+fn slo_policy() -> Result<punctual_core::slo::SloPolicy, ExitCode> {
+    let env = |k: &str| std::env::var(k).ok();
+    punctual_core::slo::SloPolicy::parse(env("SLO_TARGET").as_deref(), env("SLO_WITHIN_SECS").as_deref()).map_err(|e| {
+        eprintln!("punctual: refused: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// Reads a population file; exit 2 (with the line) when it does not read whole.
+fn load_population(path: &std::path::Path) -> Result<punctual_sim::SimPopulation, ExitCode> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        eprintln!("punctual: cannot read the population {}: {e}", path.display());
+        ExitCode::from(2)
+    })?;
+    let rows = punctual_core::reconcile::parse_population(&text).map_err(|e| {
+        eprintln!("punctual: refused: {}: {e}", path.display());
+        ExitCode::from(2)
+    })?;
+    Ok(punctual_sim::SimPopulation::new(&rows))
+}
+
+/// The forecast report (`--json` keys are a contract).
+#[derive(serde::Serialize)]
+struct Forecast {
+    date: String,
+    /// Renewals of the day in the file, every status.
+    population: u64,
+    /// Not simulated: cancelled or paid.
+    excluded: std::collections::BTreeMap<String, u64>,
+    quota: f64,
+    concurrency: usize,
+    urgent_concurrency: usize,
+    /// The projected SLO over the day's due population.
+    slo: Option<punctual_core::slo::SloSummary>,
+    /// Projected late reminders (missed `deliver_by`), all tenants.
+    late: u64,
+    /// Projected late reminders per tenant, most first.
+    late_by_tenant: Vec<(String, u64)>,
+    /// The first projected SLO breach (a reminder's deliver_after + within passing
+    /// undelivered), real time.
+    earliest_breach_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The first reminder projected to miss its deadline, real time.
+    first_late_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When the projected-breach alarm would first fire, real time.
+    alarm_first_fired_at: Option<chrono::DateTime<chrono::Utc>>,
+    dead_lettered: std::collections::BTreeMap<String, u64>,
+    wall_seconds: f64,
+}
+
+fn forecast_command(a: ForecastArgs) -> ExitCode {
+    if a.quota <= 0.0 || a.concurrency == 0 || a.urgent_concurrency == 0 {
+        eprintln!("punctual forecast: --quota, --concurrency and --urgent-concurrency must be positive");
+        return ExitCode::from(2);
+    }
+    let slo = match slo_policy() {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let pop = match load_population(&a.population) {
+        Ok(p) => std::sync::Arc::new(p),
+        Err(code) => return code,
+    };
+    let started = std::time::Instant::now();
+    if !a.json {
+        eprintln!("forecast: simulating {} reminders of {} at {}/s …", pop.rows.len(), a.date, a.quota);
+    }
+    let config = SimConfig {
+        reminders: pop.rows.len(),
+        population: Some(std::sync::Arc::clone(&pop)),
+        slo,
+        quota: a.quota,
+        concurrency: a.concurrency,
+        urgent_concurrency: a.urgent_concurrency,
+        seed: a.seed,
+        ..SimConfig::new(Scenario::Normal)
+    };
+    let report = simulate(&config, Worker::Punctual);
+    let real = |secs: Option<f64>| {
+        secs.map(|s| pop.real(punctual_sim::simulate::t0() + chrono::TimeDelta::milliseconds((s * 1000.0) as i64)))
+    };
+    let mut late_by_tenant: Vec<(String, u64)> = report.late_by_tenant.clone().into_iter().collect();
+    late_by_tenant.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+    let f = Forecast {
+        date: a.date.clone(),
+        population: (pop.rows.len() as u64) + pop.excluded.values().sum::<u64>(),
+        excluded: pop.excluded.clone(),
+        quota: a.quota,
+        concurrency: a.concurrency,
+        urgent_concurrency: a.urgent_concurrency,
+        slo: report.slo.clone(),
+        late: report.counts.late,
+        late_by_tenant,
+        earliest_breach_at: real(report.first_slo_breach_seconds),
+        first_late_at: real(report.first_late_seconds),
+        alarm_first_fired_at: real(report.alarm_first_fired_seconds),
+        dead_lettered: report.counts.dead_lettered.clone(),
+        wall_seconds: (started.elapsed().as_secs_f64() * 100.0).round() / 100.0,
+    };
+    let meets = f.slo.as_ref().is_none_or(|s| s.meets_target);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&f).unwrap_or_default());
+    } else {
+        let at = |t: Option<chrono::DateTime<chrono::Utc>>| t.map_or_else(|| "none".to_owned(), |t| t.to_rfc3339());
+        println!(
+            "forecast {}: {} renewals ({} excluded), quota {}/s, concurrency {} + {} urgent",
+            f.date,
+            f.population,
+            f.excluded.values().sum::<u64>(),
+            f.quota,
+            f.concurrency,
+            f.urgent_concurrency
+        );
+        if let Some(s) = &f.slo {
+            println!("  projected {}", s.line());
+        }
+        println!("  projected late     {}", f.late);
+        println!("  earliest breach    {}", at(f.earliest_breach_at));
+        println!("  first late         {}", at(f.first_late_at));
+        println!("  breach alarm fires {}", at(f.alarm_first_fired_at));
+        for (t, n) in f.late_by_tenant.iter().take(10) {
+            println!("  late  {t:<24} {n}");
+        }
+        println!("  ({:.1} s)", f.wall_seconds);
+        println!("{}", if meets { "the projection meets the SLO" } else { "the projection MISSES the SLO (exit 3)" });
+    }
+    if meets { ExitCode::SUCCESS } else { ExitCode::from(3) }
 }

@@ -48,6 +48,7 @@ use punctual_core::provider::{ProviderOutcome, RetryAfter};
 use punctual_core::reason::{ReasonCode, ReminderState};
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
 use punctual_core::sender::{Received, Sender, SenderSettings};
+use punctual_core::slo::{SloPolicy, SloSummary, SloTally, Verdict, judge};
 use punctual_core::testing::{
     AllActive, Fault, FaultyLedger, MemoryDueStore, MemoryLedger, MemoryRelease, MemorySlotStore,
 };
@@ -155,6 +156,58 @@ pub struct SimConfig {
     pub fair_queues: bool,
     /// The limiter's per-tenant share of the quota (`TENANT_SHARE`), if any.
     pub tenant_share: Option<f64>,
+    /// A real population (`simulate --population`, `forecast`) instead of the scenario's:
+    /// each reminder due at its own `deliver_after`, released by scheduler ticks every minute.
+    pub population: Option<Arc<SimPopulation>>,
+    /// The deadline SLO the report judges (`SLO_TARGET`, `SLO_WITHIN_SECS`).
+    pub slo: SloPolicy,
+}
+
+/// A population to simulate: the active renewals of a population file, times shifted so the
+/// first tick (10 minutes before the first `deliver_after`) is the simulator's T0.
+#[derive(Debug, Clone, Default)]
+pub struct SimPopulation {
+    /// (tenant index, reminder id, deliver_after, deliver_by), shifted, in file order.
+    pub rows: Vec<(u32, punctual_core::ids::ReminderId, DateTime<Utc>, DateTime<Utc>)>,
+    /// Tenant names by index.
+    pub tenants: Vec<String>,
+    /// Simulated time − real time.
+    pub shift: TimeDelta,
+    /// Renewals of the file excluded by status (not simulated), by status.
+    pub excluded: BTreeMap<String, u64>,
+}
+
+impl SimPopulation {
+    /// The active renewals of `rows` (cancelled and paid ones are counted, not simulated).
+    pub fn new(rows: &[punctual_core::reconcile::DueRow]) -> Self {
+        let mut pop = Self::default();
+        let mut index: HashMap<&str, u32> = HashMap::new();
+        let first = rows
+            .iter()
+            .filter(|r| r.status == punctual_core::renewal::RenewalStatus::Active)
+            .map(|r| r.deliver_after)
+            .min();
+        let lookahead = TimeDelta::from_std(SchedulerSettings::default().lookahead).unwrap_or(TimeDelta::zero());
+        pop.shift = first.map_or(TimeDelta::zero(), |f| t0() - (f - lookahead));
+        for r in rows {
+            if r.status != punctual_core::renewal::RenewalStatus::Active {
+                *pop.excluded.entry(r.status.as_str().to_owned()).or_default() += 1;
+                continue;
+            }
+            let next = index.len() as u32;
+            let t = *index.entry(r.tenant_id.as_str()).or_insert(next);
+            if t as usize == pop.tenants.len() {
+                pop.tenants.push(r.tenant_id.clone());
+            }
+            pop.rows.push((t, r.reminder_id.clone(), r.deliver_after + pop.shift, r.deliver_by + pop.shift));
+        }
+        pop
+    }
+
+    /// A simulated instant in real time.
+    pub fn real(&self, simulated: DateTime<Utc>) -> DateTime<Utc> {
+        simulated - self.shift
+    }
 }
 
 /// `tenants`: the noisy tenant's reminders.
@@ -181,6 +234,16 @@ impl SimConfig {
             duplicate_fraction: 0.001,
             fair_queues: true,
             tenant_share: None,
+            population: None,
+            slo: SloPolicy::default(),
+        }
+    }
+
+    /// The instant after which the run stops, whatever is left.
+    fn horizon(&self) -> DateTime<Utc> {
+        match &self.population {
+            Some(p) => p.rows.iter().map(|r| r.3).max().unwrap_or(t0()) + TimeDelta::hours(1),
+            None => t0() + self.window() * 3,
         }
     }
 
@@ -251,6 +314,13 @@ pub struct SimReport {
     /// Per tenant (more than one only in `tenants`): the p99 of delivery − `deliver_after`,
     /// seconds, over its delivered reminders.
     pub tenant_p99_delay_seconds: BTreeMap<String, f64>,
+    /// The deadline SLO over the simulated due population.
+    pub slo: Option<SloSummary>,
+    /// Late reminders (as in `late`) per tenant, tenants with none left out.
+    pub late_by_tenant: BTreeMap<String, u64>,
+    /// When the first reminder's SLO was breached (its `deliver_after` + within, or its
+    /// deadline if sooner), seconds after T0.
+    pub first_slo_breach_seconds: Option<f64>,
     /// Time series for charts (not part of the JSON report).
     #[serde(skip)]
     pub timeline: Timeline,
@@ -814,13 +884,20 @@ pub enum Worker {
     Naive,
 }
 
-fn t0() -> DateTime<Utc> {
+/// The simulator's T0 (2026-12-01T09:00:00Z): every report's seconds count from it.
+pub fn t0() -> DateTime<Utc> {
     DateTime::<Utc>::from_timestamp(1_796_115_600, 0).unwrap_or(DateTime::<Utc>::UNIX_EPOCH) // 2026-12-01T09:00:00Z
 }
 
 /// One reminder of a scenario: due at T0, 1 % malformed for `poison`, a `tight_share` with
 /// tight deadlines (`mixed`: 10 % within 2–5 minutes). `None` for a malformed body.
 fn reminder(config: &SimConfig, rng: &mut SplitMix64, i: usize) -> Result<ReminderMessage, String> {
+    if let Some(pop) = &config.population {
+        let (t, id, after, by) = &pop.rows[i];
+        let m = punctual_core::testing::message(&format!("sim-{i}"), *after, *by);
+        let tenant_id = punctual_core::TenantId::parse(pop.tenants[*t as usize].as_str()).map_err(|e| e.to_string())?;
+        return Ok(ReminderMessage { tenant_id, reminder_id: id.clone(), ..m });
+    }
     if config.scenario == Scenario::Poison && rng.next_unit() < 0.01 {
         return Err(format!("{{\"v\":1,\"reminder_id\":\"bad-{i}\"}}"));
     }
@@ -845,14 +922,14 @@ fn reminder(config: &SimConfig, rng: &mut SplitMix64, i: usize) -> Result<Remind
 /// `tenants`: reminder `i`'s tenant (0 the noisy one), interleaved as an import of a mixed
 /// file would be: of every 59 reminders, 50 are the noisy tenant's and one each the nine quiet
 /// tenants' (so the default 59,000 are 50,000 and 9 × 1,000, and a smaller run keeps the mix).
-fn tenant_of(i: usize) -> u8 {
+fn tenant_of(i: usize) -> u32 {
     const ROUND: usize = TENANTS_NOISY / TENANTS_QUIET_EACH + TENANTS_QUIET;
     let k = i % ROUND;
     let noisy = TENANTS_NOISY / TENANTS_QUIET_EACH;
-    if k < noisy { 0 } else { (1 + k - noisy) as u8 }
+    if k < noisy { 0 } else { (1 + k - noisy) as u32 }
 }
 
-fn tenant_name(t: u8) -> String {
+fn tenant_name(t: u32) -> String {
     if t == 0 { "noisy".to_owned() } else { format!("quiet-{t}") }
 }
 
@@ -863,8 +940,8 @@ struct Tracked {
     id: punctual_core::ids::ReminderId,
     deliver_after: DateTime<Utc>,
     deliver_by: DateTime<Utc>,
-    /// `tenants`: the tenant's index (0 otherwise).
-    tenant: u8,
+    /// The tenant's index (`tenants`, a population; 0 otherwise).
+    tenant: u32,
 }
 
 /// Late reminders under earliest-deadline-first at the quota (the optimum for one server).
@@ -903,8 +980,10 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     // The population, streamed: the scheduler's index gets each fresh healthy reminder, the
     // DLQ (`redrive`) the dead ones, the naive worker's one queue everything; the run keeps
     // only what the accounting needs (`Tracked`, or a malformed body).
-    let fresh = config.reminders;
+    let fresh = config.population.as_ref().map_or(config.reminders, |p| p.rows.len());
     let due = MemoryDueStore::new(1);
+    // A population is released minute by minute (below); a scenario's is all due at T0.
+    let mut upcoming: Vec<Pending> = Vec::new();
     let dlq = SimDeadLetters { items: Arc::default(), queue: queue.clone(), moved_at: Arc::default() };
     let mut msgs: Vec<(String, Option<Tracked>)> = Vec::with_capacity(fresh + config.dead_at_start());
     for i in 0..fresh + config.dead_at_start() {
@@ -918,14 +997,19 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                 lock(&dlq.items).push((i as u64, body(), false));
             }
         } else if let Ok(m) = &m {
-            due.insert(Pending {
+            let p = Pending {
                 tenant_id: m.tenant_id.clone(),
                 renewal_id: m.renewal_id.clone(),
                 kind: m.kind.clone(),
                 reminder_id: m.reminder_id.clone(),
                 deliver_after: m.deliver_after,
                 deliver_by: m.deliver_by,
-            });
+            };
+            if config.population.is_some() {
+                upcoming.push(p)
+            } else {
+                due.insert(p)
+            }
             if worker == Worker::Naive {
                 queue.normal.push(body(), t0(), Some(m.tenant_id.as_str()));
             }
@@ -941,7 +1025,11 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                     id: m.reminder_id,
                     deliver_after: m.deliver_after,
                     deliver_by: m.deliver_by,
-                    tenant: if config.scenario == Scenario::Tenants { tenant_of(i) } else { 0 },
+                    tenant: match &config.population {
+                        Some(p) => p.rows[i].0,
+                        None if config.scenario == Scenario::Tenants => tenant_of(i),
+                        None => 0,
+                    },
                 }),
             ),
             Err(body) => (body, None),
@@ -963,16 +1051,22 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         urgent_below: SenderSettings::default().deadline_near,
         ..SchedulerSettings::default()
     };
+    // Latest first: the minute-by-minute release pops from the end.
+    upcoming.sort_by(|a, b| b.deliver_after.cmp(&a.deliver_after));
+    // A population's ticks run in virtual time beside the workers (below).
     let tick = match worker {
-        Worker::Punctual => {
-            block_on(Scheduler::new(due, queue.clone(), clock.clone(), settings).tick(t0() + TimeDelta::hours(1)))
-        }
-        Worker::Naive => block_on(
-            Scheduler::new(due, MemoryRelease::default(), clock.clone(), settings).tick(t0() + TimeDelta::hours(1)),
-        ),
+        _ if config.population.is_some() => None,
+        Worker::Punctual => Some(block_on(
+            Scheduler::new(due.clone(), queue.clone(), clock.clone(), settings.clone())
+                .tick(t0() + TimeDelta::hours(1)),
+        )),
+        Worker::Naive => Some(block_on(
+            Scheduler::new(due.clone(), MemoryRelease::default(), clock.clone(), settings.clone())
+                .tick(t0() + TimeDelta::hours(1)),
+        )),
     };
-    let alarm = tick.as_ref().is_ok_and(|r| r.projected_breach).then_some(0.0);
-    let released_urgent = tick.as_ref().map_or(0, |r| r.released_urgent);
+    let mut alarm = tick.as_ref().and_then(|t| t.as_ref().ok()).is_some_and(|r| r.projected_breach).then_some(0.0);
+    let mut released_urgent = tick.as_ref().and_then(|t| t.as_ref().ok()).map_or(0, |r| r.released_urgent);
 
     // The crash model: the core's one fault injector over the in-memory ledger, whose request
     // counts are the cost model's DynamoDB writes and reads (a crashed write never reached it).
@@ -1009,13 +1103,47 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         .collect();
     let vt = Duration::from_secs(30);
     let max_receives = 5;
-    let horizon = t0() + config.window() * 3;
+    let horizon = config.horizon();
     let shared = Rc::new(RefCell::new(Shared { rng, delivered_at: HashMap::new(), backlog: Vec::new() }));
     let senders = Rc::new(senders);
     let local = tokio::task::LocalSet::new();
     // Workers wait (instead of retiring on an empty queue) while a redrive is still feeding it.
     let feeding = Rc::new(std::cell::Cell::new(!lock(&dlq.items).is_empty()));
-    let summary = runtime.block_on(local.run_until(async {
+    // ... and while the scheduler still has a population to release.
+    let scheduling = Rc::new(std::cell::Cell::new(!upcoming.is_empty()));
+    let (summary, ticked) = runtime.block_on(local.run_until(async {
+        // A population: the core's scheduler ticks every minute, as EventBridge runs it; before
+        // each tick the rows due within its lookahead join the in-memory index (released ones
+        // leave it), so each tick pages only what is pending, not the whole day.
+        let ticks = {
+            let (due, queue, clock, scheduling) = (due.clone(), queue.clone(), clock.clone(), Rc::clone(&scheduling));
+            let lookahead = TimeDelta::from_std(settings.lookahead).unwrap_or(TimeDelta::zero());
+            let scheduler = Scheduler::new(due.clone(), queue, clock.clone(), settings.clone());
+            tokio::task::spawn_local(async move {
+                let (mut alarm, mut urgent) = (None, 0u64);
+                while scheduling.get() {
+                    let now = clock.now();
+                    while upcoming.last().is_some_and(|p| p.deliver_after <= now + lookahead + TimeDelta::minutes(1)) {
+                        if let Some(p) = upcoming.pop() {
+                            due.insert(p);
+                        }
+                    }
+                    if let Ok(r) = scheduler.tick(now + TimeDelta::seconds(50)).await {
+                        urgent += r.released_urgent;
+                        if r.projected_breach && alarm.is_none() {
+                            alarm = Some(until(t0(), now).as_secs_f64());
+                        }
+                    }
+                    due.prune();
+                    if upcoming.is_empty() && due.pending() == 0 {
+                        scheduling.set(false);
+                        break;
+                    }
+                    clock.sleep(Duration::from_secs(60)).await;
+                }
+                (alarm, urgent)
+            })
+        };
         let redrive = {
             let (ledger, dlq, clock, feeding) = (ledger.clone(), dlq.clone(), clock.clone(), Rc::clone(&feeding));
             // Half the redrive share: fresh traffic keeps the rest of the quota.
@@ -1060,6 +1188,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                 config.clone(),
             );
             let feeding = Rc::clone(&feeding);
+            let scheduling = Rc::clone(&scheduling);
             workers.push(tokio::task::spawn_local(async move {
                 let queue = lanes.of(lane).clone();
                 loop {
@@ -1068,7 +1197,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                     }
                     let batch = queue.long_poll(vt, config.duplicate_fraction, &shared).await;
                     if batch.is_empty() {
-                        if lanes.depth() == 0 && !feeding.get() {
+                        if lanes.depth() == 0 && !feeding.get() && !scheduling.get() {
                             break; // this worker retires
                         }
                         continue;
@@ -1141,10 +1270,10 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             }));
         }
         let sampler = {
-            let (queue, clock, shared, feeding) =
-                (queue.clone(), clock.clone(), Rc::clone(&shared), Rc::clone(&feeding));
+            let (queue, clock, shared, feeding, scheduling) =
+                (queue.clone(), clock.clone(), Rc::clone(&shared), Rc::clone(&feeding), Rc::clone(&scheduling));
             tokio::task::spawn_local(async move {
-                while (queue.depth() > 0 || feeding.get()) && clock.now() <= horizon {
+                while (queue.depth() > 0 || feeding.get() || scheduling.get()) && clock.now() <= horizon {
                     let t = until(t0(), clock.now()).as_secs_f64();
                     shared.borrow_mut().backlog.push((t, queue.depth() as f64));
                     clock.sleep(Duration::from_secs(1)).await;
@@ -1155,8 +1284,11 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             let _ = w.await;
         }
         sampler.abort();
-        redrive.await.ok().flatten()
+        (redrive.await.ok().flatten(), ticks.await.unwrap_or((None, 0)))
     }));
+    if config.population.is_some() {
+        (alarm, released_urgent) = ticked;
+    }
     let Shared { delivered_at, backlog, .. } = Rc::try_unwrap(shared).map(RefCell::into_inner).unwrap_or_else(|rc| {
         let sh = rc.borrow();
         Shared { rng: SplitMix64::new(0), delivered_at: sh.delivered_at.clone(), backlog: sh.backlog.clone() }
@@ -1197,7 +1329,17 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let mut tally = Tally::new(as_of);
     let mut late_times: Vec<f64> = Vec::new();
     let mut last: Option<DateTime<Utc>> = None;
-    let mut delays: BTreeMap<u8, Vec<f64>> = BTreeMap::new();
+    let mut delays: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    let name_of = |t: u32| match &config.population {
+        Some(p) => p.tenants.get(t as usize).cloned().unwrap_or_default(),
+        None if config.scenario == Scenario::Tenants => tenant_name(t),
+        None => "acme".to_owned(),
+    };
+    let names: Vec<String> =
+        (0..=msgs.iter().filter_map(|(_, m)| m.as_ref().map(|m| m.tenant)).max().unwrap_or(0)).map(name_of).collect();
+    let mut slo = SloTally::new();
+    let mut late_by_tenant: BTreeMap<String, u64> = BTreeMap::new();
+    let mut first_breach: Option<DateTime<Utc>> = None;
     for (body, m) in &msgs {
         let Some(m) = m else {
             // Malformed: in the DLQ by reason, no reminder to follow.
@@ -1231,9 +1373,17 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             },
         };
         let ending = Ending { deliver_after: Some(m.deliver_after), deliver_by: m.deliver_by, outcome, ended_at };
+        let tenant = &names[m.tenant as usize];
         if ending.is_late() {
             late_times.push(until(t0(), m.deliver_by).as_secs_f64());
+            *late_by_tenant.entry(tenant.clone()).or_default() += 1;
         }
+        let verdict = judge(&ending, &config.slo, as_of);
+        if verdict == Verdict::Breached {
+            let at = config.slo.met_by(m.deliver_after, m.deliver_by);
+            first_breach = Some(first_breach.map_or(at, |f| f.min(at)));
+        }
+        slo.add(tenant, verdict);
         if ending.outcome == Outcome::Expired
             && let Some(reason) = dlq_reason.get(&id)
         {
@@ -1251,8 +1401,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         .map(|(t, mut d)| {
             d.sort_by(f64::total_cmp);
             let p99 = d.get(((d.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0.0);
-            let name = if config.scenario == Scenario::Tenants { tenant_name(t) } else { "acme".to_owned() };
-            (name, (p99 * 10.0).round() / 10.0)
+            (names[t as usize].clone(), (p99 * 10.0).round() / 10.0)
         })
         .collect();
     let drain = last.map_or(0.0, |l| until(t0(), l).as_secs_f64());
@@ -1282,6 +1431,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             .count() as u64;
     }
     report.first_late_seconds = late_times.iter().copied().reduce(f64::min);
+    report.slo = Some(slo.summary(&config.slo));
+    report.late_by_tenant = late_by_tenant;
+    report.first_slo_breach_seconds = first_breach.map(|t| until(t0(), t).as_secs_f64());
     report.simulated_seconds = until(t0(), clock.now()).as_secs_f64();
     late_times.sort_by(f64::total_cmp);
     let end = report.simulated_seconds.max(report.throughput.drain_seconds).ceil();
