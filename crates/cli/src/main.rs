@@ -5,7 +5,8 @@
 //! in-memory fakes). Flag names, exit statuses and JSON keys are a contract.
 //!
 //! Exit statuses: 0 success; 1 failure; 2 refused input; 3 ran but reports a failure (rows
-//! rejected, aborted redrive, failed canary); 4 a run or drain lost reminders; 130 interrupted.
+//! rejected, aborted redrive, failed canary, unaccounted reminders, a forecast missing the SLO);
+//! 4 a run or drain lost reminders or could not reconcile its window; 130 interrupted.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -682,7 +683,8 @@ async fn run_command(a: RunArgs) -> ExitCode {
     match run::run(&opts).await {
         Ok(report) => {
             report_out(&report, "target/run/report.json", a.json, report.render(opts.quota), "report            ");
-            if report.counts.lost == 0 { ExitCode::SUCCESS } else { ExitCode::from(4) }
+            let accounted = report.window.as_ref().is_none_or(|w| w.accounted);
+            if report.counts.lost == 0 && accounted { ExitCode::SUCCESS } else { ExitCode::from(4) }
         }
         Err(e) => harness_err(&e),
     }
@@ -708,7 +710,8 @@ async fn local_command(a: LocalArgs) -> ExitCode {
                 } else {
                     print!("{}", report.render());
                 }
-                if report.counts.lost == 0 { ExitCode::SUCCESS } else { ExitCode::from(4) }
+                let accounted = report.window.as_ref().is_none_or(|w| w.accounted);
+                if report.counts.lost == 0 && accounted { ExitCode::SUCCESS } else { ExitCode::from(4) }
             }
             Err(e) => harness_err(&e),
         },

@@ -116,6 +116,14 @@ fn run_delivers_every_reminder_once_and_on_time() {
     assert!(throttled * 100 <= calls, "{throttled} of {calls} calls answered 429: {r}");
     assert_eq!(calls, 300 + throttled, "one call per reminder plus one per 429: {r}");
     assert!(dir.join("target/run/report.json").is_file());
+    // The run ends with `reconcile` of its own window and that window's deadline SLO.
+    let w = &r["window"];
+    assert_eq!(
+        (w["accounted"].as_bool(), w["population"].as_u64(), w["due"].as_u64()),
+        (Some(true), Some(300), Some(300)),
+        "{w}"
+    );
+    assert_eq!(w["slo"]["met"].as_u64().unwrap() + w["slo"]["breached"].as_u64().unwrap(), 300, "{w}");
 
     // The chart and the report agree: the report's oldest-age figure is the peak of the chart's
     // oldest-age series (one accounting draws both), and the chart never shows a delivery rate

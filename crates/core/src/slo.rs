@@ -352,7 +352,7 @@ mod tests {
         assert!((s.budget_left.unwrap() - (1.0 - 6.0 / 10.1)).abs() < 1e-12);
         assert!(s.meets_target);
         assert_eq!(s.worst_tenants.iter().map(|t| t.tenant_id.as_str()).collect::<Vec<_>>(), ["noisy", "mid"]);
-        assert!(!SloTally::new().summary(&p).attainment.is_some(), "nothing decided: no attainment");
+        assert!(SloTally::new().summary(&p).attainment.is_none(), "nothing decided: no attainment");
         assert!(SloTally::new().summary(&p).meets_target);
         let mut bad = SloTally::new();
         bad.add("x", Verdict::Breached);

@@ -118,3 +118,71 @@ pub fn count(o: &Observed, as_of: DateTime<Utc>, expected: Option<u64>) -> (Deli
     let unseen = o.on_queue.saturating_sub(tally.waiting());
     (tally.finish(expected, unseen), endings)
 }
+
+/// A run's (or a drain's) own window reconciled as an operator would (`punctual reconcile`):
+/// the renewals table's population joined with the ledger and the queues, and the window's
+/// deadline SLO. The report keeps the verdict and names at most ten unaccounted reminders.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WindowCheck {
+    /// Window start (first `deliver_after`).
+    pub from: DateTime<Utc>,
+    /// Window end, exclusive.
+    pub to: DateTime<Utc>,
+    /// Every renewal of the window is in a bucket.
+    pub accounted: bool,
+    /// Renewals in the window, every status.
+    pub population: u64,
+    /// The due population (cancelled and paid excluded).
+    pub due: u64,
+    /// Unaccounted reminders.
+    pub unaccounted: u64,
+    /// The first of them, named.
+    pub unaccounted_reminders: Vec<punctual_core::reconcile::Unaccounted>,
+    /// The window's deadline SLO (`SLO_TARGET`, `SLO_WITHIN_SECS`).
+    pub slo: punctual_core::slo::SloSummary,
+}
+
+impl WindowCheck {
+    /// Two lines for a human: the SLO, then the reconciliation's verdict.
+    pub fn render(&self) -> String {
+        let verdict = if self.accounted {
+            format!("all {} renewals of the window accounted for ({} due)", self.population, self.due)
+        } else {
+            let ids: Vec<&str> = self.unaccounted_reminders.iter().map(|u| u.reminder_id.as_str()).collect();
+            format!("{} of {} renewals UNACCOUNTED: {}", self.unaccounted, self.population, ids.join(", "))
+        };
+        format!("{}\nreconcile         {verdict}\n", self.slo.line())
+    }
+}
+
+/// Reconciles `[from, to)` on a local pipeline's resources (see [`WindowCheck`]).
+pub async fn check_window(
+    resources: &punctual_ops::Resources,
+    dynamodb_endpoint: Option<String>,
+    ddb: aws_sdk_dynamodb::Client,
+    queues: &SqsQueues,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<WindowCheck, crate::HarnessError> {
+    let policy =
+        punctual_ops::reconcile::slo_policy().map_err(crate::step("reading SLO_TARGET and SLO_WITHIN_SECS"))?;
+    let target = punctual_ops::Target { resources: resources.clone(), dynamodb_endpoint, quota: 1.0 };
+    let window =
+        punctual_ops::reconcile::Window { from, to, tenant: None, grace: punctual_core::reconcile::DEFAULT_GRACE };
+    let (r, _) = punctual_ops::reconcile::reconcile_with(&target, ddb, queues, &window, &policy, false)
+        .await
+        .map_err(crate::step("reconciling the window"))?;
+    let mut named = r.unaccounted_reminders;
+    named.extend(r.suspects);
+    named.truncate(10);
+    Ok(WindowCheck {
+        from,
+        to,
+        accounted: r.accounted,
+        population: r.population,
+        due: r.due,
+        unaccounted: r.unaccounted,
+        unaccounted_reminders: named,
+        slo: r.slo,
+    })
+}

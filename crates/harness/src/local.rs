@@ -200,6 +200,10 @@ pub struct DrainReport {
     pub records: u64,
     /// Seconds the drain took.
     pub drain_seconds: f64,
+    /// The window of the reminders the ledger knows (first to last `deliver_after`),
+    /// reconciled as `punctual reconcile` does, with its deadline SLO; `None` when the ledger
+    /// knows none.
+    pub window: Option<crate::count::WindowCheck>,
 }
 
 impl DrainReport {
@@ -219,7 +223,7 @@ impl DrainReport {
             c.late,
             c.duplicates,
             c.lost
-        )
+        ) + &self.window.as_ref().map_or_else(String::new, |w| w.render())
     }
 }
 
@@ -286,7 +290,8 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
         eprintln!();
     }
     let as_of = Utc::now();
-    let records = DynamoLedger::new(ddb, &r.ledger_table).scan_all().await.map_err(step("reading the ledger"))?;
+    let records =
+        DynamoLedger::new(ddb.clone(), &r.ledger_table).scan_all().await.map_err(step("reading the ledger"))?;
     // The DLQ itself says what is in it; every message read is made visible again.
     let dlq = peek_dlq(&queues, 100_000).await.map_err(step("reading the DLQ"))?;
     let malformed = dlq.anonymous.len() as u64;
@@ -300,12 +305,29 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
         double_effects: 0,
     };
     let reminders = observed.records.len() as u64 + malformed;
+    let first = observed.records.iter().filter_map(|r| r.deliver_after).min();
+    let last = observed.records.iter().filter_map(|r| r.deliver_after).max();
     let (counts, _) = count(&observed, as_of, None);
+    let window = match first.zip(last) {
+        Some((from, last)) => Some(
+            crate::count::check_window(
+                r,
+                state.dynamodb_endpoint.clone(),
+                ddb,
+                &queues,
+                from,
+                last + TimeDelta::milliseconds(1),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     Ok(DrainReport {
         reminders,
         counts,
         records: stats.records.load(Ordering::Relaxed),
         drain_seconds: started.elapsed().as_secs_f64(),
+        window,
     })
 }
 

@@ -93,6 +93,8 @@ pub struct RunReport {
     pub import_seconds: f64,
     /// The PNG chart (backlog, delivered/s against the quota, oldest age), when written.
     pub chart: Option<String>,
+    /// The run's own window reconciled as `punctual reconcile` does, with its deadline SLO.
+    pub window: Option<crate::count::WindowCheck>,
     /// The chart's series (not part of the JSON report).
     #[serde(skip)]
     pub series: RunSeries,
@@ -185,7 +187,7 @@ impl RunReport {
             self.wall_seconds,
             self.import_seconds,
             self.chart.as_deref().unwrap_or("not written"),
-        )
+        ) + &self.window.as_ref().map_or_else(|| "reconcile         not run\n".to_owned(), |w| w.render())
     }
 }
 
@@ -552,7 +554,25 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         eprintln!("punctual run: {e}");
     }
     let delivered = counts.delivered;
+    // The run's window, reconciled as an operator would (issue 16): every renewal in a bucket.
+    let first = rows.iter().map(|r| r.deliver_after).min();
+    let last = rows.iter().map(|r| r.deliver_after).max();
+    let window = match first.zip(last) {
+        Some((from, last)) => Some(
+            crate::count::check_window(
+                &res,
+                emulator.dynamodb_endpoint.clone(),
+                ddb.clone(),
+                &queues,
+                from,
+                last + TimeDelta::milliseconds(1),
+            )
+            .await?,
+        ),
+        None => None,
+    };
     Ok(RunReport {
+        window,
         chart: chart_written.ok(),
         reminders: opts.reminders,
         counts,

@@ -65,10 +65,10 @@ impl Window {
                 problems.push(format!("the window is longer than {MAX_WINDOW_DAYS} days: reconcile it in parts"));
             }
         }
-        if let Some(t) = &tenant {
-            if punctual_core::TenantId::parse(t.as_str()).is_err() {
-                problems.push(format!("--tenant {t:?} is not a tenant id"));
-            }
+        if let Some(t) = &tenant
+            && punctual_core::TenantId::parse(t.as_str()).is_err()
+        {
+            problems.push(format!("--tenant {t:?} is not a tenant id"));
         }
         match (from, to, problems.is_empty()) {
             (Some(from), Some(to), true) => {

@@ -1052,16 +1052,15 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         ..SchedulerSettings::default()
     };
     // Latest first: the minute-by-minute release pops from the end.
-    upcoming.sort_by(|a, b| b.deliver_after.cmp(&a.deliver_after));
+    upcoming.sort_by_key(|p| std::cmp::Reverse(p.deliver_after));
     // A population's ticks run in virtual time beside the workers (below).
     let tick = match worker {
         _ if config.population.is_some() => None,
         Worker::Punctual => Some(block_on(
-            Scheduler::new(due.clone(), queue.clone(), clock.clone(), settings.clone())
-                .tick(t0() + TimeDelta::hours(1)),
+            Scheduler::new(due.clone(), queue.clone(), clock.clone(), settings).tick(t0() + TimeDelta::hours(1)),
         )),
         Worker::Naive => Some(block_on(
-            Scheduler::new(due.clone(), MemoryRelease::default(), clock.clone(), settings.clone())
+            Scheduler::new(due.clone(), MemoryRelease::default(), clock.clone(), settings)
                 .tick(t0() + TimeDelta::hours(1)),
         )),
     };
@@ -1118,7 +1117,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         let ticks = {
             let (due, queue, clock, scheduling) = (due.clone(), queue.clone(), clock.clone(), Rc::clone(&scheduling));
             let lookahead = TimeDelta::from_std(settings.lookahead).unwrap_or(TimeDelta::zero());
-            let scheduler = Scheduler::new(due.clone(), queue, clock.clone(), settings.clone());
+            let scheduler = Scheduler::new(due.clone(), queue, clock.clone(), settings);
             tokio::task::spawn_local(async move {
                 let (mut alarm, mut urgent) = (None, 0u64);
                 while scheduling.get() {
