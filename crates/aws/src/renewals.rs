@@ -239,18 +239,39 @@ enum RowWrite {
     Insert(Item),
     /// A pending renewal with new content: only if still `scheduled` and not updated since.
     Replace { item: Item, seen_updated: Option<AttributeValue> },
-    /// A released renewal's status change: only if still in the released state read.
-    Status { status: String, seen_state: String },
+    /// A released renewal's status change (and its `by_day` key, for a row imported before
+    /// the index): only if still in the released state read.
+    Status { status: String, seen_state: String, day_shard: String },
 }
 
 /// Decides one row against the item `old` (as read, or as it is now after a refused write).
 fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Option<RowWrite>) {
     let item = row_item(r, now);
     let Some(old) = old else { return (RowOutcome::Inserted, Some(RowWrite::Insert(item))) };
-    if CONTENT.iter().all(|c| old.get(*c) == item.get(*c)) {
-        return (RowOutcome::Unchanged, None);
-    }
     let state = get_s(old, "sched_state");
+    let day = day_shard(r.deliver_after, &r.reminder_id);
+    if CONTENT.iter().all(|c| old.get(*c) == item.get(*c)) {
+        if get_s(old, "day_shard") == Some(day.as_str()) {
+            return (RowOutcome::Unchanged, None);
+        }
+        // Imported before the `by_day` index: the same content, written again with its key, so
+        // reconcile, status and forecast see it (re-importing the file backfills the index).
+        return match state {
+            Some("scheduled") => {
+                let seen_updated = old.get("updated_ms").cloned();
+                (RowOutcome::Updated, Some(RowWrite::Replace { item, seen_updated }))
+            }
+            Some(seen) => (
+                RowOutcome::Updated,
+                Some(RowWrite::Status {
+                    status: r.status.as_str().to_owned(),
+                    seen_state: seen.to_owned(),
+                    day_shard: day,
+                }),
+            ),
+            None => (RowOutcome::Unchanged, None),
+        };
+    }
     if state == Some("scheduled") {
         let seen_updated = old.get("updated_ms").cloned();
         return (RowOutcome::Updated, Some(RowWrite::Replace { item, seen_updated }));
@@ -259,7 +280,11 @@ fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Opt
     match state {
         Some(seen) if only_status => (
             RowOutcome::Updated,
-            Some(RowWrite::Status { status: r.status.as_str().to_owned(), seen_state: seen.to_owned() }),
+            Some(RowWrite::Status {
+                status: r.status.as_str().to_owned(),
+                seen_state: seen.to_owned(),
+                day_shard: day,
+            }),
         ),
         _ => (
             RowOutcome::Conflict(format!(
@@ -471,13 +496,14 @@ impl DynamoRenewals {
                         ConditionalPut::ConditionFailed { existing } => existing,
                     }
                 }
-                RowWrite::Status { status, seen_state } => {
+                RowWrite::Status { status, seen_state, day_shard } => {
                     let update = self
                         .client
                         .update_item()
                         .table_name(&self.table)
                         .key("pk", s(renewal_key(&r.tenant_id, &r.renewal_id)))
-                        .update_expression("SET #status = :status, updated_ms = :now")
+                        .update_expression("SET #status = :status, updated_ms = :now, day_shard = :day")
+                        .expression_attribute_values(":day", s(day_shard))
                         .condition_expression("sched_state = :seen")
                         .expression_attribute_names("#status", "status")
                         .expression_attribute_values(":status", s(status))
@@ -726,5 +752,50 @@ impl DynamoRenewals {
             day = next;
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests state their preconditions by unwrapping
+    use super::*;
+    use punctual_core::renewal::RenewalInput;
+
+    fn renewal(status: &str) -> Renewal {
+        Renewal::validate(&RenewalInput {
+            tenant_id: "acme".into(),
+            renewal_id: "ren-1".into(),
+            recipient_ref: "cust-1".into(),
+            channel: "email".into(),
+            zone: "Europe/London".into(),
+            local_due_date: "2026-12-02".into(),
+            local_send_time: "09:00".into(),
+            window_minutes: "240".into(),
+            status: status.into(),
+            ..RenewalInput::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn found_by_review_a_row_imported_before_the_day_index_is_backfilled_by_reimport() {
+        let r = renewal("active");
+        let now = Utc::now();
+        let mut old = row_item(&r, now);
+        old.remove("day_shard");
+        // Still pending: rewritten whole, with its key.
+        let (outcome, write) = plan(&r, Some(&old), now);
+        assert_eq!(outcome, RowOutcome::Updated);
+        assert!(matches!(write, Some(RowWrite::Replace { ref item, .. }) if item.contains_key("day_shard")));
+        // Released: only the status path, which now sets the key too.
+        old.insert("sched_state".into(), s("enqueued"));
+        let (outcome, write) = plan(&r, Some(&old), now);
+        assert_eq!(outcome, RowOutcome::Updated);
+        let Some(RowWrite::Status { day_shard: day, seen_state, .. }) = write else { panic!("{write:?}") };
+        assert_eq!((day, seen_state.as_str()), (super::day_shard(r.deliver_after, &r.reminder_id), "enqueued"));
+        // With its key, the same row is unchanged.
+        let current = row_item(&r, now);
+        assert_eq!(plan(&r, Some(&current), now).0, RowOutcome::Unchanged);
+        assert!(current.get("day_shard").and_then(|v| v.as_s().ok()).unwrap().starts_with("2026-12-02#"));
     }
 }

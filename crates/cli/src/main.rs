@@ -150,8 +150,9 @@ struct ReconcileArgs {
     /// One tenant only.
     #[arg(long)]
     tenant: Option<String>,
-    /// Seconds a due renewal may stay unreleased before it counts as never released
-    /// (default 120: two scheduler ticks).
+    /// Seconds a due renewal may stay unreleased before it counts as never released, and a
+    /// released one may take to show in SQS's approximate counts (default 120: two scheduler
+    /// ticks).
     #[arg(long)]
     grace: Option<u64>,
     /// Print as JSON.

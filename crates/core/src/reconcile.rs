@@ -5,22 +5,32 @@
 //!
 //! Buckets, in the order they are decided for each renewal:
 //! 1. a terminal ledger record decides: `delivered` (and `delivered_late` when at or after
-//!    `deliver_by`: 0 by construction), `expired`, `cancelled` (at send), `dead_lettered{reason}`;
-//! 2. a renewal cancelled or paid (and not delivered before) is `excluded` from the due
+//!    `deliver_by`: the sender never calls after it, so only a call in flight at the deadline
+//!    can land there), `expired`, `cancelled` (at send), `dead_lettered{reason}`;
+//! 2. one the scheduler expired at release (`missed_schedule_window`) is `expired` — even if
+//!    the renewal was paid afterwards: it was due, and missed;
+//! 3. a renewal cancelled or paid (and not ended otherwise before) is `excluded` from the due
 //!    population, counted by status;
-//! 3. one the scheduler expired at release (`missed_schedule_window`) is `expired`;
-//! 4. one never released: `waiting.not_yet_released` while its `deliver_after` is less than
+//! 4. one whose message is in the DLQ while the ledger has no terminal state for it (moved by
+//!    the queue's `maxReceiveCount` backstop) is `dead_lettered{receive_count_backstop}`: the
+//!    DLQ is read (without taking anything) only when step 5 has candidates;
+//! 5. one released — by the renewals table, or by a ledger record, which only a released copy
+//!    can have written — and in no terminal state is a *candidate* for a queue. Released less
+//!    than `grace` ago it is `waiting.on_queue` (SQS's counts lag). Otherwise SQS cannot be
+//!    listed without receiving (which would change what it reconciles), so the evidence is
+//!    the lanes' own count, visible + in flight + delayed: with at least as many messages as
+//!    candidates they are `waiting.on_queue`; with **none**, every candidate is unaccounted by
+//!    name (`released_not_on_any_queue`); with fewer, the shortfall is unaccounted and the
+//!    candidates are listed as `suspects` (which of them is missing cannot be told from
+//!    counts). The lanes also hold other windows' messages, so a count covers a loss only while
+//!    those fill the gap: reconcile after the incident, when the window has drained, for a
+//!    verdict by name;
+//! 6. one never released: `waiting.not_yet_released` while its `deliver_after` is less than
 //!    `grace` ago (the scheduler releases ahead, by its lookahead, on a 1-minute tick), else
-//!    **unaccounted** (`never_released`);
-//! 5. one released with no terminal record is a *candidate* for a queue. SQS cannot be listed
-//!    without receiving (which would change what it reconciles), so the evidence is the queues'
-//!    own count, visible + in flight + delayed over both lanes: with at least as many messages
-//!    as candidates they are `waiting.on_queue`; with **none**, every candidate is unaccounted
-//!    by name (`released_not_on_any_queue`); with fewer, the shortfall is unaccounted and the
-//!    candidates are listed as `suspects` (which of them is missing cannot be told from counts).
-//!    The queues also hold other windows' messages, so a count covers a loss only while those
-//!    fill the gap: reconcile after the incident, when the window has drained, for a verdict
-//!    by name.
+//!    **unaccounted** (`never_released`).
+//!
+//! The due population is the window's renewals less those excluded by status and those the
+//! sender found cancelled or paid (`cancelled`): the SLO's denominator.
 //!
 //! The SLO of the window is judged over the same endings ([`crate::slo::judge`]).
 
@@ -137,9 +147,9 @@ pub struct Reconciliation {
     pub as_of: DateTime<Utc>,
     /// Renewals whose `deliver_after` falls in the window, every status.
     pub population: u64,
-    /// Excluded from the due population by the renewal's status (and not delivered before).
+    /// Excluded from the due population by the renewal's status (and not ended before).
     pub excluded: BTreeMap<String, u64>,
-    /// The due population: `population` minus `excluded`.
+    /// The due population: `population` minus `excluded` and `cancelled`.
     pub due: u64,
     /// Delivered.
     pub delivered: u64,
@@ -157,8 +167,10 @@ pub struct Reconciliation {
     pub unaccounted: u64,
     /// The unaccounted reminders known by name (at most [`LIST_MAX`]).
     pub unaccounted_reminders: Vec<Unaccounted>,
-    /// Candidates of which `unaccounted` minus the named ones are missing (at most [`LIST_MAX`]).
+    /// Candidates of which `missing_among_suspects` are on no queue (at most [`LIST_MAX`]).
     pub suspects: Vec<Unaccounted>,
+    /// How many of `suspects` are missing (counted in `unaccounted`).
+    pub missing_among_suspects: u64,
     /// Messages the lanes held (visible + in flight + delayed), the evidence for step 5.
     pub queued_messages: u64,
     /// The SLO over the window's due population.
@@ -182,6 +194,8 @@ pub struct ReconcileInput<'a> {
     pub records: &'a HashMap<ReminderId, LedgerRecord>,
     /// Messages on the lanes.
     pub queued: u64,
+    /// What the DLQ holds by reminder id (its reason), as far as it was read.
+    pub in_dlq: &'a HashMap<String, String>,
     /// Now.
     pub now: DateTime<Utc>,
     /// How long past `deliver_after` a renewal may stay unreleased before it counts as
@@ -225,6 +239,20 @@ fn slack(row: &DueRow, now: DateTime<Utc>) -> f64 {
     }
 }
 
+/// True for a renewal steps 4 and 5 decide: active, not expired at release, released (by the
+/// table or by a ledger record) and in no terminal state.
+fn is_open(row: &DueRow, rec: Option<&LedgerRecord>) -> bool {
+    let terminal = rec.is_some_and(|r| r.state.is_terminal());
+    let released = rec.is_some() || matches!(row.release, ReleaseState::Enqueued(_));
+    !terminal && row.status == RenewalStatus::Active && row.release != ReleaseState::ExpiredAtRelease && released
+}
+
+/// How many renewals of `rows` are released and in no terminal state: when there are some, the
+/// DLQ is worth reading (a backstop letter is one of them).
+pub fn open_releases(rows: &[DueRow], records: &HashMap<ReminderId, LedgerRecord>) -> usize {
+    rows.iter().filter(|r| is_open(r, records.get(&r.reminder_id))).count()
+}
+
 /// Reconciles one window.
 pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
     let now = input.now;
@@ -245,6 +273,7 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
         unaccounted: 0,
         unaccounted_reminders: Vec::new(),
         suspects: Vec::new(),
+        missing_among_suspects: 0,
         queued_messages: input.queued,
         slo: SloTally::new().summary(input.policy),
         accounted: true,
@@ -283,30 +312,37 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
                 Outcome::Waiting | Outcome::Lost => {}
             }
             Some(e)
+        } else if row.release == ReleaseState::ExpiredAtRelease {
+            r.expired += 1;
+            Some(ending(Outcome::Expired))
         } else if row.status != RenewalStatus::Active {
             *r.excluded.entry(row.status.as_str().to_owned()).or_default() += 1;
             Some(ending(Outcome::Cancelled))
-        } else {
-            match row.release {
-                ReleaseState::ExpiredAtRelease => {
-                    r.expired += 1;
-                    Some(ending(Outcome::Expired))
-                }
-                ReleaseState::Scheduled if now < add(row.deliver_after, input.grace) => {
-                    r.waiting.not_yet_released += 1;
-                    note_slack(&mut r.waiting, row);
-                    Some(ending(Outcome::Waiting))
-                }
-                ReleaseState::Scheduled => {
-                    r.unaccounted_reminders.push(unaccounted(row, rec, Problem::NeverReleased, now));
-                    r.unaccounted += 1;
-                    Some(ending(Outcome::Lost))
-                }
-                ReleaseState::Enqueued(_) => {
-                    candidates.push((row, rec));
-                    None
-                }
+        } else if let Some(reason) = input.in_dlq.get(row.reminder_id.as_str()) {
+            *r.dead_lettered.entry(reason.clone()).or_default() += 1;
+            Some(ending(Outcome::DeadLettered { reason: reason.clone() }))
+        } else if is_open(row, rec) {
+            let released = match row.release {
+                ReleaseState::Enqueued(at) => at,
+                _ => None,
+            };
+            if released.is_some_and(|at| now < add(at, input.grace)) {
+                // Just released: SQS's approximate counts may not show it yet.
+                r.waiting.on_queue += 1;
+                note_slack(&mut r.waiting, row);
+                Some(ending(Outcome::Waiting))
+            } else {
+                candidates.push((row, rec));
+                None
             }
+        } else if now < add(row.deliver_after, input.grace) {
+            r.waiting.not_yet_released += 1;
+            note_slack(&mut r.waiting, row);
+            Some(ending(Outcome::Waiting))
+        } else {
+            r.unaccounted_reminders.push(unaccounted(row, rec, Problem::NeverReleased, now));
+            r.unaccounted += 1;
+            Some(ending(Outcome::Lost))
         };
         if let Some(e) = judged {
             slo.add(&row.tenant_id, judge(&e, input.policy, now));
@@ -318,6 +354,7 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
         q if q >= c => (true, false),
         q => {
             r.unaccounted += c - q;
+            r.missing_among_suspects = c - q;
             (false, false)
         }
     };
@@ -344,7 +381,7 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
     r.unaccounted_reminders.sort_by(|a, b| (a.deliver_after, &a.reminder_id).cmp(&(b.deliver_after, &b.reminder_id)));
     r.unaccounted_reminders.truncate(LIST_MAX);
     r.suspects.truncate(LIST_MAX);
-    r.due = r.population - r.excluded.values().sum::<u64>();
+    r.due = r.population - r.excluded.values().sum::<u64>() - r.cancelled;
     r.accounted = r.unaccounted == 0;
     r.slo = slo.summary(input.policy);
     r
@@ -408,7 +445,7 @@ impl Reconciliation {
             let _ = writeln!(
                 out,
                 "  {} of these {} released reminders are on no queue (the queues hold fewer messages than them):",
-                self.unaccounted - self.unaccounted_reminders.len() as u64,
+                self.missing_among_suspects,
                 self.suspects.len()
             );
             for u in &self.suspects {
@@ -559,6 +596,7 @@ mod tests {
             rows,
             records,
             queued,
+            in_dlq: &HashMap::new(),
             now: t(now),
             grace: DEFAULT_GRACE,
             policy: &SloPolicy::default(),
@@ -590,7 +628,7 @@ mod tests {
             recs.insert(rows[i].reminder_id.clone(), record(&rows[i], state, reason, at));
         }
         let r = run(&rows, &recs, 0, 900);
-        assert_eq!((r.population, r.due, r.delivered, r.delivered_late, r.expired, r.cancelled), (8, 6, 3, 0, 1, 1));
+        assert_eq!((r.population, r.due, r.delivered, r.delivered_late, r.expired, r.cancelled), (8, 5, 3, 0, 1, 1));
         assert_eq!(r.excluded, BTreeMap::from([("cancelled".into(), 1), ("paid".into(), 1)]));
         assert_eq!(r.dead_lettered, BTreeMap::from([("attempt_limit".into(), 1)]));
         assert_eq!((r.unaccounted, r.accounted), (0, true), "{r:#?}");
@@ -635,6 +673,62 @@ mod tests {
         assert_eq!((r.unaccounted, r.suspects.len(), r.unaccounted_reminders.len()), (1, 3, 0));
         assert!(!r.accounted);
         assert_eq!(r.suspects[0].ledger_state, Some("deferred"));
+        assert!(r.render().contains("1 of these 3 released reminders are on no queue"));
+    }
+
+    #[test]
+    fn found_by_review_expired_at_release_then_paid_is_still_expired_and_breached() {
+        let rows = [row(1, RenewalStatus::Paid, ReleaseState::ExpiredAtRelease)];
+        let r = run(&rows, &HashMap::new(), 0, 900);
+        assert_eq!((r.expired, r.excluded.len(), r.due, r.slo.counts.breached), (1, 0, 1, 1), "{r:#?}");
+    }
+
+    #[test]
+    fn found_by_review_a_ledger_record_proves_a_release_the_table_never_marked() {
+        // Sent, then the scheduler's mark failed: the table still says scheduled, but a copy
+        // claimed and deferred it. With messages on the lanes it waits; it was released.
+        let rows = [row(1, RenewalStatus::Active, ReleaseState::Scheduled)];
+        let mut recs = HashMap::new();
+        recs.insert(
+            rows[0].reminder_id.clone(),
+            record(&rows[0], ReminderState::Deferred, Some(ReasonCode::RateLimited), 20),
+        );
+        let r = run(&rows, &recs, 5, 600);
+        assert_eq!((r.waiting.on_queue, r.unaccounted), (1, 0), "{r:#?}");
+    }
+
+    #[test]
+    fn found_by_review_a_backstop_letter_is_dead_lettered_not_lost_and_a_fresh_release_waits() {
+        let rows = [
+            row(1, RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-600)))),
+            row(2, RenewalStatus::Active, ReleaseState::Enqueued(Some(t(850)))),
+        ];
+        let mut recs = HashMap::new();
+        recs.insert(rows[0].reminder_id.clone(), record(&rows[0], ReminderState::Leased, None, 20));
+        let dlq = HashMap::from([(rows[0].reminder_id.to_string(), "receive_count_backstop".to_owned())]);
+        let r = reconcile(&ReconcileInput {
+            from: t(-60),
+            to: t(60),
+            tenant: None,
+            rows: &rows,
+            records: &recs,
+            queued: 0,
+            in_dlq: &dlq,
+            now: t(900),
+            grace: DEFAULT_GRACE,
+            policy: &SloPolicy::default(),
+        });
+        assert_eq!(r.dead_lettered, BTreeMap::from([("receive_count_backstop".into(), 1)]), "{r:#?}");
+        // Released 50 s ago: the lanes' approximate counts may not show it yet.
+        assert_eq!((r.waiting.on_queue, r.unaccounted, r.accounted), (1, 0, true), "{r:#?}");
+    }
+
+    #[test]
+    fn found_by_review_the_shortfall_is_reported_beside_a_truncated_list() {
+        let mut rows: Vec<DueRow> = (0..1500).map(|n| row(n, RenewalStatus::Active, ReleaseState::Scheduled)).collect();
+        rows.extend((2000..2003).map(|n| row(n, RenewalStatus::Active, ReleaseState::Enqueued(None))));
+        let r = run(&rows, &HashMap::new(), 2, 900);
+        assert_eq!((r.unaccounted, r.missing_among_suspects, r.unaccounted_reminders.len()), (1501, 1, LIST_MAX));
         assert!(r.render().contains("1 of these 3 released reminders are on no queue"));
     }
 

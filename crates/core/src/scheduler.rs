@@ -188,13 +188,17 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         report.refused += sent.iter().filter(|ok| !**ok).count() as u64;
         report.released += marked.len() as u64;
         let accepted = chunk.iter().zip(&sent).filter(|(_, ok)| **ok).map(|(p, _)| p);
+        // Every mark is counted before a failed one is reported: the marks that were written
+        // are releases no later tick will see again.
+        let mut failed = None;
         for (p, m) in accepted.zip(marked) {
-            match m? {
-                Marked::NotPending => report.not_pending += 1,
-                Marked::Done => report.due_by_tenant.entry(p.tenant_id.to_string()).or_default().0 += 1,
+            match m {
+                Ok(Marked::NotPending) => report.not_pending += 1,
+                Ok(Marked::Done) => report.due_by_tenant.entry(p.tenant_id.to_string()).or_default().0 += 1,
+                Err(e) => failed = failed.or(Some(e)),
             }
         }
-        Ok(())
+        failed.map_or(Ok(()), |e| Err(e.into()))
     }
 
     /// Releases a group: the urgent reminders first, in deadline order, each paced (see
@@ -236,16 +240,25 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
 
     /// Runs one tick within an invocation ending at `deadline`.
     pub async fn tick(&self, deadline: DateTime<Utc>) -> Result<TickReport, SchedulerError> {
+        let mut report = TickReport::default();
+        self.tick_into(deadline, &mut report).await?;
+        Ok(report)
+    }
+
+    /// [`Scheduler::tick`], filling `report` as it goes: when the tick fails part-way, what it
+    /// released and expired before the failure is still in `report` (the function publishes
+    /// that part of the SLO's due population instead of losing it with the error).
+    pub async fn tick_into(&self, deadline: DateTime<Utc>, report: &mut TickReport) -> Result<(), SchedulerError> {
         let s = self.settings;
         if s.lookahead > MAX_LOOKAHEAD {
             return Err(SchedulerError::Lookahead(s.lookahead));
         }
         if is_paused(self.pause.as_ref()).await {
-            return Ok(TickReport { paused: true, ..TickReport::default() });
+            report.paused = true;
+            return Ok(());
         }
         let start = self.clock.now();
         let horizon = add(start, s.lookahead);
-        let mut report = TickReport::default();
         let mut cursors: Vec<Option<Option<S::Cursor>>> = (0..self.store.shards()).map(|_| Some(None)).collect();
         let mut oldest_due: Option<DateTime<Utc>> = None;
         // An index page may repeat an item this tick already handled (a sparse GSI is
@@ -281,7 +294,7 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                 break;
             }
             if urgent.len() + roomy.len() >= RELEASE_GROUP {
-                self.release_group(&mut urgent, &mut roomy, &mut planner, &mut per_chunk, &mut report).await?;
+                self.release_group(&mut urgent, &mut roomy, &mut planner, &mut per_chunk, report).await?;
             }
             // One page from every shard that has more, merged and released in deadline order.
             let mut batch = Vec::new();
@@ -320,7 +333,7 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
             urgent.extend(tight);
             roomy.extend(rest);
         }
-        self.release_group(&mut urgent, &mut roomy, &mut planner, &mut per_chunk, &mut report).await?;
+        self.release_group(&mut urgent, &mut roomy, &mut planner, &mut per_chunk, report).await?;
         if report.finished && report.refused == 0 {
             self.store.advance_watermark(horizon).await?;
         }
@@ -336,6 +349,6 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         report.min_slack = min_by.map(|b| until(now, b));
         report.projected_breach = report.min_slack.is_some_and(|slack| report.projected_drain > slack);
         report.oldest_due_age = oldest_due.map_or(Duration::ZERO, |o| until(o, now));
-        Ok(report)
+        Ok(())
     }
 }

@@ -94,12 +94,21 @@ pub enum Verdict {
 
 /// The sender's verdict on one decision about a reminder released by the scheduler (`None`:
 /// no verdict yet — deferred, or acknowledged without a new effect). A redriven copy gets none:
-/// its reminder was judged when it was dead-lettered.
-pub fn verdict_of(disposition: &Disposition, delivery_lag: Option<Duration>, policy: &SloPolicy) -> Option<Verdict> {
+/// its reminder was judged when it was dead-lettered. `delivery_lag` is the acceptance's time
+/// after `deliver_after` and `slack` what was left to `deliver_by` at it (zero at or past it):
+/// the sender never calls after `deliver_by`, but a call in flight at the deadline can be
+/// accepted just after it, and [`judge`] calls that breached too.
+pub fn verdict_of(
+    disposition: &Disposition,
+    delivery_lag: Option<Duration>,
+    slack: Option<Duration>,
+    policy: &SloPolicy,
+) -> Option<Verdict> {
     match disposition {
-        // Delivered is before `deliver_by` by construction (the sender never calls after it).
         Disposition::Delivered { .. } => {
-            Some(if delivery_lag.unwrap_or(Duration::MAX) <= policy.within { Verdict::Met } else { Verdict::Breached })
+            let in_time = slack.is_some_and(|s| !s.is_zero());
+            let within = delivery_lag.is_some_and(|lag| lag <= policy.within);
+            Some(if in_time && within { Verdict::Met } else { Verdict::Breached })
         }
         Disposition::Expire { .. } | Disposition::Quarantine { .. } => Some(Verdict::Breached),
         Disposition::Cancel { .. } => Some(Verdict::Excluded),
@@ -118,8 +127,10 @@ pub fn judge(e: &Ending, policy: &SloPolicy, as_of: DateTime<Utc>) -> Verdict {
         },
         Outcome::Expired | Outcome::DeadLettered { .. } | Outcome::Lost => Verdict::Breached,
         Outcome::Cancelled => Verdict::Excluded,
+        // Pending while an acceptance now could still meet it: not past `deliver_after +
+        // within`, and before `deliver_by`.
         Outcome::Waiting => match met_by {
-            Some(by) if as_of <= by => Verdict::Pending,
+            Some(by) if as_of <= by && as_of < e.deliver_by => Verdict::Pending,
             None if as_of < e.deliver_by => Verdict::Pending,
             _ => Verdict::Breached,
         },
@@ -227,7 +238,12 @@ impl SloTally {
     pub fn summary(&self, policy: &SloPolicy) -> SloSummary {
         let attainment = self.all.attainment();
         let decided = (self.all.met + self.all.breached) as f64;
-        let budget_left = (decided > 0.0).then(|| 1.0 - self.all.breached as f64 / ((1.0 - policy.target) * decided));
+        // Rounded to 1e-9: at exactly the target the budget is 0, not -2e-16 (and `line()`
+        // would print "-0.00 %" beside a target it meets).
+        let budget_left = (decided > 0.0).then(|| {
+            let left = 1.0 - self.all.breached as f64 / ((1.0 - policy.target) * decided);
+            (left * 1e9).round() / 1e9
+        });
         let mut worst: Vec<TenantSlo> = self
             .tenants
             .iter()
@@ -310,6 +326,9 @@ mod tests {
         // Waiting: pending until deliver_after + within, breached after (no delivery can meet it).
         let waiting = ending(Outcome::Waiting);
         assert_eq!((judge(&waiting, &p, t(300)), judge(&waiting, &p, t(301))), (Verdict::Pending, Verdict::Breached));
+        // At deliver_by nothing can meet it any more, even inside `within`.
+        let short = Ending { deliver_by: t(120), ..ending(Outcome::Waiting) };
+        assert_eq!((judge(&short, &p, t(119)), judge(&short, &p, t(120))), (Verdict::Pending, Verdict::Breached));
         for o in [Outcome::Expired, Outcome::Lost, Outcome::DeadLettered { reason: "attempt_limit".into() }] {
             assert_eq!(judge(&ending(o), &p, t(0)), Verdict::Breached);
         }
@@ -320,16 +339,30 @@ mod tests {
     fn the_sender_verdict_matches_the_after_the_fact_judgement() {
         let p = SloPolicy::default();
         let delivered = Disposition::Delivered { attempt: 1, receipt: None };
-        assert_eq!(verdict_of(&delivered, Some(Duration::from_secs(300)), &p), Some(Verdict::Met));
-        assert_eq!(verdict_of(&delivered, Some(Duration::from_secs(301)), &p), Some(Verdict::Breached));
-        assert_eq!(verdict_of(&delivered, None, &p), Some(Verdict::Breached), "an unknown lag is not claimed as met");
+        let slack = Some(Duration::from_secs(60));
+        assert_eq!(verdict_of(&delivered, Some(Duration::from_secs(300)), slack, &p), Some(Verdict::Met));
+        assert_eq!(verdict_of(&delivered, Some(Duration::from_secs(301)), slack, &p), Some(Verdict::Breached));
+        assert_eq!(
+            verdict_of(&delivered, None, slack, &p),
+            Some(Verdict::Breached),
+            "an unknown lag is not claimed as met"
+        );
+        // A tight deadline: a call in flight at deliver_by (T+120 s) accepted at T+120.3 s is
+        // within 300 s of deliver_after but late; the sender and `judge` must both say breached.
+        let lag = Duration::from_millis(120_300);
+        assert_eq!(verdict_of(&delivered, Some(lag), Some(Duration::ZERO), &p), Some(Verdict::Breached));
+        let tight = Ending {
+            deliver_by: t(120),
+            ..ending(Outcome::Delivered { at: t(0) + chrono::TimeDelta::milliseconds(120_300) })
+        };
+        assert_eq!(judge(&tight, &p, t(9999)), Verdict::Breached);
         let defer = Disposition::Defer {
             until: t(5),
             reason: crate::ReasonCode::RateLimited,
             attempts_made: 0,
             provider_status: None,
         };
-        assert_eq!(verdict_of(&defer, None, &p), None);
+        assert_eq!(verdict_of(&defer, None, slack, &p), None);
     }
 
     #[test]
@@ -349,8 +382,14 @@ mod tests {
         assert_eq!((s.counts.met, s.counts.breached, s.counts.excluded, s.counts.pending), (95, 6, 1, 1));
         assert!((s.attainment.unwrap() - 95.0 / 101.0).abs() < 1e-12);
         // Budget: 10 % of 101 = 10.1 breaches allowed, 6 spent.
-        assert!((s.budget_left.unwrap() - (1.0 - 6.0 / 10.1)).abs() < 1e-12);
+        assert!((s.budget_left.unwrap() - (1.0 - 6.0 / 10.1)).abs() < 1e-9);
         assert!(s.meets_target);
+        // Exactly at the target: met, and no budget left (not a rounding error below zero).
+        let mut exact = SloTally::new();
+        (0..90).for_each(|_| exact.add("a", Verdict::Met));
+        (0..10).for_each(|_| exact.add("a", Verdict::Breached));
+        let e = exact.summary(&p);
+        assert!(e.meets_target && e.budget_left == Some(0.0), "{e:?}");
         assert_eq!(s.worst_tenants.iter().map(|t| t.tenant_id.as_str()).collect::<Vec<_>>(), ["noisy", "mid"]);
         assert!(SloTally::new().summary(&p).attainment.is_none(), "nothing decided: no attainment");
         assert!(SloTally::new().summary(&p).meets_target);

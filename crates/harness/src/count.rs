@@ -2,46 +2,12 @@
 //! queue's depth, the provider double's counters — and counts it with the core's one
 //! accounting (`punctual_core::accounting`), for `run` and `local drain` alike.
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
-use punctual_aws::sqs::{SqsQueues, attr};
+use punctual_aws::sqs::SqsQueues;
 use punctual_core::accounting::{DeliveryCounts, Ending, Outcome, Tally};
-use punctual_core::ports::{LedgerRecord, QueueError};
+use punctual_core::ports::LedgerRecord;
 
-/// What the DLQ holds, read without hiding it.
-#[derive(Debug, Default, Clone)]
-pub struct DlqContents {
-    /// Reminder id → DLQ reason, for messages that name their reminder.
-    pub by_reminder: HashMap<String, String>,
-    /// Reasons of messages that name no reminder (malformed bodies).
-    pub anonymous: Vec<String>,
-}
-
-/// DLQ messages without a `reason` attribute were moved by the queue's `maxReceiveCount`.
-pub const BACKSTOP: &str = "receive_count_backstop";
-
-/// Reads up to `limit` DLQ messages without hiding them (`SqsQueues::peek`).
-pub async fn peek_dlq(queues: &SqsQueues, limit: usize) -> Result<DlqContents, QueueError> {
-    let mut out = DlqContents::default();
-    for m in queues.peek(queues.dlq_url(), limit, |_| false).await? {
-        let get = |k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        let reason = get(attr::REASON).unwrap_or_else(|| BACKSTOP.to_owned());
-        match get(attr::REMINDER_ID) {
-            Some(id) => {
-                out.by_reminder.insert(id, reason);
-            }
-            // Moved by the backstop: no attributes, but the body names the reminder.
-            None => match punctual_core::ReminderMessage::decode(&m.body) {
-                Ok(msg) => {
-                    out.by_reminder.insert(msg.reminder_id.to_string(), reason);
-                }
-                Err(_) => out.anonymous.push(reason),
-            },
-        }
-    }
-    Ok(out)
-}
+pub use punctual_ops::dlq::{BACKSTOP, DlqContents, peek_dlq};
 
 /// Everything one count needs.
 #[derive(Debug, Clone, Default)]
@@ -136,8 +102,13 @@ pub struct WindowCheck {
     pub due: u64,
     /// Unaccounted reminders.
     pub unaccounted: u64,
-    /// The first of them, named.
+    /// The first of them known by name.
     pub unaccounted_reminders: Vec<punctual_core::reconcile::Unaccounted>,
+    /// Released reminders of which `missing_among_suspects` are on no queue (which ones cannot
+    /// be told from the queues' counts); the first ten.
+    pub suspects: Vec<punctual_core::reconcile::Unaccounted>,
+    /// How many of the suspects are missing.
+    pub missing_among_suspects: u64,
     /// The window's deadline SLO (`SLO_TARGET`, `SLO_WITHIN_SECS`).
     pub slo: punctual_core::slo::SloSummary,
 }
@@ -149,7 +120,16 @@ impl WindowCheck {
             format!("all {} renewals of the window accounted for ({} due)", self.population, self.due)
         } else {
             let ids: Vec<&str> = self.unaccounted_reminders.iter().map(|u| u.reminder_id.as_str()).collect();
-            format!("{} of {} renewals UNACCOUNTED: {}", self.unaccounted, self.population, ids.join(", "))
+            let mut v = format!("{} of {} renewals UNACCOUNTED: {}", self.unaccounted, self.population, ids.join(", "));
+            if self.missing_among_suspects > 0 {
+                let suspects: Vec<&str> = self.suspects.iter().map(|u| u.reminder_id.as_str()).collect();
+                v.push_str(&format!(
+                    "; {} missing among these released ones: {}",
+                    self.missing_among_suspects,
+                    suspects.join(", ")
+                ));
+            }
+            v
         };
         format!("{}\nreconcile         {verdict}\n", self.slo.line())
     }
@@ -172,10 +152,12 @@ pub async fn check_window(
     let (r, _) = punctual_ops::reconcile::reconcile_with(&target, ddb, queues, &window, &policy, false)
         .await
         .map_err(crate::step("reconciling the window"))?;
-    let mut named = r.unaccounted_reminders;
-    named.extend(r.suspects);
+    let (mut named, mut suspects) = (r.unaccounted_reminders, r.suspects);
     named.truncate(10);
+    suspects.truncate(10);
     Ok(WindowCheck {
+        suspects,
+        missing_among_suspects: r.missing_among_suspects,
         from,
         to,
         accounted: r.accounted,

@@ -307,7 +307,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         ProviderSide::Ses { .. } => String::new(),
     };
 
-    let prefix = format!("punctual-run-{}", Utc::now().timestamp_millis());
+    let prefix = format!("punctual-run-{}-{}", Utc::now().timestamp_millis(), std::process::id());
     let mut res = provision(&config, &ddb, &prefix, &provider_url).await?;
     res.endpoint = emulator.endpoint.clone();
     if ses {

@@ -7,6 +7,7 @@
 //! names the functions read), then the state a running `punctual local up` left behind.
 
 pub mod commands;
+pub mod dlq;
 pub mod import;
 pub mod reconcile;
 pub mod target;

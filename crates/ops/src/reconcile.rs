@@ -3,7 +3,9 @@
 //! [`punctual_core::reconcile`]). Reads, in this order so a reminder settling meanwhile is not
 //! mistaken for a lost one: the population (the renewals table's `by_day` index: 16 queries
 //! per UTC day), the lanes' depths (2 requests), then the ledger records of the population
-//! (one strongly consistent `BatchGetItem` per 100). O(population), never a scan.
+//! (one strongly consistent `BatchGetItem` per 100), and — only when some released reminder
+//! is in no terminal state — the DLQ, read without taking anything (at most
+//! [`DLQ_READ_MAX`] messages, each received and made visible again: O(DLQ)). Never a scan.
 
 use std::time::Duration;
 
@@ -30,6 +32,9 @@ pub struct Window {
     /// How long a due renewal may stay unreleased before it is unaccounted.
     pub grace: Duration,
 }
+
+/// Most DLQ messages one reconcile reads (each is received and made visible again).
+pub const DLQ_READ_MAX: usize = 10_000;
 
 /// Longest window: 31 days (the ledger keeps records 30 days past `deliver_by`).
 pub const MAX_WINDOW_DAYS: i64 = 31;
@@ -137,10 +142,25 @@ pub async fn reconcile_with(
         .get_many(&ids, |n| bar.set_message(format!("reading the ledger: {n} records of {total} reminders")))
         .await
         .map_err(step("reading the ledger"))?;
+    // A released reminder in no terminal state may be a letter the queue's maxReceiveCount
+    // moved to the DLQ: read the DLQ (every message made visible again) only then, bounded.
+    let mut dlq_reads = 0u64;
+    let mut in_dlq = std::collections::HashMap::new();
+    if punctual_core::reconcile::open_releases(&population.rows, &records) > 0 {
+        let depth = queues.depth_of(queues.dlq_url()).await.map_err(step("reading the DLQ's depth"))?;
+        dlq_reads += 1;
+        if depth.total() > 0 {
+            bar.set_message(format!("reading the DLQ ({} messages)", depth.total()));
+            in_dlq = crate::dlq::peek_dlq(queues, DLQ_READ_MAX).await.map_err(step("reading the DLQ"))?.by_reminder;
+            // A receive per 10 and a visibility change per message.
+            dlq_reads += depth.total().min(DLQ_READ_MAX as u64) * 11 / 10 + 1;
+        }
+    }
     bar.finish_and_clear();
-    let requests =
-        u32::try_from(population.pages + 1 + u64::from(queues.has_urgent_lane()) + total.div_ceil(100) as u64)
-            .unwrap_or(u32::MAX);
+    let requests = u32::try_from(
+        population.pages + 1 + u64::from(queues.has_urgent_lane()) + total.div_ceil(100) as u64 + dlq_reads,
+    )
+    .unwrap_or(u32::MAX);
     let r = judge_window(&ReconcileInput {
         from: window.from,
         to: window.to,
@@ -148,6 +168,7 @@ pub async fn reconcile_with(
         rows: &population.rows,
         records: &records,
         queued: send.total() + urgent.total(),
+        in_dlq: &in_dlq,
         now: Utc::now(),
         grace: window.grace,
         policy,

@@ -36,11 +36,25 @@ pub mod name {
     pub const TICK_FAILED: &str = "SchedulerTickFailed";
 }
 
-/// The metrics of a tick that failed: a heartbeat on the failure path.
-pub fn failure_metrics() -> Metrics {
+/// The metrics of a tick that failed: a heartbeat on the failure path, and the part of the
+/// SLO's due population it released before failing (those renewals are marked: no later tick
+/// counts them again).
+pub fn failure_metrics(partial: &TickReport) -> Metrics {
     let mut m = Metrics::new();
     m.count(name::TICK_FAILED, 1.0);
+    slo_due(&mut m, partial);
     m
+}
+
+fn slo_due(m: &mut Metrics, r: &TickReport) {
+    // The deadline SLO's due population, per tenant (a property, never a dimension): counted
+    // at release; one expired at release is due and breached at once.
+    for (tenant, (released, expired)) in &r.due_by_tenant {
+        m.slo(tenant, punctual_aws::emf::name::SLO_DUE, (released + expired) as f64);
+        if *expired > 0 {
+            m.slo(tenant, punctual_aws::emf::name::SLO_BREACHED, *expired as f64);
+        }
+    }
 }
 
 /// The tick's metrics.
@@ -59,14 +73,7 @@ pub fn metrics(r: &TickReport) -> Metrics {
     m.count(name::OLDEST_DUE, r.oldest_due_age.as_secs_f64());
     m.count(name::UNFINISHED, if r.finished { 0.0 } else { 1.0 });
     m.count(name::TICK_FAILED, 0.0);
-    // The deadline SLO's due population, per tenant (a property, never a dimension): counted
-    // at release; one expired at release is due and breached at once.
-    for (tenant, (released, expired)) in &r.due_by_tenant {
-        m.slo(tenant, punctual_aws::emf::name::SLO_DUE, (released + expired) as f64);
-        if *expired > 0 {
-            m.slo(tenant, punctual_aws::emf::name::SLO_BREACHED, *expired as f64);
-        }
-    }
+    slo_due(&mut m, r);
     m
 }
 
@@ -78,14 +85,25 @@ pub async fn handle<S: DueStore, Q: ReleaseQueue, C: Clock>(
     scheduler: &Scheduler<S, Q, C>,
     event: LambdaEvent<EventBridgeEvent>,
 ) -> Result<TickReport, HandlerError> {
+    let (report, result) = handle_reporting(scheduler, event).await;
+    result.map(|()| report)
+}
+
+/// [`handle`], keeping what a failed tick did before it failed (the Lambda's metrics publish
+/// it: see [`failure_metrics`]).
+pub async fn handle_reporting<S: DueStore, Q: ReleaseQueue, C: Clock>(
+    scheduler: &Scheduler<S, Q, C>,
+    event: LambdaEvent<EventBridgeEvent>,
+) -> (TickReport, Result<(), HandlerError>) {
     let deadline = invocation_deadline(&event.context);
-    let report = scheduler
-        .tick(deadline)
-        .await
-        .map_err(|e| HandlerError::Infrastructure { what: "scheduler tick", source: Box::new(e) })?;
+    let mut report = TickReport::default();
+    if let Err(e) = scheduler.tick_into(deadline, &mut report).await {
+        let failed = HandlerError::Infrastructure { what: "scheduler tick", source: Box::new(e) };
+        return (report, Err(failed));
+    }
     if report.paused {
         tracing::info!(trigger = %event.payload.detail_type, "tick skipped: delivery is paused");
-        return Ok(report);
+        return (report, Ok(()));
     }
     tracing::info!(
         trigger = %event.payload.detail_type,
@@ -99,5 +117,5 @@ pub async fn handle<S: DueStore, Q: ReleaseQueue, C: Clock>(
         projected_breach = report.projected_breach,
         "tick"
     );
-    Ok(report)
+    (report, Ok(()))
 }

@@ -9,7 +9,7 @@ use punctual_lambda::error::HandlerError;
 use punctual_lambda::init_tracing;
 use punctual_scheduler::app;
 use punctual_scheduler::config::SchedulerConfig;
-use punctual_scheduler::handler::{failure_metrics, handle, metrics};
+use punctual_scheduler::handler::{failure_metrics, handle_reporting, metrics};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
@@ -27,13 +27,14 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         let scheduler = Arc::clone(&scheduler);
         let namespace = Arc::clone(&namespace);
         async move {
-            let handled = handle(&scheduler, event).await;
+            let (report, handled) = handle_reporting(&scheduler, event).await;
             let now_ms = chrono::Utc::now().timestamp_millis();
-            let m = handled.as_ref().map_or_else(|_| failure_metrics(), metrics);
+            let m = if handled.is_ok() { metrics(&report) } else { failure_metrics(&report) };
             if let Err(e) = m.flush(&mut std::io::stdout().lock(), &namespace, "scheduler", now_ms) {
                 tracing::warn!(error = %e, "could not write EMF metrics");
             }
-            Ok::<_, HandlerError>(tick_summary(&handled?))
+            handled?;
+            Ok::<_, HandlerError>(tick_summary(&report))
         }
     }))
     .await

@@ -92,3 +92,80 @@ async fn a_paused_tick_releases_nothing_and_the_next_tick_after_resume_catches_u
     let report = handle(&scheduler, LambdaEvent::new(event, context(&clock))).await.unwrap();
     assert_eq!((report.paused, report.released), (false, 6));
 }
+
+/// The in-memory index, with the `fail_at`-th `mark_enqueued` failing (a throttled write after
+/// its message was sent).
+#[derive(Clone)]
+struct FailingMark {
+    inner: MemoryDueStore,
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    fail_at: usize,
+}
+
+impl punctual_core::ports::DueStore for FailingMark {
+    type Cursor = <MemoryDueStore as punctual_core::ports::DueStore>::Cursor;
+    fn shards(&self) -> u32 {
+        self.inner.shards()
+    }
+    async fn due_page(
+        &self,
+        shard: u32,
+        horizon: DateTime<Utc>,
+        limit: usize,
+        cursor: Option<Self::Cursor>,
+    ) -> Result<punctual_core::ports::Page<Self::Cursor>, punctual_core::ports::DueStoreError> {
+        self.inner.due_page(shard, horizon, limit, cursor).await
+    }
+    async fn mark_enqueued(
+        &self,
+        p: &Pending,
+        at: DateTime<Utc>,
+    ) -> Result<punctual_core::ports::Marked, punctual_core::ports::DueStoreError> {
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == self.fail_at {
+            return Err(punctual_core::ports::DueStoreError::Unknown("throttled".into()));
+        }
+        self.inner.mark_enqueued(p, at).await
+    }
+    async fn mark_expired(
+        &self,
+        p: &Pending,
+        at: DateTime<Utc>,
+    ) -> Result<punctual_core::ports::Marked, punctual_core::ports::DueStoreError> {
+        self.inner.mark_expired(p, at).await
+    }
+    async fn watermark(&self) -> Result<Option<DateTime<Utc>>, punctual_core::ports::DueStoreError> {
+        self.inner.watermark().await
+    }
+    async fn advance_watermark(&self, to: DateTime<Utc>) -> Result<(), punctual_core::ports::DueStoreError> {
+        self.inner.advance_watermark(to).await
+    }
+}
+
+/// The SLO documents' `SloDue` per tenant.
+fn slo_due(m: &punctual_aws::emf::Metrics) -> f64 {
+    m.slo_total(punctual_aws::emf::name::SLO_DUE)
+}
+
+#[tokio::test]
+async fn found_by_review_a_tick_that_fails_part_way_still_counts_the_due_it_released() {
+    let event = load("tick.json");
+    let clock = ManualClock::new(event.time.unwrap());
+    let store = MemoryDueStore::new(1);
+    for n in 0..30 {
+        store.insert(pending(n, clock.now() + TimeDelta::minutes(1), TimeDelta::hours(8)));
+    }
+    let failing = FailingMark { inner: store.clone(), calls: Default::default(), fail_at: 15 };
+    let scheduler = Scheduler::new(failing, MemoryRelease::default(), clock.clone(), SchedulerSettings::default());
+    let (partial, result) =
+        punctual_scheduler::handler::handle_reporting(&scheduler, LambdaEvent::new(event.clone(), context(&clock)))
+            .await;
+    assert!(result.is_err());
+    let first = slo_due(&punctual_scheduler::handler::failure_metrics(&partial));
+    assert!(first >= 14.0, "the marks written before and beside the failed one are counted: {first}");
+    // The next tick releases the rest; together every renewal is due exactly once.
+    let scheduler =
+        Scheduler::new(store.clone(), MemoryRelease::default(), clock.clone(), SchedulerSettings::default());
+    let next = handle(&scheduler, LambdaEvent::new(event, context(&clock))).await.unwrap();
+    assert_eq!(first + slo_due(&metrics(&next)), 30.0);
+    assert_eq!(store.pending(), 0);
+}

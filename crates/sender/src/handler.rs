@@ -32,10 +32,11 @@ pub struct Handled {
 }
 
 fn record_metrics(m: &mut Metrics, p: &Processed, slo: &SloPolicy) {
-    // The SLO: one verdict per reminder released by the scheduler (a redrive's copy was judged
-    // when it was dead-lettered), counted per tenant.
-    if let (Some(tenant), false) = (&p.tenant_id, p.redriven) {
-        let metric = match verdict_of(&p.disposition, p.delivery_lag, slo) {
+    // The SLO: one verdict per reminder released by the scheduler, counted per tenant. None
+    // for a redrive's copy (judged when it was dead-lettered), nor for a decision the ledger
+    // refused to record (another copy settled the reminder first and was judged for it).
+    if let (Some(tenant), false, None) = (&p.tenant_id, p.redriven, &p.settle_conflict) {
+        let metric = match verdict_of(&p.disposition, p.delivery_lag, p.slack, slo) {
             Some(Verdict::Met) => Some(name::SLO_MET),
             Some(Verdict::Breached) => Some(name::SLO_BREACHED),
             Some(Verdict::Excluded) => Some(name::SLO_EXCLUDED),

@@ -1,0 +1,42 @@
+//! Reading the DLQ without taking from it: `local drain`, `run` and `reconcile` count what
+//! it holds by reminder (a dead-lettered reminder's message names it in an attribute; one the
+//! queue's `maxReceiveCount` backstop moved has no attributes, but its body names it).
+
+use std::collections::HashMap;
+
+use punctual_aws::sqs::{SqsQueues, attr};
+use punctual_core::ports::QueueError;
+
+/// What the DLQ holds, read without hiding it.
+#[derive(Debug, Default, Clone)]
+pub struct DlqContents {
+    /// Reminder id → DLQ reason, for messages that name their reminder.
+    pub by_reminder: HashMap<String, String>,
+    /// Reasons of messages that name no reminder (malformed bodies).
+    pub anonymous: Vec<String>,
+}
+
+/// DLQ messages without a `reason` attribute were moved by the queue's `maxReceiveCount`.
+pub const BACKSTOP: &str = "receive_count_backstop";
+
+/// Reads up to `limit` DLQ messages without hiding them (`SqsQueues::peek`).
+pub async fn peek_dlq(queues: &SqsQueues, limit: usize) -> Result<DlqContents, QueueError> {
+    let mut out = DlqContents::default();
+    for m in queues.peek(queues.dlq_url(), limit, |_| false).await? {
+        let get = |k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let reason = get(attr::REASON).unwrap_or_else(|| BACKSTOP.to_owned());
+        match get(attr::REMINDER_ID) {
+            Some(id) => {
+                out.by_reminder.insert(id, reason);
+            }
+            // Moved by the backstop: no attributes, but the body names the reminder.
+            None => match punctual_core::ReminderMessage::decode(&m.body) {
+                Ok(msg) => {
+                    out.by_reminder.insert(msg.reminder_id.to_string(), reason);
+                }
+                Err(_) => out.anonymous.push(reason),
+            },
+        }
+    }
+    Ok(out)
+}
