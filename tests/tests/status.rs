@@ -96,7 +96,7 @@ async fn status_reads_indexes_never_scans_and_its_cost_does_not_grow_with_the_ta
         dynamodb_endpoint: None,
         quota: 100.0,
     };
-    let s = punctual_ops::status_with(&target, counted, &stack.queues).await.unwrap();
+    let s = punctual_ops::status_with(&target, counted.clone(), &stack.queues, false).await.unwrap();
     let by_reason = s.dlq_by_reason.clone().expect("the dead index exists");
     assert_eq!(by_reason.get("attempt_limit"), Some(&15), "{by_reason:?}");
     assert_eq!(by_reason.get("business_deadline_expired"), Some(&5), "{by_reason:?}");
@@ -110,5 +110,19 @@ async fn status_reads_indexes_never_scans_and_its_cost_does_not_grow_with_the_ta
     let queries = sent.iter().filter(|op| *op == "Query").count();
     assert_eq!(queries, ReasonCode::ALL.len() + 1 + punctual_aws::renewals::DUE_SHARDS as usize, "{sent:?}");
     assert_eq!(s.requests as usize, sent.len() + 3, "the reported cost is the real one (3 SQS reads)");
+    assert!(s.slo_today.is_none());
+
+    // With today's SLO: the two renewals due ten minutes ago and never released are breached
+    // (past the grace, nothing can meet them), and their tenant is the worst. Still no scan.
+    ops.0.lock().unwrap().clear();
+    let s = punctual_ops::status_with(&target, counted, &stack.queues, true).await.unwrap();
+    let slo = s.slo_today.clone().unwrap_or_else(|| panic!("{:?}", s.slo_unavailable));
+    if due.date_naive() == now.date_naive() {
+        assert_eq!((slo.counts.breached, slo.counts.met), (2, 0), "{slo:?}");
+        assert_eq!(slo.worst_tenants[0].tenant_id, "acme");
+    }
+    let sent = ops.0.lock().unwrap().clone();
+    assert!(sent.iter().all(|op| op == "Query" || op == "GetItem" || op == "BatchGetItem"), "{sent:?}");
+    assert_eq!(s.requests as usize, sent.len() + 5, "the reported cost is the real one (5 SQS reads)");
     stack.destroy().await;
 }

@@ -47,7 +47,8 @@ enum Command {
     /// Leave a local pipeline running (emulator, provider double, queues, tables), drain it
     /// through the sender, tear it down.
     Local(LocalArgs),
-    /// Queue depths, DLQ by reason, oldest age, backlog against projected drain, pause state.
+    /// Queue depths, DLQ by reason, oldest age, backlog against projected drain, pause state,
+    /// today's deadline SLO and its worst tenants.
     Status(StatusArgs),
     /// Account for every renewal due in a window: delivered, late, expired, cancelled,
     /// dead-lettered by reason, waiting (with slack) or UNACCOUNTED (named), plus the window's
@@ -133,6 +134,10 @@ struct LocalArgs {
 /// `punctual status`.
 #[derive(Args)]
 struct StatusArgs {
+    /// Leave out today's deadline SLO (which reads today's due population): the
+    /// constant-cost status for a large incident.
+    #[arg(long)]
+    no_slo: bool,
     /// Print as JSON.
     #[arg(long)]
     json: bool,
@@ -461,7 +466,7 @@ where
 
 async fn status(a: StatusArgs) -> ExitCode {
     on_target(None, a.json, |t| async move {
-        let s = punctual_ops::status(&t).await?;
+        let s = punctual_ops::status(&t, !a.no_slo).await?;
         let text = s.render();
         Ok((s, text, true))
     })

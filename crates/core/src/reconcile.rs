@@ -91,6 +91,17 @@ pub enum Problem {
     PossiblyLost,
 }
 
+impl Problem {
+    /// The name the JSON report uses.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::NeverReleased => "never_released",
+            Self::ReleasedNotOnAnyQueue => "released_not_on_any_queue",
+            Self::PossiblyLost => "possibly_lost",
+        }
+    }
+}
+
 /// A reminder reconcile could not account for, with what is known of it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Unaccounted {
@@ -429,9 +440,9 @@ impl Reconciliation {
         for u in &self.unaccounted_reminders {
             let _ = writeln!(
                 out,
-                "  UNACCOUNTED {} {:?} tenant {} renewal {} due {} by {} released {} ledger {} {}",
+                "  UNACCOUNTED {} {} tenant {} renewal {} due {} by {} released {} ledger {} {}",
                 u.reminder_id,
-                u.problem,
+                u.problem.as_str(),
                 u.tenant_id,
                 u.renewal_id,
                 u.deliver_after.to_rfc3339(),
