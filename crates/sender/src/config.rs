@@ -269,6 +269,22 @@ mod tests {
     }
 
     #[test]
+    fn the_slo_settings_default_and_a_bad_one_fails_the_cold_start_by_name() {
+        let c = SenderConfig::from_env(&env(BASE)).unwrap();
+        assert_eq!(c.slo, punctual_core::slo::SloPolicy::default());
+        let set =
+            |k: &'static str, v: &'static str| -> Vec<(&str, &str)> { BASE.iter().copied().chain([(k, v)]).collect() };
+        let c = SenderConfig::from_env(&env(&set("SLO_WITHIN_SECS", "120"))).unwrap();
+        assert_eq!(c.slo.within, Duration::from_secs(120));
+        for (k, v) in [("SLO_TARGET", "1"), ("SLO_TARGET", "99"), ("SLO_WITHIN_SECS", "0"), ("SLO_WITHIN_SECS", "5m")] {
+            let Err(ConfigError::Invalid { name, .. }) = SenderConfig::from_env(&env(&set(k, v))) else {
+                panic!("{k}={v} accepted")
+            };
+            assert_eq!(name, k);
+        }
+    }
+
+    #[test]
     fn each_provider_kind_reads_its_own_variables() {
         let ses: Vec<(&str, &str)> = BASE
             .iter()
