@@ -169,9 +169,12 @@ async fn max_messages_is_respected_exactly_and_the_rate_stays_under_the_cap() {
     assert_eq!(s.moved, 11, "{s:#?}");
     assert_eq!(r.send_depth().await, 11, "exactly max_messages went back");
     assert_eq!(r.dlq_depth().await, 5, "the rest stays in the DLQ");
-    // 11 sends at 5/s need at least 10 intervals = 2 s; the measured rate is ≤ the cap.
+    // 11 sends at 5/s need at least 10 intervals = 2 s: the cap holds over the whole run.
     assert!(took >= 2.0, "11 at 5/s took only {took:.2} s");
-    assert!(s.measured_per_second <= 5.0 + 1e-9, "{}", s.measured_per_second);
+    // The summary's rate is measured between the first and the last send's *completion*, so
+    // SQS's latency jitter moves it a little either way (CI once measured 5.0008/s: the first
+    // send 0.3 ms slower than the last). Unpaced, 11 sends would measure ~100/s.
+    assert!(s.measured_per_second <= 5.0 * 1.01, "{}", s.measured_per_second);
     let audit = r.control.audit(&s.redrive_id).await.unwrap().expect("audit record");
     assert_eq!(audit["request"]["owner"], "ops");
     assert_eq!(audit["summary"]["moved"], 11);

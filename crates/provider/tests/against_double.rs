@@ -108,12 +108,15 @@ async fn a_5xx_is_indeterminate() {
 #[tokio::test]
 async fn a_slow_answer_times_out_as_indeterminate_and_the_retry_with_the_same_key_is_not_a_second_delivery() {
     let (double, client) = setup().await;
-    double.script([Behaviour { slow_ms: Some(800), ..Behaviour::default() }]);
+    // The double answers after 2.5 s; the 200 ms timeout must end the call long before (the
+    // bound leaves a loaded CI machine 1.8 s of slack, and still fails if the timeout is
+    // ignored).
+    double.script([Behaviour { slow_ms: Some(2500), ..Behaviour::default() }]);
     let m = message(6);
     let started = std::time::Instant::now();
     assert_eq!(send(&client, &m, Duration::from_millis(200)).await, ProviderOutcome::Indeterminate { status: None });
-    assert!(started.elapsed() < Duration::from_millis(700), "the timeout bounds the call");
-    tokio::time::sleep(Duration::from_millis(800)).await; // the double processes it anyway
+    assert!(started.elapsed() < Duration::from_millis(2000), "the timeout bounds the call");
+    tokio::time::sleep(Duration::from_millis(2500)).await; // the double processes it anyway
     assert!(matches!(send(&client, &m, Duration::from_secs(2)).await, ProviderOutcome::Accepted { .. }));
     let s = double.stats();
     assert_eq!((s.accepted, s.duplicate_key_attempts), (1, 1));
