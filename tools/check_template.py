@@ -1446,6 +1446,17 @@ if t_bounds and slo_target.get("AllowedPattern"):
     candidates = ["0", "1", "1.0", "1.00", "0.", ".5", "-0.5"] + [f"{i}.{n:0{k}d}" for i in (0, 1) for k in range(1, 6) for n in range(10 ** k)]
     refused_by_code = [c for c in candidates if rx.fullmatch(c) and not lo < float(c) < hi]
     check("SloTarget's pattern admits only targets the code accepts (SLO_TARGET)", not refused_by_code, ", ".join(refused_by_code[:5]))
+# The sender judges a record failing on its last receive as breached (SQS moves it to the DLQ
+# next): its MAX_RECEIVE_COUNT must be the lanes' maxReceiveCount, or those letters go unjudged
+# (a larger value) or are judged while SQS still redelivers them (a smaller one).
+_sender = by_binary.get("sender")
+if _sender:
+    _env = resolve(_sender[1].get("Properties", {}).get("Environment", {}).get("Variables", {}), SCENARIOS[0])
+    _lanes = {q: str(res[q]["Properties"]["RedrivePolicy"]["maxReceiveCount"]) for q in ("SendQueue", "UrgentQueue")}
+    check("the sender's MAX_RECEIVE_COUNT is both lanes' maxReceiveCount",
+          all(str(_env.get("MAX_RECEIVE_COUNT")) == v for v in _lanes.values()),
+          f"MAX_RECEIVE_COUNT={_env.get('MAX_RECEIVE_COUNT')!r}, lanes {_lanes}")
+
 SLO_ENV = {"SLO_TARGET": {"Ref": "SloTarget"}, "SLO_WITHIN_SECS": {"Ref": "SloWithinSecs"}}
 for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
     envs = [resolve(f.get("Properties", {}).get("Environment", {}).get("Variables", {}), ps) for ps in SCENARIOS]

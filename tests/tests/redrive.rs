@@ -70,7 +70,13 @@ async fn rig(name: &str) -> Rig {
     let sender = sender.with_pause(PauseGate::new(control.clone(), SystemClock, Duration::ZERO));
     let mut redriver = Redriver::new(ledger, SqsDeadLetters::new(stack.queues.clone()), control.clone(), SystemClock);
     redriver.canary_timeout = Duration::from_secs(20);
-    Rig { deps: Deps { sender, concurrency: 10, slo: Default::default() }, stack, double, control, redriver }
+    Rig {
+        deps: Deps { sender, concurrency: 10, slo: Default::default(), max_receive_count: 5 },
+        stack,
+        double,
+        control,
+        redriver,
+    }
 }
 
 impl Rig {

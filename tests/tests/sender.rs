@@ -72,7 +72,7 @@ async fn rig_with<L: Ledger>(name: &str, wrap: impl FnOnce(DynamoLedger) -> L) -
         settings(),
         42,
     );
-    Rig { stack, double, clock, deps: Deps { sender, concurrency: 4, slo: Default::default() } }
+    Rig { stack, double, clock, deps: Deps { sender, concurrency: 4, slo: Default::default(), max_receive_count: 5 } }
 }
 
 async fn rig(name: &str) -> Rig<DynamoLedger> {

@@ -309,7 +309,9 @@ impl SqsQueues {
 
     /// Reads up to `limit` distinct messages of `queue_url` without taking them: each is held
     /// for 30 s while reading, and **every** message received — repeats and the last batch
-    /// included — is made visible again before this returns, on success or error. `stop` ends
+    /// included — is made visible again before this returns, on success or error (ten per
+    /// `ChangeMessageVisibilityBatch`). Each receive waits up to 1 s: a short poll samples only
+    /// some of SQS's servers and can answer empty while messages remain. `stop` ends
     /// the read early once it returns true for a message (e.g. the one being looked for).
     /// Counting must never hide what it counts.
     pub async fn peek(
@@ -323,7 +325,8 @@ impl SqsQueues {
         let mut out = Vec::new();
         let read = async {
             'read: while out.len() < limit {
-                let batch = self.receive_holding(queue_url, 10, Duration::ZERO, Some(Duration::from_secs(30))).await?;
+                let batch =
+                    self.receive_holding(queue_url, 10, Duration::from_secs(1), Some(Duration::from_secs(30))).await?;
                 let before = out.len();
                 for m in batch {
                     handles.push(m.receipt_handle.clone());
@@ -342,12 +345,8 @@ impl SqsQueues {
             Ok::<(), QueueError>(())
         }
         .await;
-        let mut released = Ok(());
-        for h in &handles {
-            if let Err(e) = self.change_visibility(queue_url, h, Duration::ZERO).await {
-                released = Err(e);
-            }
-        }
+        // A handle SQS refuses has expired: that message is visible again already.
+        let released = self.release_batch(queue_url, &handles).await;
         read?;
         released?;
         Ok(out)

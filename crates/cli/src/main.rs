@@ -509,11 +509,23 @@ async fn forecast(a: ForecastArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(&e),
     };
-    let path = a
-        .save_population
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("punctual-population-{day}-{}.csv", std::process::id())));
-    if let Err(e) = std::fs::write(&path, punctual_core::reconcile::population_csv(&rows)) {
+    // A temporary file of our own: a fresh name, created new (never through a link someone
+    // left at a guessable path), removed after; `--save-population` writes where it is told.
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let path = a.save_population.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("punctual-population-{day}-{}-{stamp}.csv", std::process::id()))
+    });
+    let written = if a.save_population.is_some() {
+        std::fs::write(&path, punctual_core::reconcile::population_csv(&rows))
+    } else {
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(punctual_core::reconcile::population_csv(&rows).as_bytes()))
+    };
+    if let Err(e) = written {
         eprintln!("punctual forecast: cannot write the population to {}: {e}", path.display());
         return ExitCode::from(1);
     }

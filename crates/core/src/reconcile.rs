@@ -291,6 +291,9 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
     };
     let mut slo = SloTally::new();
     let mut candidates: Vec<(&DueRow, Option<&LedgerRecord>)> = Vec::new();
+    // Messages of the window that are on the lanes but not candidates' (fresh releases, copies
+    // of renewals cancelled after release): they must not cover a candidate's missing one.
+    let mut occupying = 0u64;
     let note_slack = |w: &mut Waiting, row: &DueRow| {
         let s = slack(row, now);
         w.min_slack_seconds = Some(w.min_slack_seconds.map_or(s, |m: f64| m.min(s)));
@@ -328,17 +331,27 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
             Some(ending(Outcome::Expired))
         } else if row.status != RenewalStatus::Active {
             *r.excluded.entry(row.status.as_str().to_owned()).or_default() += 1;
+            if matches!(row.release, ReleaseState::Enqueued(_)) || rec.is_some() {
+                // Released before it was cancelled or paid: its copy may still be on a lane
+                // (the sender cancels it when it comes), so it takes a place in the count.
+                occupying += 1;
+            }
             Some(ending(Outcome::Cancelled))
         } else if let Some(reason) = input.in_dlq.get(row.reminder_id.as_str()) {
             *r.dead_lettered.entry(reason.clone()).or_default() += 1;
             Some(ending(Outcome::DeadLettered { reason: reason.clone() }))
         } else if is_open(row, rec) {
+            // When it was released: the table's mark, or else (a mark that failed, or a row
+            // read before it) the ledger's first transition, which only a released copy writes.
             let released = match row.release {
                 ReleaseState::Enqueued(at) => at,
                 _ => None,
-            };
+            }
+            .or_else(|| rec.and_then(|r| r.history.first()).map(|h| h.at));
             if released.is_some_and(|at| now < add(at, input.grace)) {
-                // Just released: SQS's approximate counts may not show it yet.
+                // Just released: SQS's approximate counts may not show it yet, or they do and
+                // its message must not cover an older candidate's.
+                occupying += 1;
                 r.waiting.on_queue += 1;
                 note_slack(&mut r.waiting, row);
                 Some(ending(Outcome::Waiting))
@@ -360,10 +373,10 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
         }
     }
     let c = candidates.len() as u64;
-    let (on_queue, named) = match input.queued {
-        0 => (false, true),
-        q if q >= c => (true, false),
-        q => {
+    let (on_queue, named) = match (input.queued, input.queued.saturating_sub(occupying)) {
+        (0, _) => (false, true),
+        (_, q) if q >= c => (true, false),
+        (_, q) => {
             r.unaccounted += c - q;
             r.missing_among_suspects = c - q;
             (false, false)
@@ -678,7 +691,7 @@ mod tests {
         // A deferred one is still a candidate (its copy waits, delayed).
         recs.insert(
             rows[0].reminder_id.clone(),
-            record(&rows[0], ReminderState::Deferred, Some(ReasonCode::RateLimited), 20),
+            record(&rows[0], ReminderState::Deferred, Some(ReasonCode::RateLimited), -600),
         );
         let r = run(&rows, &recs, 2, 30);
         assert_eq!((r.unaccounted, r.suspects.len(), r.unaccounted_reminders.len()), (1, 3, 0));
@@ -702,7 +715,7 @@ mod tests {
         let mut recs = HashMap::new();
         recs.insert(
             rows[0].reminder_id.clone(),
-            record(&rows[0], ReminderState::Deferred, Some(ReasonCode::RateLimited), 20),
+            record(&rows[0], ReminderState::Deferred, Some(ReasonCode::RateLimited), -600),
         );
         let r = run(&rows, &recs, 5, 600);
         assert_eq!((r.waiting.on_queue, r.unaccounted), (1, 0), "{r:#?}");
@@ -741,6 +754,39 @@ mod tests {
         let r = run(&rows, &HashMap::new(), 2, 900);
         assert_eq!((r.unaccounted, r.missing_among_suspects, r.unaccounted_reminders.len()), (1501, 1, LIST_MAX));
         assert!(r.render().contains("1 of these 3 released reminders are on no queue"));
+    }
+
+    #[test]
+    fn found_by_second_review_a_fresh_release_does_not_cover_an_old_loss() {
+        // A lost 10 minutes ago; B released 30 s ago, its one message the lanes' only one.
+        let rows = [
+            row(1, RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-600)))),
+            row(2, RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-30)))),
+        ];
+        let r = run(&rows, &HashMap::new(), 1, 0);
+        assert_eq!((r.unaccounted, r.missing_among_suspects, r.accounted), (1, 1, false), "{r:#?}");
+        assert_eq!(r.suspects[0].reminder_id, rows[0].reminder_id.to_string());
+        // A renewal cancelled after release occupies its message the same way.
+        let rows = [
+            row(1, RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-600)))),
+            row(3, RenewalStatus::Cancelled, ReleaseState::Enqueued(Some(t(-600)))),
+        ];
+        assert!(!run(&rows, &HashMap::new(), 1, 0).accounted);
+        // With both messages there, both are accounted for.
+        assert!(run(&rows, &HashMap::new(), 2, 0).accounted);
+    }
+
+    #[test]
+    fn found_by_second_review_a_release_seen_only_in_the_ledger_gets_the_grace_too() {
+        // Read as scheduled, then released and claimed 3 s before the ledger read.
+        let rows = [row(1, RenewalStatus::Active, ReleaseState::Scheduled)];
+        let mut recs = HashMap::new();
+        recs.insert(rows[0].reminder_id.clone(), record(&rows[0], ReminderState::Leased, None, 597));
+        let r = run(&rows, &recs, 0, 600);
+        assert_eq!((r.waiting.on_queue, r.unaccounted), (1, 0), "{r:#?}");
+        // Long after, with the lanes empty, it is named.
+        let r = run(&rows, &recs, 0, 900);
+        assert_eq!(r.unaccounted_reminders[0].problem, Problem::ReleasedNotOnAnyQueue);
     }
 
     #[test]

@@ -149,7 +149,7 @@ pub async fn check_window(
     let target = punctual_ops::Target { resources: resources.clone(), dynamodb_endpoint, quota: 1.0 };
     let window =
         punctual_ops::reconcile::Window { from, to, tenant: None, grace: punctual_core::reconcile::DEFAULT_GRACE };
-    let (r, _) = punctual_ops::reconcile::reconcile_with(&target, ddb, queues, &window, &policy, false)
+    let (r, _) = punctual_ops::reconcile::reconcile_with(&target, ddb, queues, &window, &policy, false, true)
         .await
         .map_err(crate::step("reconciling the window"))?;
     let (mut named, mut suspects) = (r.unaccounted_reminders, r.suspects);

@@ -209,7 +209,7 @@ pub async fn status_with(
                 tenant: None,
                 grace: punctual_core::reconcile::DEFAULT_GRACE,
             };
-            match crate::reconcile::reconcile_with(target, ddb.clone(), queues, &window, &policy, false).await {
+            match crate::reconcile::reconcile_with(target, ddb.clone(), queues, &window, &policy, false, false).await {
                 Ok((r, n)) => {
                     requests += n;
                     (Some(r.slo), None)

@@ -99,10 +99,13 @@ pub async fn reconcile(
     progress: bool,
 ) -> Result<Reconciliation, OpsError> {
     let (ddb, queues) = target.clients().await;
-    Ok(reconcile_with(target, ddb, &queues, window, policy, progress).await?.0)
+    Ok(reconcile_with(target, ddb, &queues, window, policy, progress, true).await?.0)
 }
 
-/// [`reconcile`] over given clients; also returns the AWS requests it made.
+/// [`reconcile`] over given clients; also returns the AWS requests it made. Without
+/// `read_dlq` a backstop letter is judged lost instead of dead-lettered — the same SLO verdict
+/// (breached) without receiving from the DLQ (`status`'s SLO line: no interference with a
+/// running redrive, no cost in O(DLQ)).
 pub async fn reconcile_with(
     target: &Target,
     ddb: aws_sdk_dynamodb::Client,
@@ -110,6 +113,7 @@ pub async fn reconcile_with(
     window: &Window,
     policy: &SloPolicy,
     progress: bool,
+    read_dlq: bool,
 ) -> Result<(Reconciliation, u32), OpsError> {
     let bar = if progress { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
     bar.set_style(ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
@@ -146,7 +150,7 @@ pub async fn reconcile_with(
     // moved to the DLQ: read the DLQ (every message made visible again) only then, bounded.
     let mut dlq_reads = 0u64;
     let mut in_dlq = std::collections::HashMap::new();
-    if punctual_core::reconcile::open_releases(&population.rows, &records) > 0 {
+    if read_dlq && punctual_core::reconcile::open_releases(&population.rows, &records) > 0 {
         let depth = queues.depth_of(queues.dlq_url()).await.map_err(step("reading the DLQ's depth"))?;
         dlq_reads += 1;
         if depth.total() > 0 {

@@ -115,7 +115,7 @@ pub fn build(config: &SenderConfig, clients: Clients, seed: u64) -> App {
         seed.rotate_left(32),
     )
     .with_pause(PauseGate::new(DynamoControl::new(ddb, &config.ledger_table), clock, config.pause_check));
-    Deps { sender, concurrency: config.concurrency, slo: config.slo }
+    Deps { sender, concurrency: config.concurrency, slo: config.slo, max_receive_count: config.max_receive_count }
 }
 
 /// The SES provider over `sdk` (its endpoint and credentials) and the recipients table.

@@ -60,6 +60,9 @@ pub struct SenderConfig {
     /// `SLO_TARGET` (default 0.99) and `SLO_WITHIN_SECS` (default 300): the deadline SLO its
     /// metrics judge.
     pub slo: punctual_core::slo::SloPolicy,
+    /// `MAX_RECEIVE_COUNT` (default 5): the lanes' redrive policy `maxReceiveCount` (the
+    /// template sets both; `check_template.py` checks they agree).
+    pub max_receive_count: u32,
     /// Decision and service tunables.
     pub settings: SenderSettings,
     /// How often one instance re-reads the operator pause switch (5 s; not an environment
@@ -146,6 +149,12 @@ impl SenderConfig {
         })?;
         Ok(Self {
             slo,
+            max_receive_count: env.parse(
+                "MAX_RECEIVE_COUNT",
+                5,
+                "an integer in 1..=1000 (the lanes' maxReceiveCount)",
+                |v| (1..=1000).contains(v),
+            )?,
             send_queue_url: env.required("SEND_QUEUE_URL")?,
             urgent_queue_url: lanes.urgent_queue_url.clone(),
             dlq_url: env.required("DLQ_URL")?,

@@ -20,6 +20,10 @@ pub struct Deps<S> {
     pub concurrency: usize,
     /// The deadline SLO the metrics judge (`SLO_TARGET`, `SLO_WITHIN_SECS`).
     pub slo: SloPolicy,
+    /// The queues' `maxReceiveCount` (`MAX_RECEIVE_COUNT`): a message whose processing fails
+    /// on this receive is moved to the DLQ by SQS itself next, without a decision; the SLO
+    /// counts it breached then, once.
+    pub max_receive_count: u32,
 }
 
 /// An invocation's answer and its metrics.
@@ -79,6 +83,22 @@ fn record_metrics(m: &mut Metrics, p: &Processed, slo: &SloPolicy) {
     }
 }
 
+/// A reminder whose processing failed on its last receive leaves for the DLQ through SQS's
+/// redrive policy (`receive_count_backstop`) with no decision of the sender's, and its redriven
+/// copy is not judged: without this, an outage that fails every record (the ledger down for an
+/// hour) would publish no breach at all, and the burn rate would read 0 through it.
+fn backstop_verdict(m: &mut Metrics, record: &aws_lambda_events::event::sqs::SqsMessage, max_receive: u32) {
+    let receives = record.attributes.get("ApproximateReceiveCount").and_then(|v| v.parse::<u32>().ok());
+    if receives.is_none_or(|n| n < max_receive) {
+        return;
+    }
+    if let Ok(msg) = punctual_core::ReminderMessage::decode(record.body.as_deref().unwrap_or_default())
+        && msg.redrive.is_none()
+    {
+        m.slo(msg.tenant_id.as_str(), name::SLO_BREACHED, 1.0);
+    }
+}
+
 fn log(message_id: &str, result: &Result<Processed, SenderError>) {
     match result {
         Ok(p) => {
@@ -127,7 +147,10 @@ pub async fn handle<S: Process>(deps: &Deps<S>, event: LambdaEvent<SqsEvent>) ->
         log(record.message_id.as_deref().unwrap_or_default(), result);
         match result {
             Ok(p) => record_metrics(&mut metrics, p, &deps.slo),
-            Err(_) => metrics.count(name::INFRA_FAILURES, 1.0),
+            Err(_) => {
+                metrics.count(name::INFRA_FAILURES, 1.0);
+                backstop_verdict(&mut metrics, record, deps.max_receive_count);
+            }
         }
     }
     Ok(Handled { response, metrics })

@@ -43,7 +43,7 @@ fn rig_with<L: Ledger>(ledger: L, script: Vec<ProviderOutcome>) -> Rig<L> {
     let clock = ManualClock::new(now());
     let (sender, queue, provider) =
         punctual_core::testing::scripted_sender(ledger, &clock, Duration::from_millis(50), script, 1);
-    Rig { clock, queue, provider, deps: Deps { sender, concurrency: 4, slo: Default::default() } }
+    Rig { clock, queue, provider, deps: Deps { sender, concurrency: 4, slo: Default::default(), max_receive_count: 5 } }
 }
 
 fn rig() -> Rig<MemoryLedger> {
@@ -221,4 +221,23 @@ async fn the_slo_is_judged_once_per_released_reminder_per_tenant() {
     // Not yet due: no verdict yet.
     let h = rig().invoke(load("not-yet-due.json")).await;
     assert!(slo_counts(&h).is_empty());
+}
+
+#[tokio::test]
+async fn found_by_review_a_message_failing_on_its_last_receive_is_breached_once() {
+    // The ledger refuses every claim (an outage): each receive fails and SQS redelivers; on
+    // the 5th (the lanes' maxReceiveCount) SQS's own redrive policy moves it to the DLQ next,
+    // with no decision of the sender's. That receive, and only that one, counts it breached.
+    let at = |n: &str, file: &str| {
+        let mut e = load(file);
+        e.records[0].attributes.insert("ApproximateReceiveCount".into(), n.into());
+        e
+    };
+    for (n, file, want) in [("4", "due.json", 0usize), ("5", "due.json", 1), ("5", "redriven.json", 0)] {
+        let r = rig_with(FaultyLedger::new(MemoryLedger::new(), Fault::ClaimRefused, 10), vec![]);
+        let h = r.invoke(at(n, file)).await;
+        assert_eq!(h.response.batch_item_failures.len(), 1, "the outage fails the record");
+        let breached: Vec<_> = slo_counts(&h).into_iter().filter(|(_, m, _)| m == "SloBreached").collect();
+        assert_eq!(breached.len(), want, "receive {n} of {file}: {breached:?}");
+    }
 }

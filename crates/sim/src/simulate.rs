@@ -954,6 +954,33 @@ pub fn edf_late(deadlines: &mut [DateTime<Utc>], start: DateTime<Utc>, quota: f6
         .count() as u64
 }
 
+/// Late reminders under earliest-deadline-first at the quota when each reminder becomes
+/// available at its own `deliver_after` (a population's day): one server, one job per
+/// 1/quota, always the available job with the earliest deadline — the optimum for unit jobs
+/// with release times. Jobs are `(deliver_after, deliver_by)`.
+pub fn edf_late_released(jobs: &mut [(DateTime<Utc>, DateTime<Utc>)], quota: f64) -> u64 {
+    jobs.sort();
+    let step = TimeDelta::microseconds((1e6 / quota.max(1e-9)) as i64);
+    let mut ready: BinaryHeap<Reverse<DateTime<Utc>>> = BinaryHeap::new();
+    let (mut next, mut late) = (0usize, 0u64);
+    let mut t = jobs.first().map_or(t0(), |j| j.0);
+    while next < jobs.len() || !ready.is_empty() {
+        while next < jobs.len() && jobs[next].0 <= t {
+            ready.push(Reverse(jobs[next].1));
+            next += 1;
+        }
+        let Some(Reverse(by)) = ready.pop() else {
+            t = jobs[next].0;
+            continue;
+        };
+        t += step;
+        if t >= by {
+            late += 1;
+        }
+    }
+    late
+}
+
 /// Runs one simulation (on its own thread: it drives its own virtual-time runtime, and the
 /// caller may already be inside one).
 pub fn run(config: &SimConfig, worker: Worker) -> SimReport {
@@ -1037,7 +1064,14 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     }
     let mut deadlines: Vec<DateTime<Utc>> = msgs.iter().filter_map(|(_, m)| m.as_ref().map(|m| m.deliver_by)).collect();
     let healthy = deadlines.len();
-    let edf = edf_late(&mut deadlines, t0(), config.quota);
+    // A population's reminders become available at their own deliver_after, not all at T0.
+    let edf = if config.population.is_some() {
+        let mut jobs: Vec<(DateTime<Utc>, DateTime<Utc>)> =
+            msgs.iter().filter_map(|(_, m)| m.as_ref().map(|m| (m.deliver_after, m.deliver_by))).collect();
+        edf_late_released(&mut jobs, config.quota)
+    } else {
+        edf_late(&mut deadlines, t0(), config.quota)
+    };
     drop(deadlines);
 
     // The scheduler: the core's tick releases the fresh reminders (punctual: through the lane
@@ -1455,4 +1489,22 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             .collect(),
     };
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn found_by_review_edf_with_release_times_does_not_deliver_before_deliver_after() {
+        // 1,000 reminders all available at X with 5 s to their deadline, at 100/s: 500 make it.
+        let x = t0() + TimeDelta::hours(3);
+        let mut jobs = vec![(x, x + TimeDelta::seconds(5)); 1000];
+        let late = edf_late_released(&mut jobs, 100.0);
+        assert!((499..=501).contains(&late), "{late}");
+        // Everything released at T0 agrees with the T0 formula.
+        let mut at_t0: Vec<_> = (0..300).map(|k| (t0(), t0() + TimeDelta::seconds(1 + k % 4))).collect();
+        let mut deadlines: Vec<_> = at_t0.iter().map(|j| j.1).collect();
+        assert_eq!(edf_late_released(&mut at_t0, 100.0), edf_late(&mut deadlines, t0(), 100.0));
+    }
 }
