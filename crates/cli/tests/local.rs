@@ -9,12 +9,24 @@ use chrono::{TimeDelta, Utc};
 use punctual_core::{RenewalId, TenantId};
 use punctual_tests::{sdk_config, unique};
 
+/// One whole pipeline at a time: each test starts its own emulators, provider double and
+/// pollers, and four of them at once on two cores starved the two `run`s' shared limiter (CI
+/// once saw 10 of 310 calls answered 429 and a 30 s drain of 300 reminders). The `run` test's
+/// 429 bound is about the limiter, not about how busy the machine is.
+static ONE_PIPELINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_pipeline() -> std::sync::MutexGuard<'static, ()> {
+    ONE_PIPELINE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn punctual(state: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_punctual")).args(args).env("PUNCTUAL_STATE_DIR", state).output().unwrap()
 }
 
 #[tokio::test]
+#[allow(clippy::await_holding_lock)] // held on purpose across the whole test: see ONE_PIPELINE
 async fn local_up_then_hand_sent_messages_then_drain_accounts_for_each_one() {
+    let _one = one_pipeline();
     let state = std::env::temp_dir().join(unique("punctual-local"));
     let up = punctual(&state, &["local", "up", "--json"]);
     assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
@@ -61,6 +73,7 @@ async fn local_up_then_hand_sent_messages_then_drain_accounts_for_each_one() {
 
 #[test]
 fn a_local_pipeline_is_drained_from_a_shell_with_other_credentials() {
+    let _one = one_pipeline();
     // `local up` starts its own emulators (no AWS_ENDPOINT_URL): moto, and DynamoDB Local where
     // Java and `.tools/dynamodb-local` are there — the engine that keeps a database per access
     // key unless started with -sharedDb.
@@ -96,6 +109,7 @@ fn a_local_pipeline_is_drained_from_a_shell_with_other_credentials() {
 
 #[test]
 fn run_delivers_every_reminder_once_and_on_time() {
+    let _one = one_pipeline();
     let dir = std::env::temp_dir().join(unique("punctual-run"));
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
@@ -145,6 +159,7 @@ fn run_delivers_every_reminder_once_and_on_time() {
 /// during the run equals the reminders delivered.
 #[test]
 fn run_over_ses_sends_each_reminder_exactly_once_at_ses() {
+    let _one = one_pipeline();
     let dir = std::env::temp_dir().join(unique("punctual-run-ses"));
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
