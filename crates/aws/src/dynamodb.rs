@@ -136,6 +136,45 @@ pub async fn get(client: &Client, table: &str, pk: &str) -> Result<Option<Item>,
         .map_err(classify)
 }
 
+/// What [`get_batch`] read.
+#[derive(Debug, Default)]
+pub struct BatchRead {
+    /// The items found (an absent key has none).
+    pub items: Vec<Item>,
+    /// Keys DynamoDB still left unprocessed after the last attempt (throttling): unread, not
+    /// absent. Each caller decides what that means for it.
+    pub unread: usize,
+}
+
+/// Reads the items of up to 100 string `pk` keys with strongly consistent `BatchGetItem`s,
+/// asking again for the keys DynamoDB leaves unprocessed, `attempts` times in all, waiting
+/// `first_wait << min(attempt, 6)` between them.
+pub async fn get_batch(
+    client: &Client,
+    table: &str,
+    pks: &[String],
+    attempts: u32,
+    first_wait: std::time::Duration,
+) -> Result<BatchRead, DynamoError> {
+    let mut keys = aws_sdk_dynamodb::types::KeysAndAttributes::builder().consistent_read(true);
+    for pk in pks {
+        keys = keys.keys([("pk".to_owned(), AttributeValue::S(pk.clone()))].into());
+    }
+    let mut request = Some(keys.build().map_err(|e| DynamoError::Unknown(Box::new(e)))?);
+    let mut read = BatchRead::default();
+    for attempt in 0..attempts {
+        let Some(req) = request.take() else { break };
+        let out = client.batch_get_item().request_items(table, req).send().await.map_err(classify)?;
+        read.items.extend(out.responses.and_then(|mut r| r.remove(table)).unwrap_or_default());
+        request = out.unprocessed_keys.and_then(|mut u| u.remove(table)).filter(|k| !k.keys().is_empty());
+        if request.is_some() && attempt + 1 < attempts {
+            tokio::time::sleep(first_wait * (1u32 << attempt.min(6))).await;
+        }
+    }
+    read.unread = request.map_or(0, |k| k.keys().len());
+    Ok(read)
+}
+
 /// Creates an on-demand table keyed by a string `pk` (the ledger and renewals lookups). Used by
 /// tests and `punctual local`; on AWS the SAM template owns the tables.
 pub async fn create_pk_table(client: &Client, table: &str) -> Result<(), DynamoError> {

@@ -338,40 +338,21 @@ impl DynamoLedger {
         ids: &[ReminderId],
         mut progress: impl FnMut(usize),
     ) -> Result<std::collections::HashMap<ReminderId, LedgerRecord>, LedgerError> {
-        use aws_sdk_dynamodb::types::KeysAndAttributes;
         use futures_util::StreamExt;
+        use std::time::Duration;
         let unknown = |e: Box<dyn std::error::Error + Send + Sync>| LedgerError::Unknown(e);
         let mut unique: Vec<&ReminderId> = ids.iter().collect();
         unique.sort();
         unique.dedup();
-        let chunks: Vec<Vec<ReminderId>> =
-            unique.chunks(100).map(|c| c.iter().map(|id| (*id).clone()).collect()).collect();
-        let fetch = |chunk: Vec<ReminderId>| async move {
-            let mut keys = KeysAndAttributes::builder().consistent_read(true);
-            for id in &chunk {
-                keys = keys.keys([("pk".to_owned(), s(key(id)))].into());
-            }
-            let mut request = Some(keys.build().map_err(|e| unknown(Box::new(e)))?);
-            let mut items = Vec::new();
-            for attempt in 0..10u32 {
-                let Some(req) = request.take() else { break };
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, req)
-                    .send()
-                    .await
-                    .map_err(|e| unknown(Box::new(e)))?;
-                items.extend(out.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default());
-                request = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)).filter(|k| !k.keys().is_empty());
-                if request.is_some() {
-                    tokio::time::sleep(std::time::Duration::from_millis(25 << attempt.min(6))).await;
-                }
-            }
-            if request.is_some() {
+        let chunks: Vec<Vec<String>> = unique.chunks(100).map(|c| c.iter().map(|id| key(id)).collect()).collect();
+        let fetch = |pks: Vec<String>| async move {
+            let read = crate::dynamodb::get_batch(&self.client, &self.table, &pks, 10, Duration::from_millis(25))
+                .await
+                .map_err(from_dynamo)?;
+            if read.unread > 0 {
                 return Err(unknown("DynamoDB left keys unprocessed after 10 attempts".into()));
             }
-            Ok::<_, LedgerError>(items)
+            Ok::<_, LedgerError>(read.items)
         };
         let mut stream = futures_util::stream::iter(chunks).map(fetch).buffer_unordered(4);
         let mut out = std::collections::HashMap::new();

@@ -34,8 +34,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
-    KeysAndAttributes, Projection, ProjectionType, ScalarAttributeType,
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, ScalarAttributeType,
 };
 use chrono::{DateTime, Utc};
 use punctual_core::ids::{ReminderId, ReminderKind};
@@ -376,32 +376,18 @@ impl DynamoRenewals {
         let err = |e: Box<dyn std::error::Error + Send + Sync>| RenewalsError::Unknown(e);
         let mut existing: HashMap<String, Item> = HashMap::new();
         for chunk in rows.chunks(100) {
-            let mut keys = KeysAndAttributes::builder().consistent_read(true);
-            let mut seen = std::collections::HashSet::new();
-            for r in chunk {
-                let k = renewal_key(&r.tenant_id, &r.renewal_id);
-                if seen.insert(k.clone()) {
-                    keys = keys.keys([("pk".to_owned(), s(k))].into());
-                }
-            }
-            let mut request = Some(keys.build().map_err(|e| err(Box::new(e)))?);
-            for attempt in 0..8u32 {
-                let Some(req) = request.take() else { break };
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, req)
-                    .send()
-                    .await
-                    .map_err(|e| err(Box::new(e)))?;
-                for item in out.responses.and_then(|mut r| r.remove(&self.table)).unwrap_or_default() {
-                    if let Some(pk) = get_s(&item, "pk") {
-                        existing.insert(pk.to_owned(), item);
-                    }
-                }
-                request = out.unprocessed_keys.and_then(|mut u| u.remove(&self.table)).filter(|k| !k.keys().is_empty());
-                if request.is_some() {
-                    tokio_sleep(Duration::from_millis(50 << attempt)).await;
+            let mut pks: Vec<String> = chunk.iter().map(|r| renewal_key(&r.tenant_id, &r.renewal_id)).collect();
+            pks.sort();
+            pks.dedup();
+            // A key DynamoDB still leaves unread after 8 attempts is planned as absent: its
+            // write is conditional on absence, so a refusal re-plans it against the item as it
+            // is (`write_row`).
+            let read = crate::dynamodb::get_batch(&self.client, &self.table, &pks, 8, Duration::from_millis(50))
+                .await
+                .map_err(|e| err(Box::new(e)))?;
+            for item in read.items {
+                if let Some(pk) = get_s(&item, "pk") {
+                    existing.insert(pk.to_owned(), item);
                 }
             }
         }
@@ -548,10 +534,6 @@ impl DynamoRenewals {
             ConditionalUpdate::ConditionFailed(_) => Ok(Marked::NotPending),
         }
     }
-}
-
-async fn tokio_sleep(d: Duration) {
-    tokio::time::sleep(d).await;
 }
 
 fn pending_of(item: &Item) -> Option<Pending> {

@@ -44,7 +44,6 @@ use crate::accounting::{Ending, Outcome};
 use crate::clock::{add, until};
 use crate::ids::ReminderId;
 use crate::ports::LedgerRecord;
-use crate::reason::ReminderState;
 use crate::renewal::RenewalStatus;
 use crate::slo::{SloPolicy, SloSummary, SloTally, judge};
 
@@ -219,10 +218,6 @@ pub struct ReconcileInput<'a> {
 /// The default `grace`: two scheduler ticks.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(120);
 
-fn state_str(s: ReminderState) -> &'static str {
-    s.as_str()
-}
-
 fn unaccounted(row: &DueRow, rec: Option<&LedgerRecord>, problem: Problem, now: DateTime<Utc>) -> Unaccounted {
     Unaccounted {
         reminder_id: row.reminder_id.to_string(),
@@ -235,7 +230,7 @@ fn unaccounted(row: &DueRow, rec: Option<&LedgerRecord>, problem: Problem, now: 
             ReleaseState::Enqueued(at) => at,
             _ => None,
         },
-        ledger_state: rec.map(|r| state_str(r.state)),
+        ledger_state: rec.map(|r| r.state.as_str()),
         last_reason: rec.and_then(|r| r.last_reason.map(|c| c.as_str())),
         attempts: rec.map_or(0, |r| r.attempts),
         slack_seconds: slack(row, now),
@@ -564,7 +559,7 @@ pub fn parse_population(text: &str) -> Result<Vec<DueRow>, String> {
 mod tests {
     use super::*;
     use crate::ports::HistoryEntry;
-    use crate::reason::ReasonCode;
+    use crate::reason::{ReasonCode, ReminderState};
     use chrono::TimeDelta;
 
     fn t(s: i64) -> DateTime<Utc> {

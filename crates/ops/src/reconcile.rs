@@ -84,6 +84,14 @@ impl Window {
     }
 }
 
+/// A live line on stderr (hidden without `progress`).
+fn spinner(progress: bool) -> ProgressBar {
+    let bar = if progress { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
+    bar.set_style(ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
 /// The SLO from the environment (`SLO_TARGET`, `SLO_WITHIN_SECS`, as the functions read it).
 pub fn slo_policy() -> Result<SloPolicy, OpsError> {
     let env = |k: &str| std::env::var(k).ok();
@@ -115,9 +123,7 @@ pub async fn reconcile_with(
     progress: bool,
     read_dlq: bool,
 ) -> Result<(Reconciliation, u32), OpsError> {
-    let bar = if progress { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = spinner(progress);
     let renewals = DynamoRenewals::new(ddb.clone(), target.resources.renewals_table.clone());
     let population = renewals
         .population(window.from, window.to, window.tenant.as_deref(), |n| {
@@ -188,9 +194,7 @@ pub async fn day_population(
     progress: bool,
 ) -> Result<Vec<punctual_core::reconcile::DueRow>, OpsError> {
     let (ddb, _) = target.clients().await;
-    let bar = if progress { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("{spinner} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = spinner(progress);
     let from =
         day.and_hms_opt(0, 0, 0).map(|t| t.and_utc()).ok_or_else(|| OpsError::Invalid(vec![format!("{day}")]))?;
     let renewals = DynamoRenewals::new(ddb, target.resources.renewals_table.clone());

@@ -68,15 +68,8 @@ struct SimulateArgs {
     /// Reminders (default: the scenario's).
     #[arg(long)]
     reminders: Option<usize>,
-    /// Provider quota, calls per second.
-    #[arg(long, default_value_t = 100.0)]
-    quota: f64,
-    /// Concurrent workers on the normal lane (its mapping's MaximumConcurrency).
-    #[arg(long, default_value_t = 10)]
-    concurrency: usize,
-    /// Concurrent workers on the urgent lane.
-    #[arg(long, default_value_t = 10)]
-    urgent_concurrency: usize,
+    #[command(flatten)]
+    capacity: Capacity,
     /// Share of reminders with tight deadlines, 0..=1 (default: 0.1 for `mixed`, else 0).
     #[arg(long)]
     tight_share: Option<f64>,
@@ -117,21 +110,35 @@ struct ForecastArgs {
     /// The day (for the report).
     #[arg(long)]
     date: String,
-    /// Provider quota, calls per second.
-    #[arg(long, default_value_t = 100.0)]
-    quota: f64,
-    /// Concurrent senders on the normal lane.
-    #[arg(long, default_value_t = 10)]
-    concurrency: usize,
-    /// Concurrent senders on the urgent lane.
-    #[arg(long, default_value_t = 10)]
-    urgent_concurrency: usize,
+    #[command(flatten)]
+    capacity: Capacity,
     /// Seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// The quota and the senders a simulation runs with (`simulate` and `forecast` alike).
+#[derive(Args)]
+struct Capacity {
+    /// Provider quota, calls per second.
+    #[arg(long, default_value_t = 100.0)]
+    quota: f64,
+    /// Concurrent workers on the normal lane (its mapping's MaximumConcurrency).
+    #[arg(long, default_value_t = 10)]
+    concurrency: usize,
+    /// Concurrent workers on the urgent lane.
+    #[arg(long, default_value_t = 10)]
+    urgent_concurrency: usize,
+}
+
+impl Capacity {
+    /// False when a lane would have no workers or the provider no quota.
+    fn is_positive(&self) -> bool {
+        self.quota > 0.0 && self.concurrency > 0 && self.urgent_concurrency > 0
+    }
 }
 
 fn parse_range(s: &str) -> Result<(u64, u64), String> {
@@ -217,7 +224,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    if a.quota <= 0.0 || a.concurrency == 0 || a.urgent_concurrency == 0 || a.reminders == Some(0) {
+    if !a.capacity.is_positive() || a.reminders == Some(0) {
         eprintln!("punctual simulate: --quota, --concurrency, --urgent-concurrency and --reminders must be positive");
         return ExitCode::from(2);
     }
@@ -240,14 +247,14 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         },
         None => None,
     };
-    let (quota, concurrency, seed) = (a.quota, a.concurrency, a.seed);
+    let (quota, concurrency, seed) = (a.capacity.quota, a.capacity.concurrency, a.seed);
     let config = SimConfig {
         reminders: population.as_ref().map_or(a.reminders.unwrap_or(sc.default_reminders()), |p| p.rows.len()),
         population,
         slo,
         quota,
         concurrency,
-        urgent_concurrency: a.urgent_concurrency,
+        urgent_concurrency: a.capacity.urgent_concurrency,
         seed,
         tight_share: a.tight_share.unwrap_or(SimConfig::new(sc).tight_share),
         tight_seconds: a.tight_seconds.unwrap_or(SimConfig::new(sc).tight_seconds),
@@ -394,7 +401,7 @@ struct Forecast {
 }
 
 fn forecast_command(a: ForecastArgs) -> ExitCode {
-    if a.quota <= 0.0 || a.concurrency == 0 || a.urgent_concurrency == 0 {
+    if !a.capacity.is_positive() {
         eprintln!("punctual forecast: --quota, --concurrency and --urgent-concurrency must be positive");
         return ExitCode::from(2);
     }
@@ -408,15 +415,15 @@ fn forecast_command(a: ForecastArgs) -> ExitCode {
     };
     let started = std::time::Instant::now();
     if !a.json {
-        eprintln!("forecast: simulating {} reminders of {} at {}/s …", pop.rows.len(), a.date, a.quota);
+        eprintln!("forecast: simulating {} reminders of {} at {}/s …", pop.rows.len(), a.date, a.capacity.quota);
     }
     let config = SimConfig {
         reminders: pop.rows.len(),
         population: Some(std::sync::Arc::clone(&pop)),
         slo,
-        quota: a.quota,
-        concurrency: a.concurrency,
-        urgent_concurrency: a.urgent_concurrency,
+        quota: a.capacity.quota,
+        concurrency: a.capacity.concurrency,
+        urgent_concurrency: a.capacity.urgent_concurrency,
         seed: a.seed,
         ..SimConfig::new(Scenario::Normal)
     };
@@ -430,9 +437,9 @@ fn forecast_command(a: ForecastArgs) -> ExitCode {
         date: a.date.clone(),
         population: (pop.rows.len() as u64) + pop.excluded.values().sum::<u64>(),
         excluded: pop.excluded.clone(),
-        quota: a.quota,
-        concurrency: a.concurrency,
-        urgent_concurrency: a.urgent_concurrency,
+        quota: a.capacity.quota,
+        concurrency: a.capacity.concurrency,
+        urgent_concurrency: a.capacity.urgent_concurrency,
         slo: report.slo.clone(),
         late: report.counts.late,
         late_by_tenant,
