@@ -977,7 +977,7 @@ KIND_VARS = {
     "ses": {"SES_FROM_ADDRESS": {"Ref": "SesFromAddress"}},
 }
 ALWAYS = {"PROVIDER_KIND": {"Ref": "ProviderKind"}, "PROVIDER_IDEMPOTENCY": {"Ref": "ProviderIdempotency"},
-          "RECIPIENTS_TABLE": {"Ref": "RecipientsTable"}}
+          "RECIPIENTS_TABLE": {"Ref": "TenantRecipientsTable"}}
 SES_ONLY = {"SES_FROM_ADDRESS", "SES_CONFIGURATION_SET", "SES_TEMPLATE_PREFIX", "PROVIDER_RATE_FROM_ACCOUNT"}
 HTTP_ONLY = {"PROVIDER_URL", "PROVIDER_TOKEN_SECRET_ARN"}
 SES_PREFIX = "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:"
@@ -1045,13 +1045,25 @@ check_pattern(
 )
 
 # --- 10. The recipients table: addresses readable by the sender only, by key -------------------
-recipients = tables.get("RecipientsTable", {}).get("Properties", {})
+RECIPIENTS = "TenantRecipientsTable"
+recipients = tables.get(RECIPIENTS, {}).get("Properties", {})
+# The key the adapter reads and writes (crates/aws/src/recipients.rs TENANT, KEY): the pair, so
+# one tenant's reference can never reach another tenant's address.
+recipients_src = rust("crates/aws/src/recipients.rs")
+r_tenant = (re.findall(r'pub const TENANT: &str = "([^"]+)"', recipients_src) or [None])[0]
+r_key = (re.findall(r'pub const KEY: &str = "([^"]+)"', recipients_src) or [None])[0]
 check(
-    "the recipients table is keyed by recipient_ref (S) alone",
-    recipients.get("KeySchema") == [{"AttributeName": "recipient_ref", "KeyType": "HASH"}]
-    and recipients.get("AttributeDefinitions") == [{"AttributeName": "recipient_ref", "AttributeType": "S"}],
+    f"the recipients table is keyed by ({r_tenant}, {r_key}), both S, as the adapter reads it",
+    r_tenant is not None and r_key is not None
+    and recipients.get("KeySchema") == [{"AttributeName": r_tenant, "KeyType": "HASH"},
+                                        {"AttributeName": r_key, "KeyType": "RANGE"}]
+    and sorted(recipients.get("AttributeDefinitions", []), key=lambda d: d["AttributeName"])
+    == sorted([{"AttributeName": r_tenant, "AttributeType": "S"}, {"AttributeName": r_key, "AttributeType": "S"}],
+              key=lambda d: d["AttributeName"]),
     json.dumps(recipients.get("KeySchema")),
 )
+check("no recipients table keyed by recipient_ref alone remains in the template",
+      "RecipientsTable" not in template["Resources"])
 check("the recipients table is encrypted at rest", recipients.get("SSESpecification", {}).get("SSEEnabled") is True)
 
 
@@ -1064,14 +1076,14 @@ def mentions(node, logical_id):
 for name, f in sorted(functions.items()):
     binary = f.get("Metadata", {}).get("BuildProperties", {}).get("Binary")
     acts = sorted({a for st in statements(f) for a in as_list(st.get("Action", []))
-                   if any(mentions(r, "RecipientsTable") for r in as_list(st.get("Resource", [])))})
+                   if any(mentions(r, RECIPIENTS) for r in as_list(st.get("Resource", [])))})
     want = ["dynamodb:GetItem"] if binary == "sender" else []
     check(f"{binary}: recipients table access is {want or 'none'}", acts == want, ", ".join(acts))
     env_all = [resolve(f.get("Properties", {}).get("Environment", {}).get("Variables", {}), ps) for ps in SCENARIOS]
-    given = sorted({k for env in env_all for k, v in env.items() if mentions(v, "RecipientsTable")})
+    given = sorted({k for env in env_all for k, v in env.items() if mentions(v, RECIPIENTS)})
     check(f"{binary}: {'is given RECIPIENTS_TABLE' if binary == 'sender' else 'is not given the recipients table'}",
           given == (["RECIPIENTS_TABLE"] if binary == "sender" else []), ", ".join(given))
-check("an output gives the recipients table's name", any(ref_name(o.get("Value")) == "RecipientsTable" for o in outputs.values()))
+check("an output gives the recipients table's name", any(ref_name(o.get("Value")) == RECIPIENTS for o in outputs.values()))
 
 # The ledger's sparse `dead` index: the name, keys and projection `punctual status` queries
 # (crates/aws/src/ledger.rs DEAD_INDEX and its attributes), so status never needs a scan.

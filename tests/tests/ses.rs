@@ -39,7 +39,7 @@ async fn ses_on_the_emulator_sends_once_refuses_unverified_and_needs_a_recipient
     let table = unique("punctual-recipients");
     punctual_aws::recipients::create_table(&ddb, &table).await.unwrap();
     let book = DynamoRecipients::new(ddb.clone(), &table);
-    book.put("cust-1", &EmailAddress::parse("ana@customers.punctual.example").unwrap(), 0).await.unwrap();
+    book.put(&m_tenant(), "cust-1", &EmailAddress::parse("ana@customers.punctual.example").unwrap(), 0).await.unwrap();
 
     let settings = |from: &str| SesSettings {
         from_address: from.to_owned(),
@@ -87,4 +87,9 @@ async fn ses_on_the_emulator_sends_once_refuses_unverified_and_needs_a_recipient
         after,
         "nothing more sent"
     );
+}
+
+/// The tenant of `testing::message`.
+fn m_tenant() -> punctual_core::TenantId {
+    punctual_core::TenantId::parse("acme").unwrap()
 }

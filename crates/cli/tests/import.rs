@@ -177,8 +177,9 @@ async fn emails_go_to_the_recipients_table_only() {
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["ignored_columns"], serde_json::json!(["Email"]), "{summary}");
     let book = punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &recipients);
-    assert_eq!(book.address("cust-1").await.unwrap().unwrap().expose(), "ana@example.com");
-    assert_eq!(book.address("cust-4").await.unwrap(), None);
+    let acme = punctual_core::TenantId::parse("acme").unwrap();
+    assert_eq!(book.address(&acme, "cust-1").await.unwrap().unwrap().expose(), "ana@example.com");
+    assert_eq!(book.address(&acme, "cust-4").await.unwrap(), None);
     // The renewals table holds the reference, never the address.
     let item = ddb
         .get_item()
@@ -190,5 +191,47 @@ async fn emails_go_to_the_recipients_table_only() {
         .item
         .unwrap();
     assert!(!format!("{item:?}").contains("ana@example.com"), "{item:?}");
+    drop(store);
+}
+
+/// Two tenants may use the same `recipient_ref` for two different customers: each tenant's
+/// import keeps its own address, and neither replaces the other's (a reminder must never go to
+/// another tenant's customer).
+#[tokio::test]
+async fn two_tenants_with_one_recipient_ref_keep_their_own_addresses() {
+    let (name, store) = table().await;
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let recipients = unique("punctual-recipients");
+    punctual_aws::recipients::create_table(&ddb, &recipients).await.unwrap();
+    let header = "tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,window_minutes,email\n";
+    let a = write(
+        "tenant-a.csv",
+        &format!("{header}acme,ren-1,cust-1,email,Europe/London,2026-12-01,480,ana@acme.example\n"),
+    );
+    let b = write(
+        "tenant-b.csv",
+        &format!("{header}globex,ren-1,cust-1,email,Europe/London,2026-12-01,480,bo@globex.example\n"),
+    );
+    for path in [&a, &b] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
+            .args(["import", path.to_str().unwrap(), "--table", &name, "--recipients-table", &recipients, "--json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    // Read the table raw: every address each import wrote must still be there.
+    let items = ddb.scan().table_name(&recipients).send().await.unwrap().items.unwrap_or_default();
+    let held: Vec<String> = items.iter().filter_map(|i| i.get("email")?.as_s().ok().cloned()).collect();
+    assert!(held.contains(&"ana@acme.example".to_owned()), "tenant acme's address was replaced: {held:?}");
+    assert!(held.contains(&"bo@globex.example".to_owned()), "{held:?}");
+    // And each tenant's lookup answers with its own customer.
+    use punctual_core::ports::Recipients;
+    let book = punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &recipients);
+    for (tenant, want) in [("acme", "ana@acme.example"), ("globex", "bo@globex.example")] {
+        let tenant = punctual_core::TenantId::parse(tenant).unwrap();
+        assert_eq!(book.address(&tenant, "cust-1").await.unwrap().unwrap().expose(), want);
+    }
+    let initech = punctual_core::TenantId::parse("initech").unwrap();
+    assert_eq!(book.address(&initech, "cust-1").await.unwrap(), None, "no tenant reads another's address");
     drop(store);
 }

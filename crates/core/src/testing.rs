@@ -495,24 +495,25 @@ impl<L: Ledger> Ledger for FaultyLedger<L> {
 /// The in-memory recipients table.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryRecipients {
-    rows: Arc<Mutex<HashMap<String, crate::ports::EmailAddress>>>,
+    rows: Arc<Mutex<HashMap<(String, String), crate::ports::EmailAddress>>>,
 }
 
 impl MemoryRecipients {
-    /// Stores one address (panics on an invalid one: test support).
+    /// Stores one address of `tenant` (panics on an invalid one: test support).
     #[allow(clippy::panic)]
-    pub fn set(&self, recipient_ref: &str, address: &str) {
+    pub fn set(&self, tenant: &str, recipient_ref: &str, address: &str) {
         let a = crate::ports::EmailAddress::parse(address).unwrap_or_else(|e| panic!("{e}"));
-        lock(&self.rows).insert(recipient_ref.to_owned(), a);
+        lock(&self.rows).insert((tenant.to_owned(), recipient_ref.to_owned()), a);
     }
 }
 
 impl crate::ports::Recipients for MemoryRecipients {
     async fn address(
         &self,
+        tenant: &TenantId,
         recipient_ref: &str,
     ) -> Result<Option<crate::ports::EmailAddress>, crate::ports::RecipientsError> {
-        Ok(lock(&self.rows).get(recipient_ref).cloned())
+        Ok(lock(&self.rows).get(&(tenant.as_str().to_owned(), recipient_ref.to_owned())).cloned())
     }
 }
 

@@ -114,7 +114,9 @@ async fn up_on(
         renewals.put(&tenant, &renewal, "active", &reference, "email").await.map_err(step("seeding demo renewals"))?;
         let address = punctual_core::ports::EmailAddress::parse(&crate::ses::local_address(&reference))
             .map_err(step("naming demo recipients"))?;
-        book.put(&reference, &address, Utc::now().timestamp_millis()).await.map_err(step("seeding demo recipients"))?;
+        book.put(&tenant, &reference, &address, Utc::now().timestamp_millis())
+            .await
+            .map_err(step("seeding demo recipients"))?;
     }
     // Fault injection for the lifecycle test (README, "Processes"): fail after everything
     // was started, before the state is written, the way a late provisioning error does.

@@ -334,7 +334,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
             .filter_map(|r| {
                 let address =
                     punctual_core::ports::EmailAddress::parse(&crate::ses::local_address(&r.recipient_ref)).ok()?;
-                Some((r.recipient_ref.clone(), address))
+                Some((r.tenant_id.clone(), r.recipient_ref.clone(), address))
             })
             .collect();
         book.put_all(&entries, Utc::now().timestamp_millis()).await.map_err(step("writing the recipients"))?;

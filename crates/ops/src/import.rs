@@ -329,26 +329,32 @@ pub async fn run(
 }
 
 /// Each line's address, checked: invalid ones and a second, different address for the same
-/// `recipient_ref` reject their line (its renewal is not imported either: nothing half-done).
-fn addresses(rows: &[ParsedLine]) -> (HashMap<usize, (String, punctual_core::ports::EmailAddress)>, Vec<Reject>) {
+/// `(tenant_id, recipient_ref)` reject their line (its renewal is not imported either: nothing
+/// half-done). A reference is the tenant's own: another tenant's equal reference is another
+/// customer, never a conflict.
+fn addresses(rows: &[ParsedLine]) -> (HashMap<usize, punctual_core::ports::EmailAddress>, Vec<Reject>) {
     let mut out = HashMap::new();
     let mut rejected = Vec::new();
-    let mut by_ref: HashMap<String, (usize, String)> = HashMap::new();
+    let mut by_ref: HashMap<(String, String), (usize, String)> = HashMap::new();
     for (line, row) in rows {
         let Ok(r) = row else { continue };
         if r.email.trim().is_empty() {
             continue;
         }
+        let key = (r.tenant_id.trim().to_owned(), r.recipient_ref.trim().to_owned());
         match punctual_core::ports::EmailAddress::parse(&r.email) {
             Err(e) => rejected.push(Reject { line: *line, reason: format!("email: {e}") }),
-            Ok(a) => match by_ref.get(r.recipient_ref.trim()) {
+            Ok(a) => match by_ref.get(&key) {
                 Some((first, prior)) if prior != a.expose() => rejected.push(Reject {
                     line: *line,
-                    reason: format!("recipient_ref {:?} has another email on line {first}", r.recipient_ref.trim()),
+                    reason: format!(
+                        "recipient_ref {:?} of tenant {:?} has another email on line {first}",
+                        key.1, key.0
+                    ),
                 }),
                 _ => {
-                    by_ref.insert(r.recipient_ref.trim().to_owned(), (*line, a.expose().to_owned()));
-                    out.insert(*line, (r.recipient_ref.trim().to_owned(), a));
+                    by_ref.insert(key, (*line, a.expose().to_owned()));
+                    out.insert(*line, a);
                 }
             },
         }
@@ -378,13 +384,13 @@ async fn run_with(
     // moment it is written already finds its recipient; an address whose renewal is then
     // refused (a conflict) is harmless: nothing refers to it that did not before.
     if let Some(r) = recipients {
-        let mut book: Vec<(String, punctual_core::ports::EmailAddress)> = Vec::new();
+        let mut book: Vec<punctual_aws::recipients::Entry> = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        for (line, _) in &valid {
-            if let Some((reference, address)) = emails.get(line)
-                && seen.insert(reference.clone())
+        for (line, renewal) in &valid {
+            if let Some(address) = emails.get(line)
+                && seen.insert((renewal.tenant_id.clone(), renewal.recipient_ref.clone()))
             {
-                book.push((reference.clone(), address.clone()));
+                book.push((renewal.tenant_id.clone(), renewal.recipient_ref.clone(), address.clone()));
             }
         }
         if !book.is_empty() {

@@ -147,15 +147,19 @@ impl<R: Recipients> Provider for SesProvider<R> {
         // The lookup spends the call's own budget (the sender sized it to the deadline and the
         // lease): the send gets what is left, and a lookup that overruns sends nothing.
         let started = std::time::Instant::now();
-        let address = match tokio::time::timeout(req.timeout, self.recipients.address(reference)).await {
-            Ok(Ok(Some(a))) => a,
-            Ok(Ok(None)) => {
-                return unknown(format!("no address for recipient_ref {reference:?} in the recipients table"));
-            }
-            // The store failed or was too slow: nothing was sent; the sender defers.
-            Ok(Err(e)) => return Err(ProviderError::Unknown(Box::new(e))),
-            Err(_) => return Err(ProviderError::Unknown("the recipients lookup overran the call's budget".into())),
-        };
+        let address =
+            match tokio::time::timeout(req.timeout, self.recipients.address(&req.message.tenant_id, reference)).await {
+                Ok(Ok(Some(a))) => a,
+                Ok(Ok(None)) => {
+                    return unknown(format!(
+                        "no address for recipient_ref {reference:?} of tenant {} in the recipients table",
+                        req.message.tenant_id
+                    ));
+                }
+                // The store failed or was too slow: nothing was sent; the sender defers.
+                Ok(Err(e)) => return Err(ProviderError::Unknown(Box::new(e))),
+                Err(_) => return Err(ProviderError::Unknown("the recipients lookup overran the call's budget".into())),
+            };
         let left = req.timeout.saturating_sub(started.elapsed());
         let tag = MessageTag::builder()
             .name("punctual_reminder")

@@ -29,7 +29,10 @@ fn sdk(endpoint: &str) -> aws_sdk_sesv2::config::Config {
 
 fn provider(endpoint: &str, content: SesContent) -> SesProvider<MemoryRecipients> {
     let recipients = MemoryRecipients::default();
-    recipients.set("cust-1", ADDRESS);
+    recipients.set("acme", "cust-1", ADDRESS);
+    // Another tenant's customer under the same reference.
+    recipients.set("globex", "cust-1", "bo@globex.example");
+    recipients.set("globex", "cust-2", "cy@globex.example");
     let settings = SesSettings {
         from_address: "reminders@billing.example.com".into(),
         configuration_set: Some("punctual-events".into()),
@@ -183,4 +186,22 @@ async fn a_missing_recipient_sends_nothing_and_says_why() {
         }
     }
     assert!(double.ses_requests().is_empty());
+}
+
+/// A reference is resolved inside the message's tenant only: acme's `cust-1` goes to acme's
+/// customer although globex holds a `cust-1` too, and globex's `cust-2` is never an answer for
+/// acme.
+#[tokio::test]
+async fn a_reference_resolves_inside_the_messages_tenant_only() {
+    let double = Double::start(Config::default(), 0).await.unwrap();
+    let p = provider(&double.ses_endpoint(), SesContent::Template);
+    assert!(matches!(send(&p, Some("cust-1")).await, ProviderOutcome::Accepted { .. }));
+    assert_eq!(double.ses_requests()[0]["Destination"]["ToAddresses"][0], ADDRESS);
+    match send(&p, Some("cust-2")).await {
+        ProviderOutcome::Undeliverable { reason: ReasonCode::RecipientUnknown, detail } => {
+            assert!(detail.contains("of tenant acme"), "{detail}");
+        }
+        other => panic!("globex's cust-2 answered acme's lookup: {other:?}"),
+    }
+    assert_eq!(double.ses_requests().len(), 1);
 }

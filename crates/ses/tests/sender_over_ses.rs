@@ -28,7 +28,7 @@ async fn throttling_defers_a_rejection_quarantines_and_an_unknown_outcome_is_nev
     let recipients = MemoryRecipients::default();
     // testing::AllActive gives every renewal the recipient_ref "recipient:{tenant}:{renewal}".
     for n in 1..=3 {
-        recipients.set(&format!("recipient:acme:ren-{n}"), &format!("c{n}@example.com"));
+        recipients.set("acme", &format!("recipient:acme:ren-{n}"), &format!("c{n}@example.com"));
     }
     let settings = SesSettings {
         from_address: "r@example.com".into(),

@@ -1,11 +1,17 @@
 //! The recipients port: where a renewal's opaque `recipient_ref` is resolved to an address,
 //! only at the moment of sending, by a provider that needs one (SES). Messages, the DLQ, the
 //! ledger and the logs only ever carry the reference.
+//!
+//! A reference means something only inside its tenant: two tenants may both call a customer
+//! `cust-1`. Every lookup and every write is therefore keyed by `(tenant_id, recipient_ref)`;
+//! a store keyed by the reference alone would let one tenant's import replace another tenant's
+//! address, and a reminder would go to the wrong company's customer.
 
 use std::fmt;
 use std::future::Future;
 
 use super::{BoxError, Certainty};
+use crate::ids::TenantId;
 
 /// An email address. Its `Debug` and `Display` never show it (it is personal data): only
 /// [`EmailAddress::expose`] does, at the one place that hands it to the provider.
@@ -49,8 +55,10 @@ pub struct InvalidAddress;
 #[derive(Debug, thiserror::Error)]
 pub enum RecipientsError {
     /// A stored address is not one.
-    #[error("recipient {recipient_ref} holds an unusable address")]
+    #[error("recipient {recipient_ref} of tenant {tenant_id} holds an unusable address")]
     Corrupt {
+        /// The tenant.
+        tenant_id: String,
         /// The reference.
         recipient_ref: String,
     },
@@ -66,11 +74,13 @@ impl RecipientsError {
     }
 }
 
-/// Resolves references to addresses.
+/// Resolves a tenant's references to addresses.
 pub trait Recipients: Send + Sync {
-    /// The address for `recipient_ref`; `None` when the store has none.
+    /// The address `tenant` holds for `recipient_ref`; `None` when the store has none (another
+    /// tenant's entry under the same reference is never an answer).
     fn address(
         &self,
+        tenant: &TenantId,
         recipient_ref: &str,
     ) -> impl Future<Output = Result<Option<EmailAddress>, RecipientsError>> + Send;
 }
