@@ -1104,18 +1104,18 @@ check("dead_reason is a string and deliver_by_ms a number", types.get("dead_reas
 # ============================================================================================
 # Issue 16: a deadline SLO over the due population. The template's SLO alarms, dashboard and
 # Contributor Insights rule read exactly the metrics the code emits: names and the tenant
-# property from crates/aws/src/emf.rs, emitters as below, the stack's namespace, the one
+# property from crates/core/src/metrics.rs, emitters as below, the stack's namespace, the one
 # dimension Function. The by_day index is checked against crates/aws/src/renewals.rs.
 # ============================================================================================
 
 # --- 11. The metrics: names from the code, and who emits each ---------------------------------
-emf_src = rust("crates/aws/src/emf.rs")
+emf_src = rust("crates/core/src/metrics.rs")
 SLO_CONSTS = ["SLO_DUE", "SLO_MET", "SLO_BREACHED", "SLO_EXCLUDED"]
 slo_names = {c: (re.findall(r'pub const ' + c + r': &str = "([^"]+)";', emf_src) or [None])[0] for c in SLO_CONSTS}
-check("the SLO metric names are read from crates/aws/src/emf.rs (SLO_DUE, SLO_MET, SLO_BREACHED, SLO_EXCLUDED)",
+check("the SLO metric names are read from crates/core/src/metrics.rs (SLO_DUE, SLO_MET, SLO_BREACHED, SLO_EXCLUDED)",
       all(slo_names.values()) and len(set(slo_names.values())) == len(SLO_CONSTS), json.dumps(slo_names))
 tenant_prop = (re.findall(r'pub const TENANT_PROPERTY: &str = "([^"]+)";', emf_src) or [None])[0]
-check("the SLO documents' tenant property is read from crates/aws/src/emf.rs (TENANT_PROPERTY)", bool(tenant_prop), str(tenant_prop))
+check("the SLO documents' tenant property is read from crates/core/src/metrics.rs (TENANT_PROPERTY)", bool(tenant_prop), str(tenant_prop))
 DUE, MET, BREACHED, EXCLUDED = (slo_names[c] or f"<{c}>" for c in SLO_CONSTS)
 # Which function emits each (dimension Function): the due population is counted at release, its
 # outcome by the sender, and a reminder the scheduler finds expired is a breach of both.
@@ -1125,7 +1125,7 @@ EMITTERS = {DUE: {"scheduler"}, MET: {"sender"}, BREACHED: {"sender", "scheduler
 def slo_metric_wrong(name, namespace, dims, want_namespace):
     """What is wrong with one reference to an SLO metric ("" when it is what the code emits)."""
     if name not in EMITTERS:
-        return f"{name}: not a metric emf.rs emits"
+        return f"{name}: not a metric metrics.rs emits"
     if namespace != want_namespace:
         return f"{name}: namespace {json.dumps(namespace)}"
     if set(dims) != {"Function"} or dims["Function"] not in EMITTERS[name]:
@@ -1310,7 +1310,7 @@ for name, a in sorted(alarms.items()):
     refs = [(p.get("MetricName"), p.get("Namespace"), metric_of(p)[2])] if "MetricName" in p else []
     refs += [(n, ns, d) for n, ns, d, _ in alarm_queries(p)[2]]
     slo_refs += [f"{name}: {w}" for w in (slo_metric_wrong(n, ns, d, NAMESPACE) for n, ns, d in refs if str(n).startswith("Slo")) if w]
-check("every alarm that reads an Slo* metric reads one emf.rs emits, in the stack's namespace, with its emitters' Function", not slo_refs, "; ".join(slo_refs))
+check("every alarm that reads an Slo* metric reads one metrics.rs emits, in the stack's namespace, with its emitters' Function", not slo_refs, "; ".join(slo_refs))
 
 
 # --- 13. The dashboard's SLO widgets ------------------------------------------------------------
@@ -1390,7 +1390,7 @@ for w in widgets:
             wrong = slo_metric_wrong(n, ns, d, "${Namespace}") or ("" if st == "Sum" else f"{n}: {st}")
             if wrong:
                 dash_slo.append(f"{w['properties'].get('title')}: {wrong}")
-check("every Slo* metric on the dashboard is one emf.rs emits, in the stack's namespace, with its emitters' Function, summed",
+check("every Slo* metric on the dashboard is one metrics.rs emits, in the stack's namespace, with its emitters' Function, summed",
       not dash_slo, "; ".join(dash_slo))
 
 # --- 14. Who breaches: the Contributor Insights rule, and its widget ----------------------------
@@ -1406,9 +1406,9 @@ except ValueError:
     body = {}
 check("its body is JSON built with !Sub (the log groups' names resolve)", bool(body), str(body_sub))
 contribution = body.get("Contribution", {})
-check(f"its key is the SLO documents' tenant property ($.{tenant_prop}, emf.rs TENANT_PROPERTY)",
+check(f"its key is the SLO documents' tenant property ($.{tenant_prop}, metrics.rs TENANT_PROPERTY)",
       bool(tenant_prop) and contribution.get("Keys") == [f"$.{tenant_prop}"], json.dumps(contribution.get("Keys")))
-check(f"it sums $.{BREACHED} (emf.rs SLO_BREACHED) over the documents that carry a breach",
+check(f"it sums $.{BREACHED} (metrics.rs SLO_BREACHED) over the documents that carry a breach",
       contribution.get("ValueOf") == f"$.{BREACHED}" and body.get("AggregateOn") == "Sum"
       and contribution.get("Filters") == [{"Match": f"$.{BREACHED}", "GreaterThan": 0}],
       json.dumps({"ValueOf": contribution.get("ValueOf"), "Filters": contribution.get("Filters"), "AggregateOn": body.get("AggregateOn")}))

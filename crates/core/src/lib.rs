@@ -12,6 +12,7 @@ pub mod decision;
 pub mod ids;
 pub mod lanes;
 pub mod limiter;
+pub mod metrics;
 pub mod pause;
 pub mod ports;
 pub mod provider;
