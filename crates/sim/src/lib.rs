@@ -10,6 +10,7 @@
 pub mod chart;
 pub mod check;
 pub mod simulate;
+pub(crate) mod sqs;
 
 pub use simulate::*;
 
