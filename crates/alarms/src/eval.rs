@@ -286,8 +286,7 @@ impl Evaluator {
     /// alarms in template order, then composites.
     pub fn evaluate(&mut self, now: i64, store: &MetricStore) -> Result<Vec<Transition>, EvalError> {
         let mut transitions = Vec::new();
-        let alarms = self.alarms.metric.clone();
-        for alarm in &alarms {
+        for alarm in &self.alarms.metric {
             let values = self.datapoints(alarm, now, store)?;
             let points: Vec<Point> = values
                 .iter()
@@ -304,12 +303,10 @@ impl Evaluator {
                 Outcome::Retain => from,
             };
             if to != from {
-                self.states.insert(alarm.name.clone(), to);
-                let actions = match to {
-                    _ if !alarm.actions_enabled => Vec::new(),
-                    State::Alarm => alarm.actions.clone(),
-                    State::Ok => alarm.ok_actions.clone(),
-                    State::InsufficientData => alarm.insufficient_data_actions.clone(),
+                let actions = if alarm.actions_enabled {
+                    actions_for(to, &alarm.actions, &alarm.ok_actions, &alarm.insufficient_data_actions)
+                } else {
+                    Vec::new()
                 };
                 transitions.push(Transition {
                     alarm: alarm.name.clone(),
@@ -322,18 +319,21 @@ impl Evaluator {
                 });
             }
         }
-        for i in self.composite_order.clone() {
+        // Every metric alarm of this instant is decided before any state changes.
+        for t in &transitions {
+            self.states.insert(t.alarm.clone(), t.to);
+        }
+        for &i in &self.composite_order {
             let Some(alarm) = self.alarms.composite.get(i) else { continue };
             let states = &self.states;
             let truth = alarm.rule.evaluate(&|name| states.get(name).copied().unwrap_or(State::InsufficientData));
             let to = if truth { State::Alarm } else { State::Ok };
             let from = self.state(&alarm.name).unwrap_or(State::InsufficientData);
             if to != from {
-                let actions = match to {
-                    _ if !alarm.actions_enabled => Vec::new(),
-                    State::Alarm => alarm.actions.clone(),
-                    State::Ok => alarm.ok_actions.clone(),
-                    State::InsufficientData => alarm.insufficient_data_actions.clone(),
+                let actions = if alarm.actions_enabled {
+                    actions_for(to, &alarm.actions, &alarm.ok_actions, &alarm.insufficient_data_actions)
+                } else {
+                    Vec::new()
                 };
                 transitions.push(Transition {
                     alarm: alarm.name.clone(),
@@ -348,6 +348,15 @@ impl Evaluator {
             }
         }
         Ok(transitions)
+    }
+}
+
+/// The actions of a transition to `to`.
+fn actions_for(to: State, alarm: &[String], ok: &[String], insufficient: &[String]) -> Vec<String> {
+    match to {
+        State::Alarm => alarm.to_vec(),
+        State::Ok => ok.to_vec(),
+        State::InsufficientData => insufficient.to_vec(),
     }
 }
 

@@ -124,10 +124,34 @@ impl fmt::Display for Stat {
     }
 }
 
+/// The samples of one metric at one second, with their running aggregates (so Sum, Average,
+/// Minimum, Maximum and SampleCount never copy the samples).
+#[derive(Debug, Clone, Default)]
+struct Bucket {
+    sum: f64,
+    min: f64,
+    max: f64,
+    values: Vec<f64>,
+}
+
+impl Bucket {
+    fn add(&mut self, value: f64) {
+        if self.values.is_empty() {
+            self.min = value;
+            self.max = value;
+        } else {
+            self.min = self.min.min(value);
+            self.max = self.max.max(value);
+        }
+        self.sum += value;
+        self.values.push(value);
+    }
+}
+
 /// Raw samples of every metric, by time (unix seconds).
 #[derive(Debug, Clone, Default)]
 pub struct MetricStore {
-    samples: BTreeMap<MetricId, BTreeMap<i64, Vec<f64>>>,
+    samples: BTreeMap<MetricId, BTreeMap<i64, Bucket>>,
 }
 
 impl MetricStore {
@@ -151,7 +175,10 @@ impl MetricStore {
             Some(by_time) => by_time,
             None => self.samples.entry(id.clone()).or_default(),
         };
-        by_time.entry(at).or_default().extend_from_slice(values);
+        let bucket = by_time.entry(at).or_default();
+        for value in values {
+            bucket.add(*value);
+        }
     }
 
     /// The samples of `id` in `[start, end)`, oldest first.
@@ -161,14 +188,38 @@ impl MetricStore {
         }
         self.samples
             .get(id)
-            .map(|by_time| by_time.range(start..end).flat_map(|(_, values)| values.iter().copied()).collect())
+            .map(|by_time| by_time.range(start..end).flat_map(|(_, b)| b.values.iter().copied()).collect())
             .unwrap_or_default()
     }
 
     /// The statistic of `id` over `[start, end)`; `None` (a missing datapoint) when the range
     /// holds no sample.
     pub fn statistic(&self, id: &MetricId, stat: Stat, start: i64, end: i64) -> Option<f64> {
-        stat.of(&self.samples(id, start, end))
+        if let Stat::Percentile(_) = stat {
+            return stat.of(&self.samples(id, start, end));
+        }
+        if start >= end {
+            return None;
+        }
+        let buckets = self.samples.get(id)?.range(start..end).map(|(_, b)| b);
+        let (mut sum, mut count, mut min, mut max) = (0.0, 0usize, f64::INFINITY, f64::NEG_INFINITY);
+        for b in buckets {
+            sum += b.sum;
+            count += b.values.len();
+            min = min.min(b.min);
+            max = max.max(b.max);
+        }
+        if count == 0 {
+            return None;
+        }
+        Some(match stat {
+            Stat::Sum => sum,
+            Stat::Average => sum / count as f64,
+            Stat::Minimum => min,
+            Stat::Maximum => max,
+            Stat::SampleCount => count as f64,
+            Stat::Percentile(_) => return None,
+        })
     }
 
     /// `count` consecutive datapoints of `period` seconds ending at `end` (exclusive), oldest
@@ -248,6 +299,23 @@ mod tests {
         store.put(&id(), 130, 2.0);
         // Three one-minute datapoints ending at 180: [0,60) [60,120) [120,180).
         assert_eq!(store.datapoints(&id(), Stat::Sum, 60, 180, 3), vec![Some(1.0), None, Some(2.0)]);
+    }
+
+    /// The running aggregates give what the raw samples give, for every range.
+    #[test]
+    fn aggregates_match_the_samples() {
+        let mut store = MetricStore::new();
+        for i in 0..200i64 {
+            let value = ((i * 37) % 23) as f64 - 11.5;
+            store.put_many(&id(), i % 50, &[value, value * 2.0]);
+        }
+        let stats = [Stat::Sum, Stat::Average, Stat::Minimum, Stat::Maximum, Stat::SampleCount, Stat::Percentile(90.0)];
+        for (start, end) in [(0, 50), (3, 4), (10, 37), (49, 60), (60, 70)] {
+            for stat in stats {
+                let want = stat.of(&store.samples(&id(), start, end));
+                assert_eq!(store.statistic(&id(), stat, start, end), want, "{stat} [{start}, {end})");
+            }
+        }
     }
 
     #[test]
