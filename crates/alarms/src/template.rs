@@ -1,6 +1,16 @@
 //! Reading alarms from a CloudFormation/SAM template: every `AWS::CloudWatch::Alarm` and
-//! `AWS::CloudWatch::CompositeAlarm` resource, its intrinsics resolved (see [`intrinsics`]),
-//! checked and turned into [`MetricAlarm`]s and [`CompositeAlarm`]s.
+//! `AWS::CloudWatch::CompositeAlarm` resource, its intrinsics resolved, checked and turned into
+//! [`MetricAlarm`]s and [`CompositeAlarm`]s.
+//!
+//! Intrinsics, short-tag (`!Ref X`) or long form (`{"Ref": "X"}`): `Ref` (a parameter's value —
+//! its override, else its `Default`, else an error naming it —, a pseudo parameter from
+//! [`Options`], a resource's logical id; `AWS::NoValue` removes the property or list element),
+//! `Fn::Sub` (string or `[string, variables]`; `${X.Attr}` as `Fn::GetAtt`, `${!Literal}`
+//! escaped), `Fn::GetAtt` (`X.QueueName` → `X`, `X.Arn` → `arn:{partition}:{service}:{region}:{account}:X`,
+//! anything else → `X.Attr`), `Fn::If`, `Fn::Equals`, `Fn::Not`, `Fn::And`, `Fn::Or`,
+//! `Condition`, `Fn::Join`, `Fn::Select`, `Fn::Split`; the `Conditions` section is evaluated
+//! from the parameter values. Any other intrinsic is an error naming the alarm and the
+//! function.
 //!
 //! Properties are those of the resource reference
 //! (AWS::CloudWatch::Alarm, <https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-cloudwatch-alarm.html>;
