@@ -1,0 +1,206 @@
+//! The repository's own `infra/template.yaml`, read and evaluated as the drill will.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use punctual_alarms::{
+    Comparison, Evaluator, MetricId, MetricStore, Options, QueryKind, Rule, Source, Stat, State, TemplateError,
+    TreatMissing, load_path,
+};
+
+const TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:alarms";
+
+fn template() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../infra/template.yaml")
+}
+
+/// The defaults, and the one parameter without a default (AlarmTopicArn).
+fn defaults() -> Options {
+    let mut opts = Options::default();
+    opts.parameters.insert("AlarmTopicArn".into(), TOPIC.into());
+    opts
+}
+
+/// How many resources of `kind` the template declares, counted on its text.
+fn count(kind: &str) -> usize {
+    let text = std::fs::read_to_string(template()).unwrap();
+    text.lines().filter(|l| l.trim() == format!("Type: {kind}")).count()
+}
+
+#[test]
+fn yields_every_alarm_of_the_template() {
+    let alarms = load_path(&template(), &defaults()).unwrap();
+    assert_eq!(alarms.metric.len(), count("AWS::CloudWatch::Alarm"));
+    assert_eq!(alarms.composite.len(), count("AWS::CloudWatch::CompositeAlarm"));
+    assert!(alarms.metric.len() >= 20 && alarms.composite.len() >= 2);
+    // Only the composites notify for the burn-rate components; every other alarm pages the topic.
+    for alarm in &alarms.metric {
+        if alarm.name.starts_with("SloFastBurn") || alarm.name.starts_with("SloSlowBurn") {
+            assert!(alarm.actions.is_empty(), "{}", alarm.name);
+        } else {
+            assert_eq!(alarm.actions, vec![TOPIC], "{}", alarm.name);
+        }
+    }
+}
+
+#[test]
+fn the_topic_parameter_has_no_default() {
+    let err = load_path(&template(), &Options::default()).unwrap_err();
+    assert!(matches!(&err, TemplateError::MissingParameter { parameter, .. } if parameter == "AlarmTopicArn"), "{err}");
+}
+
+#[test]
+fn scheduler_not_ticking() {
+    let alarms = load_path(&template(), &defaults()).unwrap();
+    let a = alarms.metric_alarm("SchedulerNotTickingAlarm").unwrap();
+    let Source::Metric { metric, stat, period } = &a.source else { panic!("{:?}", a.source) };
+    assert_eq!(metric, &MetricId::new("AWS/Lambda", "Invocations", &[("FunctionName", "SchedulerFunction")]));
+    assert_eq!((*stat, *period), (Stat::Sum, 300));
+    assert_eq!((a.evaluation_periods, a.datapoints_to_alarm), (2, 2));
+    assert_eq!((a.comparison, a.threshold), (Comparison::LessThanThreshold, 1.0));
+    assert_eq!(a.treat_missing, TreatMissing::Breaching);
+}
+
+#[test]
+fn throttle_ratio_is_metric_math_returning_ratio() {
+    let alarms = load_path(&template(), &defaults()).unwrap();
+    let a = alarms.metric_alarm("ThrottleRatioAlarm").unwrap();
+    let Source::Math { queries } = &a.source else { panic!("{:?}", a.source) };
+    assert_eq!(queries.len(), 3);
+    let returned: Vec<&str> = queries.iter().filter(|q| q.return_data).map(|q| q.id.as_str()).collect();
+    assert_eq!(returned, vec!["ratio"]);
+    assert_eq!(queries[2].label.as_deref(), Some("429 ratio"));
+    let QueryKind::Stat { metric, stat, period } = &queries[0].kind else { panic!() };
+    assert_eq!(metric, &MetricId::new("punctual/drill", "Provider429", &[("Function", "sender")]));
+    assert_eq!((*stat, *period), (Stat::Sum, 60));
+    assert_eq!((a.evaluation_periods, a.datapoints_to_alarm, a.threshold), (3, 2, 0.01));
+}
+
+#[test]
+fn fast_burn_composite_rule() {
+    let alarms = load_path(&template(), &defaults()).unwrap();
+    let fast = alarms.composite_alarm("SloFastBurnAlarm").unwrap();
+    let is = |alarm: &str| Rule::Is { state: State::Alarm, alarm: alarm.into() };
+    assert_eq!(fast.rule, Rule::And(Box::new(is("SloFastBurn1hAlarm")), Box::new(is("SloFastBurn5mAlarm"))));
+    assert_eq!(fast.rule.to_string(), "ALARM(SloFastBurn1hAlarm) AND ALARM(SloFastBurn5mAlarm)");
+    assert_eq!(fast.actions, vec![TOPIC]);
+    let slow = alarms.composite_alarm("SloSlowBurnAlarm").unwrap();
+    assert_eq!(slow.rule.to_string(), "ALARM(SloSlowBurn6hAlarm) AND ALARM(SloSlowBurn30mAlarm)");
+}
+
+#[test]
+fn custom_metrics_live_in_the_stacks_namespace() {
+    let alarms = load_path(&template(), &defaults()).unwrap();
+    let a = alarms.metric_alarm("SenderInfrastructureFailuresAlarm").unwrap();
+    let Source::Metric { metric, .. } = &a.source else { panic!() };
+    assert_eq!(metric.namespace, "punctual/drill");
+    let mut opts = defaults();
+    opts.stack_name = "prod".into();
+    let prod = load_path(&template(), &opts).unwrap();
+    let Source::Metric { metric, .. } = &prod.metric_alarm("SenderInfrastructureFailuresAlarm").unwrap().source else {
+        panic!()
+    };
+    assert_eq!(metric.namespace, "punctual/prod");
+    // Every custom metric, MetricStat queries included, is in the stack's namespace.
+    for alarm in &alarms.metric {
+        let metrics: Vec<&MetricId> = match &alarm.source {
+            Source::Metric { metric, .. } => vec![metric],
+            Source::Math { queries } => queries
+                .iter()
+                .filter_map(|q| match &q.kind {
+                    QueryKind::Stat { metric, .. } => Some(metric),
+                    QueryKind::Expression(_) => None,
+                })
+                .collect(),
+        };
+        for m in metrics {
+            assert!(m.namespace.starts_with("AWS/") || m.namespace == "punctual/drill", "{}: {m}", alarm.name);
+        }
+    }
+}
+
+#[test]
+fn burn_expression_has_the_slo_target_substituted() {
+    let alarms = load_path(&template(), &defaults()).unwrap();
+    let burn = |alarms: &punctual_alarms::Alarms| -> String {
+        let Source::Math { queries } = &alarms.metric_alarm("SloFastBurn1hAlarm").unwrap().source else { panic!() };
+        let q = queries.iter().find(|q| q.return_data).unwrap();
+        let QueryKind::Expression(expr) = &q.kind else { panic!() };
+        expr.to_string()
+    };
+    assert_eq!(burn(&alarms), "(IF((population > 0), (errors / population), 0) / (1 - 0.99))");
+    let mut opts = defaults();
+    opts.parameters.insert("SloTarget".into(), "0.999".into());
+    assert!(burn(&load_path(&template(), &opts).unwrap()).contains("(1 - 0.999)"));
+}
+
+#[test]
+fn scheduler_throttles_threshold_follows_the_reservation() {
+    let alarms = load_path(&template(), &defaults()).unwrap();
+    assert_eq!(alarms.metric_alarm("SchedulerThrottlesAlarm").unwrap().threshold, 0.0);
+    let mut opts = defaults();
+    opts.parameters.insert("SchedulerReservedConcurrency".into(), "1".into());
+    assert_eq!(load_path(&template(), &opts).unwrap().metric_alarm("SchedulerThrottlesAlarm").unwrap().threshold, 20.0);
+}
+
+fn put_every_minute(store: &mut MetricStore, id: &MetricId, minutes: std::ops::Range<i64>, value: f64) {
+    for minute in minutes {
+        store.put(id, minute * 60 + 5, value);
+    }
+}
+
+/// The heartbeat: the scheduler is invoked every minute up to minute 59, then never. Two
+/// 5-minute periods, missing data breaching, an evaluation range of 4 periods: the alarm fires
+/// only when the whole range is empty, at minute 80 — 20 minutes after the last window with an
+/// invocation closed, not the 10 the description says.
+#[test]
+fn heartbeat_alarm_fires_twenty_minutes_after_the_scheduler_stops() {
+    let alarms = load_path(&template(), &defaults()).unwrap();
+    let invocations = MetricId::new("AWS/Lambda", "Invocations", &[("FunctionName", "SchedulerFunction")]);
+    let mut store = MetricStore::new();
+    put_every_minute(&mut store, &invocations, 0..60, 1.0);
+    let mut evaluator = Evaluator::new(&alarms).unwrap();
+    let mut changes = Vec::new();
+    for minute in 1..=120 {
+        for t in evaluator.evaluate(minute * 60, &store).unwrap() {
+            if t.alarm == "SchedulerNotTickingAlarm" {
+                changes.push((minute, t.to));
+            }
+        }
+    }
+    assert_eq!(changes, vec![(1, State::Ok), (80, State::Alarm)]);
+}
+
+/// The fast-burn page: 100 reminders due a minute from minute 0, 20 of them breached a minute
+/// from minute 10. The 5-minute burn passes 14.4 at minute 14 (80 of 500), the 1-hour burn at
+/// minute 36 (520 of 3600 = 14.44): the composite pages at minute 36, not before.
+#[test]
+fn fast_burn_pages_when_both_windows_burn() {
+    let alarms = load_path(&template(), &defaults()).unwrap();
+    let due = MetricId::new("punctual/drill", "SloDue", &[("Function", "scheduler")]);
+    let breached = MetricId::new("punctual/drill", "SloBreached", &[("Function", "sender")]);
+    let mut store = MetricStore::new();
+    put_every_minute(&mut store, &due, 0..120, 100.0);
+    put_every_minute(&mut store, &breached, 10..120, 20.0);
+    let mut evaluator = Evaluator::new(&alarms).unwrap();
+    let mut changes = Vec::new();
+    for minute in 1..=40 {
+        for t in evaluator.evaluate(minute * 60, &store).unwrap() {
+            if t.alarm.starts_with("SloFastBurn") {
+                changes.push((minute, t.alarm, t.to, t.actions));
+            }
+        }
+    }
+    let none: Vec<String> = Vec::new();
+    assert_eq!(
+        changes,
+        vec![
+            (1, "SloFastBurn1hAlarm".to_string(), State::Ok, none.clone()),
+            (1, "SloFastBurn5mAlarm".to_string(), State::Ok, none.clone()),
+            (1, "SloFastBurnAlarm".to_string(), State::Ok, none.clone()),
+            (14, "SloFastBurn5mAlarm".to_string(), State::Alarm, none.clone()),
+            (36, "SloFastBurn1hAlarm".to_string(), State::Alarm, none),
+            (36, "SloFastBurnAlarm".to_string(), State::Alarm, vec![TOPIC.to_string()]),
+        ]
+    );
+}
