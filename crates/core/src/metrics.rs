@@ -49,12 +49,36 @@ pub mod name {
     pub const SLO_BREACHED: &str = "SloBreached";
     /// Reminders the sender found cancelled or paid after release: out of the due population.
     pub const SLO_EXCLUDED: &str = "SloExcluded";
+    /// Records a sender invocation handled (well-formed or not, settled or failed): the
+    /// denominator of the dead-letter ratio.
+    pub const RECORDS: &str = "Records";
+    /// For each record of a reminder already due (not a redrive's copy): seconds since its
+    /// `deliver_after`. Its maximum is the age of released, undelivered work — what SQS's own
+    /// age cannot show, since every deferral is a fresh message and a message received three
+    /// times leaves SQS's age.
+    pub const RELEASED_WAIT: &str = "ReleasedWaitSeconds";
+    /// Provider calls that failed without an answer that settles them: 5xx, timeouts, refused
+    /// connections (not 429s, which are [`THROTTLED`], nor permanent refusals).
+    pub const PROVIDER_FAILED: &str = "ProviderFailures";
+    /// Each provider call's duration, milliseconds.
+    pub const PROVIDER_LATENCY: &str = "ProviderLatencyMs";
 }
 
 /// The property naming the tenant in every SLO document: a property, not a dimension (one
 /// metric series per tenant would cost per tenant and hide nothing the logs do not already
 /// carry); the Contributor Insights rule ranks tenants by it.
 pub const TENANT_PROPERTY: &str = "tenant_id";
+
+/// An observation's unit, by the suffix its name carries.
+fn unit_of(metric: &str) -> &'static str {
+    if metric.ends_with("Ms") {
+        "Milliseconds"
+    } else if metric.ends_with("Seconds") {
+        "Seconds"
+    } else {
+        "None"
+    }
+}
 
 /// Metrics of one invocation.
 #[derive(Debug, Clone, Default)]
@@ -141,7 +165,7 @@ impl Metrics {
         }
         for (metric, values) in &self.observations {
             docs.entry(None).or_default().insert((*metric).to_owned(), json!(values));
-            defs.entry(None).or_default().push(json!({"Name": metric, "Unit": "Milliseconds"}));
+            defs.entry(None).or_default().push(json!({"Name": metric, "Unit": unit_of(metric)}));
         }
         let envelope = |metrics: Vec<Value>| {
             json!({
@@ -234,6 +258,12 @@ pub mod scheduler {
         /// 1 when the tick failed (store, queue): written on the failure path too, so a scheduler
         /// that fails on every tick is a series of 1s, not silence (0 on every good tick).
         pub const TICK_FAILED: &str = "SchedulerTickFailed";
+        /// 1 while a pause is in force (any owner), 0 otherwise: every tick writes it, so a
+        /// paused pipeline never reads as a healthy idle one.
+        pub const PAUSED: &str = "Paused";
+        /// 1 while a pause the sender set itself is in force (a confirmed 401, an account the
+        /// provider refuses): nothing is sent until an operator fixes the cause and resumes.
+        pub const FLEET_PAUSED: &str = "FleetPaused";
     }
 
     /// The metrics of a tick that failed: a heartbeat on the failure path, and the part of the
@@ -271,8 +301,11 @@ pub mod scheduler {
         }
         m.count(name::BREACH, if r.projected_breach { 1.0 } else { 0.0 });
         m.count(name::OLDEST_DUE, r.oldest_due_age.as_secs_f64());
-        m.count(name::UNFINISHED, if r.finished { 0.0 } else { 1.0 });
+        m.count(name::UNFINISHED, if r.finished || r.paused { 0.0 } else { 1.0 });
         m.count(name::TICK_FAILED, 0.0);
+        m.count(name::PAUSED, if r.paused { 1.0 } else { 0.0 });
+        let by_sender = r.paused_by == Some(crate::pause::PausedBy::Sender);
+        m.count(name::FLEET_PAUSED, if by_sender { 1.0 } else { 0.0 });
         slo_due(&mut m, r);
         m
     }
@@ -289,6 +322,16 @@ pub mod sender {
     /// Adds what one processed record says: its SLO verdict (once per reminder), the provider
     /// calls, and its disposition.
     pub fn record(m: &mut Metrics, p: &Processed, slo: &SloPolicy) {
+        m.count(name::RECORDS, 1.0);
+        if let (Some(w), false) = (p.waited, p.redriven) {
+            m.observe(name::RELEASED_WAIT, w.as_secs_f64());
+        }
+        if let Some(d) = p.call_latency {
+            m.observe(name::PROVIDER_LATENCY, d.as_secs_f64() * 1000.0);
+        }
+        if p.provider_calls > 0 && !p.throttled && failed_call(&p.disposition) {
+            m.count(name::PROVIDER_FAILED, 1.0);
+        }
         // The SLO: one verdict per reminder released by the scheduler, counted per tenant. None
         // for a redrive's copy (judged when it was dead-lettered), nor for a decision the ledger
         // refused to record (another copy settled the reminder first and was judged for it).
@@ -336,12 +379,28 @@ pub mod sender {
         }
     }
 
+    /// A call that ended without a settling answer: not accepted, not refused for good.
+    fn failed_call(d: &Disposition) -> bool {
+        match d {
+            Disposition::Delivered { .. } | Disposition::Cancel { .. } | Disposition::Acknowledge { .. } => false,
+            Disposition::Defer { reason, .. } | Disposition::Quarantine { reason, .. } => !matches!(
+                reason,
+                ReasonCode::ClassifiedPermanent
+                    | ReasonCode::ProviderCredentials
+                    | ReasonCode::ProviderAccount
+                    | ReasonCode::RecipientUnknown
+            ),
+            Disposition::Expire { .. } => true,
+        }
+    }
+
     /// A record whose processing failed on infrastructure (left for SQS to redeliver). A reminder
     /// whose processing failed on its last receive (`receives`, SQS's `ApproximateReceiveCount`) leaves for the DLQ through SQS's
     /// redrive policy (`receive_count_backstop`) with no decision of the sender's, and its redriven
     /// copy is not judged: without this, an outage that fails every record (the ledger down for an
     /// hour) would publish no breach at all, and the burn rate would read 0 through it.
     pub fn infrastructure_failure(m: &mut Metrics, receives: Option<u32>, body: &str, max_receive: u32) {
+        m.count(name::RECORDS, 1.0);
         m.count(name::INFRA_FAILURES, 1.0);
         if receives.is_none_or(|n| n < max_receive) {
             return;
@@ -413,5 +472,59 @@ mod tests {
         let globex = docs.iter().find(|d| d[TENANT_PROPERTY] == "globex").unwrap();
         assert_eq!(globex[name::SLO_BREACHED], 4.0);
         assert!(globex.get(name::SLO_MET).is_none());
+    }
+
+    fn processed(
+        disposition: crate::decision::Disposition,
+        calls: u32,
+        status: Option<u16>,
+    ) -> crate::sender::Processed {
+        crate::sender::Processed {
+            reminder_id: None,
+            disposition,
+            provider_calls: calls,
+            provider_status: status,
+            throttled: status == Some(429),
+            delivery_lag: None,
+            slack: None,
+            settle_conflict: None,
+            possible_double: false,
+            tenant_id: None,
+            redriven: false,
+            waited: Some(std::time::Duration::from_secs(400)),
+            call_latency: (calls > 0).then_some(std::time::Duration::from_millis(1500)),
+        }
+    }
+
+    /// What waits, what fails and how slow the provider is are what the pages read: the age of
+    /// released work (not for a redrive's copy), failed calls (not 429s, not refusals), latency.
+    #[test]
+    fn a_record_says_how_long_its_reminder_waited_and_how_its_call_went() {
+        use crate::decision::Disposition;
+        use crate::reason::ReasonCode;
+        let at = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
+        let defer = |reason| Disposition::Defer { until: at, reason, attempts_made: 1, provider_status: None };
+        let slo = crate::slo::SloPolicy::default();
+        let mut m = Metrics::new();
+        sender::record(&mut m, &processed(defer(ReasonCode::ProviderTransient), 1, Some(500)), &slo);
+        sender::record(&mut m, &processed(defer(ReasonCode::RateLimited), 1, Some(429)), &slo);
+        let refused = Disposition::Quarantine {
+            reason: ReasonCode::ClassifiedPermanent,
+            attempts_made: 1,
+            provider_status: Some(400),
+            detail: String::new(),
+        };
+        sender::record(&mut m, &processed(refused, 1, Some(400)), &slo);
+        let mut redriven = processed(defer(ReasonCode::OperatorPause), 0, None);
+        redriven.redriven = true;
+        sender::record(&mut m, &redriven, &slo);
+        sender::infrastructure_failure(&mut m, Some(1), "{}", 5);
+        assert_eq!(m.total(name::RECORDS), 5.0);
+        assert_eq!(m.total(name::PROVIDER_FAILED), 1.0, "the 500 only");
+        let doc: Value = serde_json::from_str(&m.lines("ns", "sender", 0)[0]).unwrap();
+        assert_eq!(doc[name::RELEASED_WAIT], json!([400.0, 400.0, 400.0]), "not the redrive's copy: {doc}");
+        assert_eq!(doc[name::PROVIDER_LATENCY], json!([1500.0, 1500.0, 1500.0]));
+        let units: Vec<&Value> = doc["_aws"]["CloudWatchMetrics"][0]["Metrics"].as_array().unwrap().iter().collect();
+        assert!(units.iter().any(|u| u["Name"] == name::RELEASED_WAIT && u["Unit"] == "Seconds"), "{units:?}");
     }
 }

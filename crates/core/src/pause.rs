@@ -14,7 +14,7 @@ use crate::ports::{Control, ControlError, Pause};
 /// How long a message held by an operator pause waits before it is looked at again.
 pub const PAUSE_RECHECK: Duration = Duration::from_secs(60);
 
-type Probe = Box<dyn Fn() -> BoxFuture<'static, Result<bool, ControlError>> + Send + Sync>;
+type Probe = Box<dyn Fn() -> BoxFuture<'static, Result<Option<Pause>, ControlError>> + Send + Sync>;
 type Trip = Box<dyn Fn(Pause) -> BoxFuture<'static, Result<(), ControlError>> + Send + Sync>;
 
 /// Who a pause set by the sender itself names as its owner (`punctual status` shows it).
@@ -28,7 +28,7 @@ pub struct PauseGate<C> {
     trip: Trip,
     clock: C,
     ttl: Duration,
-    cache: Mutex<Option<(DateTime<Utc>, bool)>>,
+    cache: Mutex<Option<(DateTime<Utc>, Option<Pause>)>>,
 }
 
 impl<C> std::fmt::Debug for PauseGate<C> {
@@ -44,7 +44,7 @@ impl<C: Clock> PauseGate<C> {
         let reader = control.clone();
         let probe: Probe = Box::new(move || {
             let control = reader.clone();
-            Box::pin(async move { control.pause().await.map(|p| p.is_some()) })
+            Box::pin(async move { control.pause().await })
         });
         let trip: Trip = Box::new(move |pause| {
             let control = control.clone();
@@ -60,29 +60,52 @@ impl<C: Clock> PauseGate<C> {
             return Ok(());
         }
         let pause = Pause { reason: reason.to_owned(), owner: SENDER_OWNER.to_owned(), since: self.clock.now() };
-        (self.trip)(pause).await?;
-        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some((self.clock.now(), true));
+        (self.trip)(pause.clone()).await?;
+        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some((self.clock.now(), Some(pause)));
         Ok(())
     }
 
-    /// True while an operator pause is in force.
+    /// True while a pause is in force.
     pub async fn paused(&self) -> bool {
+        self.pause().await.is_some()
+    }
+
+    /// The pause in force, if any: who set it (an operator, or [`SENDER_OWNER`] after a
+    /// refusal no reminder can fix), why and since when.
+    pub async fn pause(&self) -> Option<Pause> {
         let now = self.clock.now();
-        let cached = *self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((at, v)) = cached
-            && now < add(at, self.ttl)
+        let cached = self.cache.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some((at, v)) = &cached
+            && now < add(*at, self.ttl)
         {
-            return v;
+            return v.clone();
         }
         let v = match (self.probe)().await {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the pause switch; keeping the last answer");
-                cached.is_some_and(|(_, v)| v)
+                cached.and_then(|(_, v)| v)
             }
         };
-        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, v));
+        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, v.clone()));
         v
+    }
+}
+
+/// Who set a pause: what the scheduler publishes each tick, so a pause never reads as health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PausedBy {
+    /// An operator (`punctual pause`).
+    Operator,
+    /// The sender itself, after a refusal no reminder can fix (a confirmed 401, an account
+    /// SES refuses): it pages at once.
+    Sender,
+}
+
+impl PausedBy {
+    /// Of `pause`.
+    pub fn of(pause: &Pause) -> Self {
+        if pause.owner == SENDER_OWNER { Self::Sender } else { Self::Operator }
     }
 }
 

@@ -15,7 +15,7 @@ use crate::clock::{Clock, add, until};
 use crate::contract::ReminderMessage;
 use crate::ids::CorrelationId;
 use crate::lanes::{LaneDepths, LanePolicy, QueueLane, ReleasePlanner};
-use crate::pause::{PauseGate, is_paused};
+use crate::pause::PauseGate;
 use crate::ports::{DueStore, DueStoreError, Marked, Pending, QueueError, Release, ReleaseQueue};
 
 /// Reminders a tick reads before it releases them (urgent first, in deadline order): ≈ 8 MB of
@@ -71,8 +71,10 @@ impl Default for SchedulerSettings {
 /// What one tick did and saw.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TickReport {
-    /// An operator pause was in force: nothing was looked at or released.
+    /// A pause was in force: nothing was released (the oldest due renewal is still measured).
     pub paused: bool,
+    /// Who set that pause.
+    pub paused_by: Option<crate::pause::PausedBy>,
     /// Messages accepted by the queue.
     pub released: u64,
     /// Of those, released to the urgent lane.
@@ -121,6 +123,34 @@ pub enum SchedulerError {
     /// The lookahead is longer than SQS can delay.
     #[error("lookahead {0:?} exceeds the 15-minute SQS delay limit")]
     Lookahead(Duration),
+}
+
+/// How many of `jobs` — `(deliver_after, deliver_by)` pairs — would miss their `deliver_by`
+/// with one server working at `rate` per second from `start`, always taking the available job
+/// with the earliest deadline (earliest-deadline-first with release times: the optimum for unit
+/// jobs, so a miss here is a miss under any order). Sorts `jobs`.
+pub fn edf_misses(jobs: &mut [(DateTime<Utc>, DateTime<Utc>)], start: DateTime<Utc>, rate: f64) -> u64 {
+    use std::cmp::Reverse;
+    jobs.sort();
+    let step = chrono::TimeDelta::microseconds((1e6 / rate.max(1e-9)) as i64);
+    let mut ready: std::collections::BinaryHeap<Reverse<DateTime<Utc>>> = std::collections::BinaryHeap::new();
+    let (mut next, mut late) = (0usize, 0u64);
+    let mut t = jobs.first().map_or(start, |j| j.0.max(start));
+    while next < jobs.len() || !ready.is_empty() {
+        while next < jobs.len() && jobs[next].0 <= t {
+            ready.push(Reverse(jobs[next].1));
+            next += 1;
+        }
+        let Some(Reverse(by)) = ready.pop() else {
+            t = jobs[next].0;
+            continue;
+        };
+        t += step;
+        if t >= by {
+            late += 1;
+        }
+    }
+    late
 }
 
 /// Builds the contract message for a pending renewal at `now`.
@@ -253,8 +283,24 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         if s.lookahead > MAX_LOOKAHEAD {
             return Err(SchedulerError::Lookahead(s.lookahead));
         }
-        if is_paused(self.pause.as_ref()).await {
+        if let Some(gate) = &self.pause
+            && let Some(pause) = gate.pause().await
+        {
+            // Nothing is released, but the tick still measures what waits: a pause must never
+            // make the pipeline read healthy (the oldest due renewal keeps ageing on the
+            // dashboard and in the alarms).
             report.paused = true;
+            report.paused_by = Some(crate::pause::PausedBy::of(&pause));
+            let now = self.clock.now();
+            let mut oldest: Option<DateTime<Utc>> = None;
+            for shard in 0..self.store.shards() {
+                let page = self.store.due_page(shard, now, 1, None).await?;
+                report.pages += 1;
+                if let Some(p) = page.items.first() {
+                    oldest = Some(oldest.map_or(p.deliver_after, |o| o.min(p.deliver_after)));
+                }
+            }
+            report.oldest_due_age = oldest.map_or(Duration::ZERO, |o| until(o, now));
             return Ok(());
         }
         let start = self.clock.now();
@@ -266,6 +312,9 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         // skip repeats so one tick never sends a reminder twice.
         let mut seen = std::collections::HashSet::new();
         let mut min_by: Option<DateTime<Utc>> = None;
+        // The live renewals this tick saw, for a projection that knows a wave released ahead
+        // cannot start draining before its deliver_after.
+        let mut windows: Vec<(DateTime<Utc>, DateTime<Utc>)> = Vec::new();
         let policy = s.lanes();
         // The lanes' depths place the urgent lane's pace behind what it already holds. They are
         // advice: a failed read paces from an empty lane rather than releasing nothing.
@@ -327,6 +376,7 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                     oldest_due = Some(oldest_due.map_or(p.deliver_after, |o| o.min(p.deliver_after)));
                 }
                 min_by = Some(min_by.map_or(p.deliver_by, |m| m.min(p.deliver_by)));
+                windows.push((p.deliver_after, p.deliver_by));
             }
             let (tight, rest): (Vec<_>, Vec<_>) =
                 live.into_iter().partition(|p| policy.lane(p.deliver_after, p.deliver_by, now) == QueueLane::Urgent);
@@ -347,7 +397,13 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         report.backlog = report.lanes.total().max(report.released) + report.refused;
         report.projected_drain = Duration::from_secs_f64(report.backlog as f64 / s.sustainable_rate.max(1e-9));
         report.min_slack = min_by.map(|b| until(now, b));
-        report.projected_breach = report.min_slack.is_some_and(|slack| report.projected_drain > slack);
+        // Two projections, either one a breach: what the lanes hold drains past the smallest
+        // slack seen; or the renewals this tick saw, behind what the lanes held before it, miss
+        // a deadline even served earliest-deadline-first, each from its own deliver_after.
+        let behind = Duration::from_secs_f64(ahead.total() as f64 / s.sustainable_rate.max(1e-9));
+        let wave_misses = edf_misses(&mut windows, add(start, behind), s.sustainable_rate);
+        report.projected_breach =
+            report.min_slack.is_some_and(|slack| report.projected_drain > slack) || wave_misses > 0;
         report.oldest_due_age = oldest_due.map_or(Duration::ZERO, |o| until(o, now));
         Ok(())
     }

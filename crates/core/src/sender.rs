@@ -65,6 +65,17 @@ pub struct Processed {
     /// The message is a redrive's copy: its reminder was judged against the SLO when it was
     /// dead-lettered, so this decision is not judged again.
     pub redriven: bool,
+    /// How long past its `deliver_after` the reminder was when this copy was decided (None
+    /// before it is due, and for a malformed body): the age of released, undelivered work, which
+    /// SQS's own age cannot show (every deferral is a fresh message).
+    pub waited: Option<Duration>,
+    /// How long the provider call took, when one was made.
+    pub call_latency: Option<Duration>,
+}
+
+/// How long past `deliver_after` a reminder is at `now` (None when not yet due).
+fn waited(msg: &ReminderMessage, now: DateTime<Utc>) -> Option<Duration> {
+    (now >= msg.deliver_after).then(|| until(msg.deliver_after, now))
 }
 
 /// Infrastructure failed while processing one message; the message is retried.
@@ -264,6 +275,8 @@ where
             possible_double: false,
             tenant_id: Some(msg.tenant_id.clone()),
             redriven: msg.redrive.is_some(),
+            waited: waited(&msg, now),
+            call_latency: None,
         })
     }
 
@@ -302,6 +315,7 @@ where
         let mut provider_calls = 0;
         let mut call_marked = None;
         let mut possible_double = false;
+        let mut call_latency = None;
         let mut now = self.clock.now();
         let disposition = loop {
             let inputs = Inputs {
@@ -377,7 +391,9 @@ where
                         Err(e) => return Err(e.into()),
                     };
                     provider_calls += 1;
-                    self.measure(until(started, self.clock.now()));
+                    let took = until(started, self.clock.now());
+                    call_latency = Some(took);
+                    self.measure(took);
                     // The provider says "slow down": a 429, or a 503 that says for how long.
                     // The shared limiter hears it (rate cut, capped pause), not just this reminder.
                     let slow_down = match &outcome {
@@ -408,6 +424,7 @@ where
         let mut processed =
             self.apply(received, &decoded, &owner, claim, now, disposition, provider_calls, provider.as_ref()).await?;
         processed.possible_double = possible_double;
+        processed.call_latency = call_latency;
         Ok(processed)
     }
 
@@ -569,6 +586,8 @@ where
             possible_double: false,
             tenant_id: msg.map(|m| m.tenant_id.clone()),
             redriven: msg.is_some_and(|m| m.redrive.is_some()),
+            waited: msg.and_then(|m| waited(m, now)),
+            call_latency: None,
         };
         Ok(processed)
     }

@@ -202,3 +202,27 @@ async fn a_tick_releases_when_the_lane_depths_cannot_be_read() {
     assert_eq!(r.map(|r| r.released).ok(), Some(2));
     assert_eq!(queue.0.sent().len(), 2);
 }
+
+/// A wave released ten minutes ahead cannot start draining before its `deliver_after`: the
+/// projection must count from there. 1,800 reminders due in ten minutes with one-minute windows
+/// at 10/s need three minutes: most will be late, although three minutes is less than the
+/// eleven minutes of slack they have at release.
+#[tokio::test]
+async fn a_wave_released_ahead_projects_a_breach_from_its_deliver_after() {
+    let (store, queue, clock) = (MemoryDueStore::new(2), MemoryRelease::default(), ManualClock::new(t0()));
+    let due = t0() + TimeDelta::minutes(10);
+    for n in 0..1_800 {
+        store.insert(pending(n, due, 1));
+    }
+    let settings = SchedulerSettings { page_size: 500, sustainable_rate: 10.0, ..SchedulerSettings::default() };
+    let r = Scheduler::new(store.clone(), queue.clone(), clock.clone(), settings).tick(far()).await.unwrap();
+    assert_eq!(r.released, 1_800);
+    assert!(r.projected_breach, "3 minutes of work in a 1-minute window: {r:?}");
+    // And a wave that fits is no breach.
+    let (store, queue) = (MemoryDueStore::new(2), MemoryRelease::default());
+    for n in 0..500 {
+        store.insert(pending(n, due, 1));
+    }
+    let r = Scheduler::new(store.clone(), queue.clone(), clock.clone(), settings).tick(far()).await.unwrap();
+    assert!(!r.projected_breach, "50 s of work in a 1-minute window");
+}

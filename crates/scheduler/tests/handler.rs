@@ -93,6 +93,41 @@ async fn a_paused_tick_releases_nothing_and_the_next_tick_after_resume_catches_u
     assert_eq!((report.paused, report.released), (false, 6));
 }
 
+/// A pause must never read as health: a paused tick still measures the oldest due renewal and
+/// says who paused, so the alarms see a pause that holds due work (an operator's) and a fleet
+/// pause the sender set itself.
+#[tokio::test]
+async fn a_paused_tick_still_measures_what_waits_and_says_who_paused() {
+    use punctual_core::pause::{PauseGate, SENDER_OWNER};
+    use punctual_core::ports::{Control, Pause};
+    use punctual_core::testing::MemoryControl;
+    let event = load("tick.json");
+    let clock = ManualClock::new(event.time.unwrap());
+    let (store, queue) = (MemoryDueStore::new(4), MemoryRelease::default());
+    for n in 0..6 {
+        store.insert(pending(n, clock.now() - TimeDelta::minutes(12 + i64::from(n)), TimeDelta::hours(8)));
+    }
+    let control = MemoryControl::default();
+    let gate = PauseGate::new(control.clone(), clock.clone(), std::time::Duration::ZERO);
+    let scheduler = Scheduler::new(store, queue.clone(), clock.clone(), SchedulerSettings::default()).with_pause(gate);
+    for (owner, fleet) in [("ops@example.com", 0.0), (SENDER_OWNER, 1.0)] {
+        let pause = Pause { reason: "why".into(), owner: owner.into(), since: clock.now() };
+        control.set_pause(Some(&pause), owner).await.unwrap();
+        let report = handle(&scheduler, LambdaEvent::new(event.clone(), context(&clock))).await.unwrap();
+        assert_eq!((report.paused, report.released), (true, 0));
+        assert_eq!(report.oldest_due_age, std::time::Duration::from_secs(17 * 60), "the oldest due renewal, not 0");
+        let doc: serde_json::Value =
+            serde_json::from_str(&metrics(&report).lines("punctual", "scheduler", 0)[0]).unwrap();
+        assert_eq!(doc["Paused"], 1.0, "{doc}");
+        assert_eq!(doc["FleetPaused"], fleet, "{owner}: {doc}");
+        assert_eq!(doc["OldestDueUndeliveredSeconds"], 1020.0, "{doc}");
+    }
+    control.set_pause(None, "ops").await.unwrap();
+    let report = handle(&scheduler, LambdaEvent::new(event, context(&clock))).await.unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&metrics(&report).lines("punctual", "scheduler", 0)[0]).unwrap();
+    assert_eq!((doc["Paused"].as_f64(), doc["FleetPaused"].as_f64()), (Some(0.0), Some(0.0)), "every tick writes both");
+}
+
 /// The in-memory index, with the `fail_at`-th `mark_enqueued` failing (a throttled write after
 /// its message was sent).
 #[derive(Clone)]

@@ -24,8 +24,7 @@
 //! Records are processed atomically in virtual-time order, one event at a time, so a run is a
 //! pure function of its inputs and seed.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,7 +32,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
 use crate::block_on;
-use crate::sqs::{SimClock, SimLanes, SimQueue, Usage, lock};
+use crate::sqs::{DlqState, SimClock, SimLanes, SimQueue, Usage, lock};
 use punctual_core::accounting::{DeliveryCounts, Ending, Outcome, Tally, Throughput};
 use punctual_core::backoff::{Jitter, SplitMix64};
 use punctual_core::clock::{Clock, until};
@@ -639,26 +638,8 @@ pub fn edf_late(deadlines: &mut [DateTime<Utc>], start: DateTime<Utc>, quota: f6
 /// 1/quota, always the available job with the earliest deadline — the optimum for unit jobs
 /// with release times. Jobs are `(deliver_after, deliver_by)`.
 pub fn edf_late_released(jobs: &mut [(DateTime<Utc>, DateTime<Utc>)], quota: f64) -> u64 {
-    jobs.sort();
-    let step = TimeDelta::microseconds((1e6 / quota.max(1e-9)) as i64);
-    let mut ready: BinaryHeap<Reverse<DateTime<Utc>>> = BinaryHeap::new();
-    let (mut next, mut late) = (0usize, 0u64);
-    let mut t = jobs.first().map_or(t0(), |j| j.0);
-    while next < jobs.len() || !ready.is_empty() {
-        while next < jobs.len() && jobs[next].0 <= t {
-            ready.push(Reverse(jobs[next].1));
-            next += 1;
-        }
-        let Some(Reverse(by)) = ready.pop() else {
-            t = jobs[next].0;
-            continue;
-        };
-        t += step;
-        if t >= by {
-            late += 1;
-        }
-    }
-    late
+    let start = jobs.iter().map(|j| j.0).min().unwrap_or_else(t0);
+    punctual_core::scheduler::edf_misses(jobs, start, quota)
 }
 
 /// Runs one simulation (on its own thread: it drives its own virtual-time runtime, and the
@@ -676,7 +657,12 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let clock = SimClock::new(t0());
     let usage = Arc::new(Usage::default());
     let fair = config.fair_queues;
-    let queue = SimLanes { normal: SimQueue::new(&clock, &usage, fair), urgent: SimQueue::new(&clock, &usage, fair) };
+    let max_receives = 5;
+    let dead = Arc::new(Mutex::new(DlqState::default()));
+    let queue = SimLanes {
+        normal: SimQueue::new(&clock, &usage, fair, &dead, max_receives),
+        urgent: SimQueue::new(&clock, &usage, fair, &dead, max_receives),
+    };
     let provider = SimProvider {
         state: Arc::default(),
         clock: clock.clone(),
@@ -815,7 +801,6 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         })
         .collect();
     let vt = Duration::from_secs(30);
-    let max_receives = 5;
     let horizon = config.horizon();
     let shared = Rc::new(RefCell::new(Shared { rng, delivered_at: HashMap::new(), backlog: Vec::new() }));
     let senders = Rc::new(senders);
@@ -917,18 +902,13 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                     }
                     // The records of one batch run concurrently, as the sender handler runs
                     // them (RECORD_CONCURRENCY); the next receive waits for the whole batch.
-                    let records = batch.into_iter().map(|(id, body, receive_count)| {
-                        let (queue, lanes, provider, clock, shared, senders, config) =
-                            (&queue, &lanes, &provider, &clock, &shared, &senders, &config);
+                    let records = batch.into_iter().map(|(id, body, _)| {
+                        let (queue, provider, clock, shared, senders, config) =
+                            (&queue, &provider, &clock, &shared, &senders, &config);
+                        // The redrive policy (the crash backstop, the naive worker's only DLQ
+                        // path) is the queue model's: a message past maxReceiveCount never
+                        // comes back from a receive.
                         async move {
-                            if receive_count > max_receives {
-                                // The redrive policy moves it (the crash backstop / the naive
-                                // worker's only DLQ path).
-                                let healthy = ReminderMessage::decode(&body).is_ok();
-                                lock(lanes.dlq()).dlq.push((body.clone(), ReasonCode::ReceiveCountBackstop, healthy));
-                                queue.delete(id);
-                                return;
-                            }
                             match worker {
                                 Worker::Punctual => {
                                     let deadline = clock.now() + TimeDelta::seconds(60);
@@ -1012,7 +992,8 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     Usage::add(&usage.ddb_reads, memory.reads());
     // Accounting: the one accounting (DESIGN §11) over every reminder's ending.
     let p = lock(&provider.state);
-    let q = lock(queue.dlq());
+    let q = lock(&queue.normal.state);
+    let dead = lock(queue.dlq());
     let mut report =
         SimReport { reminders: msgs.len(), edf_late: edf, alarm_first_fired_seconds: alarm, ..SimReport::default() };
     // Copies are followed by reminder id: the scheduler's release and every requeue re-encode
@@ -1022,10 +1003,10 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         |body: &str| ReminderMessage::decode(body).map_or_else(|_| body.to_owned(), |m| m.reminder_id.to_string());
     let mut healthy_dead = HashSet::new();
     let mut dlq_reason: HashMap<String, String> = HashMap::new();
-    for (body, reason, is_healthy) in q.dlq.iter() {
-        dlq_reason.insert(key(body), reason.as_str().to_owned());
-        if *is_healthy && *reason != ReasonCode::BusinessDeadlineExpired {
-            healthy_dead.insert(key(body));
+    for letter in &dead.letters {
+        dlq_reason.insert(key(&letter.body), letter.reason.as_str().to_owned());
+        if letter.healthy && letter.reason != ReasonCode::BusinessDeadlineExpired {
+            healthy_dead.insert(key(&letter.body));
         }
     }
     report.healthy_dead_lettered = healthy_dead.len() as u64;
