@@ -479,6 +479,20 @@ pub fn load_path(path: &Path, opts: &Options) -> Result<Alarms, TemplateError> {
     load(&text, opts)
 }
 
+/// The names of the template's `Parameters` (so a caller can give a value only to the
+/// parameters the template declares: CloudFormation refuses a value for an undeclared one).
+pub fn parameter_names(text: &str) -> Result<Vec<String>, TemplateError> {
+    let doc: Y = serde_norway::from_str(text)?;
+    let Y::Mapping(doc) = doc else {
+        return Err(TemplateError::Section { section: "document" });
+    };
+    Ok(match doc.get("Parameters") {
+        Some(Y::Mapping(m)) => m.keys().filter_map(|k| k.as_str().map(str::to_owned)).collect(),
+        None => Vec::new(),
+        Some(_) => return Err(TemplateError::Section { section: "Parameters" }),
+    })
+}
+
 /// Reads every `AWS::CloudWatch::Alarm` and `AWS::CloudWatch::CompositeAlarm` of a template
 /// (YAML or JSON), its intrinsics resolved with `opts`.
 pub fn load(text: &str, opts: &Options) -> Result<Alarms, TemplateError> {

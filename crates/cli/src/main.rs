@@ -44,6 +44,12 @@ enum Command {
     /// every seed (runs `punctual-sim`; see `punctual check --help`).
     #[command(disable_help_flag = true)]
     Check(PassThrough),
+    /// The template's alarms proven against incidents: each incident of the runbook through the
+    /// simulator, the template's own alarms evaluated with CloudWatch's semantics; which alarm
+    /// pages, when, and whether a normal morning pages anyone (runs `punctual-sim`; see
+    /// `punctual drill --help`).
+    #[command(disable_help_flag = true)]
+    Drill(PassThrough),
     /// Leave a local pipeline running (emulator, provider double, queues, tables), drain it
     /// through the sender, tear it down.
     Local(LocalArgs),
@@ -397,6 +403,7 @@ async fn main() -> ExitCode {
         Command::Local(a) => local_command(a).await,
         Command::Simulate(a) => sibling("punctual-sim", "simulate", &a.args),
         Command::Check(a) => sibling("punctual-sim", "check", &a.args),
+        Command::Drill(a) => sibling("punctual-sim", "drill", &a.args),
         Command::Status(a) => status(a).await,
         Command::Reconcile(a) => reconcile(a).await,
         Command::Forecast(a) => forecast(a).await,

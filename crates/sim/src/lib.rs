@@ -9,6 +9,7 @@
 
 pub mod chart;
 pub mod check;
+pub mod drill;
 pub mod simulate;
 pub(crate) mod sqs;
 

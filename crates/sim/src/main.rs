@@ -27,6 +27,44 @@ enum Command {
     /// Project a day's population (a file written by `punctual forecast`): SLO attainment,
     /// late reminders per tenant, the earliest projected breach. Exit 3 when it misses the SLO.
     Forecast(ForecastArgs),
+    /// The template's alarms proven against incidents. Each incident of the runbook runs
+    /// inside a 09:00 morning through the simulator, with the metrics the functions emit (same
+    /// code) and the AWS-side metrics from the models; the template's alarms are evaluated with
+    /// CloudWatch's semantics. Reports which alarm pages each incident and when, what was missed
+    /// by then, when it cleared after recovery, and whether normal mornings page anyone. Exit 0
+    /// when every incident pages in time and no normal morning pages; 3 otherwise; 2 on a
+    /// template it cannot read or evaluate.
+    Drill(DrillArgs),
+}
+
+/// `punctual drill`.
+#[derive(Args)]
+struct DrillArgs {
+    /// An incident, a comma-separated list of them, `all`, or `none`.
+    #[arg(long, default_value = "all")]
+    incident: String,
+    /// The template whose alarms are drilled (an edited one can be drilled before deploying).
+    #[arg(long, default_value = "infra/template.yaml")]
+    template: PathBuf,
+    /// How many of the 20 normal days to run (0–20).
+    #[arg(long, default_value_t = 20)]
+    mornings: usize,
+    /// A template parameter, KEY=VALUE (repeatable); the rest take their defaults.
+    #[arg(long = "parameter", value_parser = parse_parameter)]
+    parameters: Vec<(String, String)>,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the report as JSON (progress still goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_parameter(v: &str) -> Result<(String, String), String> {
+    v.split_once('=')
+        .filter(|(k, _)| !k.is_empty())
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("{v:?} is not KEY=VALUE"))
 }
 
 /// `punctual check`.
@@ -164,7 +202,58 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate_command(args),
         Command::Check(args) => check_command(args),
         Command::Forecast(args) => forecast_command(args),
+        Command::Drill(args) => drill_command(args),
     }
+}
+
+fn drill_command(a: DrillArgs) -> ExitCode {
+    use punctual_sim::drill::catalogue::Incident;
+    let incidents: Vec<Incident> = match a.incident.as_str() {
+        "all" => Incident::ALL.to_vec(),
+        "none" => Vec::new(),
+        list => {
+            let mut out = Vec::new();
+            for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                let Some(i) = Incident::parse(name) else {
+                    let names: Vec<_> = Incident::ALL.iter().map(|i| i.name()).collect();
+                    eprintln!("punctual drill: unknown incident {name:?}; one of: {}, all, none", names.join(", "));
+                    return ExitCode::from(2);
+                };
+                out.push(i);
+            }
+            out
+        }
+    };
+    if a.mornings > 20 {
+        eprintln!("punctual drill: --mornings is at most 20");
+        return ExitCode::from(2);
+    }
+    let opts = punctual_sim::drill::DrillOptions {
+        incidents,
+        mornings: a.mornings,
+        seed: a.seed,
+        parameters: a.parameters.into_iter().collect(),
+    };
+    let runs = opts.incidents.len() + opts.mornings;
+    let mut done = 0;
+    let started = std::time::Instant::now();
+    let report = punctual_sim::drill::drill(&a.template, &opts, |line| {
+        done += 1;
+        eprintln!("[{done:>2}/{runs}] {line}  ({:.0} s)", started.elapsed().as_secs_f64());
+    });
+    let report = match report {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("punctual drill: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    } else {
+        print!("{}", punctual_sim::drill::render(&report));
+    }
+    if report.ok { ExitCode::SUCCESS } else { ExitCode::from(3) }
 }
 
 fn check_command(a: CheckArgs) -> ExitCode {

@@ -56,6 +56,87 @@ pub(crate) struct SimMsg {
     pub(crate) group: u32,
     /// Received and neither deleted nor visible again.
     pub(crate) in_flight: bool,
+    /// When it was sent (ms): SQS's `SentTimestamp`.
+    pub(crate) sent_ms: i64,
+    /// When it first became visible (its delay over), ms.
+    pub(crate) visible_ms: Option<i64>,
+}
+
+/// One message of the dead-letter queue.
+#[derive(Debug, Clone)]
+pub(crate) struct Letter {
+    pub(crate) id: u64,
+    pub(crate) body: String,
+    pub(crate) reason: ReasonCode,
+    /// It decodes as a reminder.
+    pub(crate) healthy: bool,
+    /// When it entered the DLQ (ms): what the DLQ's `ApproximateAgeOfOldestMessage` counts
+    /// from (SQS Developer Guide, "Setting-up dead-letter queue retention").
+    pub(crate) sent_ms: i64,
+    /// Received (by a redrive) and invisible until then, ms.
+    pub(crate) hidden_until_ms: i64,
+}
+
+/// The dead-letter queue both lanes' redrive policies and the sender's quarantines send to.
+#[derive(Debug, Default)]
+pub(crate) struct DlqState {
+    pub(crate) letters: Vec<Letter>,
+    pub(crate) next_id: u64,
+    /// Letters that entered it since the start.
+    pub(crate) sent: u64,
+}
+
+impl DlqState {
+    /// A letter enters at `now_ms`.
+    pub(crate) fn push(&mut self, body: String, reason: ReasonCode, now_ms: i64) {
+        let healthy = ReminderMessage::decode(&body).is_ok();
+        self.next_id += 1;
+        self.sent += 1;
+        let id = self.next_id;
+        self.letters.push(Letter { id, body, reason, healthy, sent_ms: now_ms, hidden_until_ms: i64::MIN });
+    }
+
+    /// What SQS reports of the DLQ at `now_ms`.
+    pub(crate) fn stats(&self, now_ms: i64) -> QueueStats {
+        let hidden = self.letters.iter().filter(|l| l.hidden_until_ms > now_ms).count() as u64;
+        QueueStats {
+            visible: self.letters.len() as u64 - hidden,
+            not_visible: hidden,
+            delayed: 0,
+            oldest_age: self.letters.iter().map(|l| l.sent_ms).min().map(|s| (now_ms - s) as f64 / 1000.0),
+            received: 0,
+            sent: self.sent,
+        }
+    }
+}
+
+/// What SQS reports of a queue at one instant (the AWS/SQS metrics the alarms read).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct QueueStats {
+    /// `ApproximateNumberOfMessagesVisible`.
+    pub(crate) visible: u64,
+    /// `ApproximateNumberOfMessagesNotVisible` (in flight).
+    pub(crate) not_visible: u64,
+    /// `ApproximateNumberOfMessagesDelayed`.
+    pub(crate) delayed: u64,
+    /// `ApproximateAgeOfOldestMessage`, seconds (None: empty).
+    pub(crate) oldest_age: Option<f64>,
+    /// `NumberOfMessagesReceived` so far (cumulative: the metric is its per-period difference).
+    pub(crate) received: u64,
+    /// `NumberOfMessagesSent` so far (cumulative).
+    pub(crate) sent: u64,
+}
+
+/// Where SQS counts a message's age from. The documentation does not say whether the age of a
+/// message sent with `DelaySeconds` includes its delay; the drill takes the reading least
+/// favourable to what it checks (from the send for "a normal morning pages nobody", from the
+/// end of the delay for "an incident pages in time").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AgeFrom {
+    /// `SentTimestamp`: a delayed message is as old as its delay the moment it is visible.
+    Sent,
+    /// The end of its delay.
+    Visible,
 }
 
 /// The in-memory SQS standard queue. With `fair` (SQS fair queues, 2025) a receive serves the
@@ -69,13 +150,17 @@ pub(crate) struct QueueState {
     pub(crate) ready: Vec<u64>,
     /// (visible at ms, id, generation).
     pub(crate) waiting: BinaryHeap<Reverse<(i64, u64, u64)>>,
-    pub(crate) dlq: Vec<(String, ReasonCode, bool)>,
+    /// Messages handed out by receives, and sent, since the start.
+    pub(crate) received: u64,
+    pub(crate) sent: u64,
     pub(crate) fair: bool,
     pub(crate) groups: HashMap<String, u32>,
     /// `fair`: the ready messages of each group, and each group's messages in flight.
     pub(crate) ready_by_group: Vec<Vec<u64>>,
     pub(crate) in_flight: Vec<u32>,
     pub(crate) ready_len: usize,
+    /// The instant of the last promotion (what `make_ready` stamps as visible).
+    pub(crate) now_ms: i64,
 }
 
 impl QueueState {
@@ -93,6 +178,9 @@ impl QueueState {
 
     pub(crate) fn make_ready(&mut self, id: u64) {
         let Some(m) = self.msgs.get_mut(&id) else { return };
+        if m.visible_ms.is_none() {
+            m.visible_ms = Some(m.sent_ms.max(self.now_ms));
+        }
         let g = m.group as usize;
         if std::mem::take(&mut m.in_flight) {
             self.in_flight[g] = self.in_flight[g].saturating_sub(1);
@@ -133,6 +221,10 @@ impl QueueState {
 #[derive(Debug, Clone)]
 pub(crate) struct SimQueue {
     pub(crate) state: Arc<Mutex<QueueState>>,
+    /// Where the redrive policy moves a message received more than `max_receives` times.
+    pub(crate) dlq: Arc<Mutex<DlqState>>,
+    /// The redrive policy's `maxReceiveCount`.
+    pub(crate) max_receives: u32,
     pub(crate) clock: SimClock,
     pub(crate) usage: Arc<Usage>,
     /// Wakes long-polling workers when a message is pushed.
@@ -145,19 +237,34 @@ impl SimQueue {
         let id = s.next_id;
         s.next_id += 1;
         let group = s.group_of(group);
-        s.msgs.insert(id, SimMsg { body, receive_count: 0, generation: 0, group, in_flight: false });
+        let sent_ms = self.clock.now().timestamp_millis();
+        s.sent += 1;
+        s.msgs.insert(
+            id,
+            SimMsg { body, receive_count: 0, generation: 0, group, in_flight: false, sent_ms, visible_ms: None },
+        );
         s.waiting.push(Reverse((visible_at.timestamp_millis(), id, 0)));
         drop(s);
         self.pushed.notify_waiters();
     }
 
-    pub(crate) fn new(clock: &SimClock, usage: &Arc<Usage>, fair: bool) -> Self {
+    /// A queue whose redrive policy moves a message to `dlq` on its receive after the
+    /// `max_receives`th (SQS's `maxReceiveCount`).
+    pub(crate) fn new(
+        clock: &SimClock,
+        usage: &Arc<Usage>,
+        fair: bool,
+        dlq: &Arc<Mutex<DlqState>>,
+        max_receives: u32,
+    ) -> Self {
         let mut state = QueueState { fair, ..QueueState::default() };
         state.group_of(None);
         state.in_flight.resize(1, 0);
         state.ready_by_group.resize_with(1, Vec::new);
         Self {
             state: Arc::new(Mutex::new(state)),
+            dlq: Arc::clone(dlq),
+            max_receives,
             clock: clock.clone(),
             usage: Arc::clone(usage),
             pushed: Arc::new(tokio::sync::Notify::new()),
@@ -190,6 +297,7 @@ impl SimQueue {
     }
 
     pub(crate) fn promote(s: &mut QueueState, now_ms: i64) {
+        s.now_ms = now_ms;
         while let Some(Reverse((at, id, generation))) = s.waiting.peek().copied() {
             if at > now_ms {
                 break;
@@ -217,13 +325,22 @@ impl SimQueue {
         while out.len() < 10 {
             let Some(id) = s.take_ready(rng) else { break };
             let again = now_ms + vt.as_millis() as i64;
+            let Some(m) = s.msgs.get_mut(&id) else { continue };
+            if m.receive_count >= self.max_receives {
+                // The redrive policy: this receive would exceed maxReceiveCount, so SQS moves
+                // the message to the DLQ instead of handing it out.
+                if let Some(m) = s.msgs.remove(&id) {
+                    lock(&self.dlq).push(m.body, ReasonCode::ReceiveCountBackstop, now_ms);
+                }
+                continue;
+            }
             let (body, count, generation, group) = {
-                let Some(m) = s.msgs.get_mut(&id) else { continue };
                 m.receive_count += 1;
                 m.generation += 1;
                 m.in_flight = true;
                 (m.body.clone(), m.receive_count, m.generation, m.group)
             };
+            s.received += 1;
             s.in_flight[group as usize] += 1;
             s.waiting.push(Reverse((again, id, generation)));
             if rng.next_unit() < dup {
@@ -232,7 +349,15 @@ impl SimQueue {
                 s.next_id += 1;
                 s.msgs.insert(
                     cid,
-                    SimMsg { body: body.clone(), receive_count: 0, generation: 0, group, in_flight: false },
+                    SimMsg {
+                        body: body.clone(),
+                        receive_count: 0,
+                        generation: 0,
+                        group,
+                        in_flight: false,
+                        sent_ms: now_ms,
+                        visible_ms: None,
+                    },
                 );
                 s.make_ready(cid);
             }
@@ -253,6 +378,38 @@ impl SimQueue {
 
     pub(crate) fn depth(&self) -> usize {
         lock(&self.state).msgs.len()
+    }
+
+    /// What SQS reports of this queue now. A message received 3 or more times and not deleted
+    /// is left out of the age, as SQS documents for its poison-pill handling (Developer Guide,
+    /// "Available CloudWatch metrics for Amazon SQS", `ApproximateAgeOfOldestMessage`); a
+    /// delayed message is counted as delayed, not visible, and is in no age.
+    pub(crate) fn stats(&self, age_from: AgeFrom) -> QueueStats {
+        let now_ms = self.clock.now().timestamp_millis();
+        let mut s = lock(&self.state);
+        Self::promote(&mut s, now_ms);
+        let mut out = QueueStats { received: s.received, sent: s.sent, ..QueueStats::default() };
+        let mut oldest: Option<i64> = None;
+        for m in s.msgs.values() {
+            match (m.in_flight, m.visible_ms) {
+                (true, _) => out.not_visible += 1,
+                (false, Some(_)) => out.visible += 1,
+                (false, None) => {
+                    out.delayed += 1;
+                    continue;
+                }
+            }
+            if m.receive_count >= 3 {
+                continue;
+            }
+            let from = match age_from {
+                AgeFrom::Sent => m.sent_ms,
+                AgeFrom::Visible => m.visible_ms.unwrap_or(m.sent_ms),
+            };
+            oldest = Some(oldest.map_or(from, |o| o.min(from)));
+        }
+        out.oldest_age = oldest.map(|o| (now_ms - o).max(0) as f64 / 1000.0);
+        out
     }
 
     pub(crate) fn next_visible(&self) -> Option<i64> {
@@ -291,8 +448,8 @@ impl SimLanes {
         q.push(body, q.clock.now() + TimeDelta::seconds(secs as i64), group);
     }
 
-    pub(crate) fn dlq(&self) -> &Arc<Mutex<QueueState>> {
-        &self.normal.state
+    pub(crate) fn dlq(&self) -> &Arc<Mutex<DlqState>> {
+        &self.normal.dlq
     }
 }
 
@@ -304,9 +461,9 @@ impl SendQueue for SimLanes {
     }
 
     async fn dead_letter(&self, q: &Quarantine<'_>) -> Result<(), QueueError> {
-        let healthy = ReminderMessage::decode(q.body).is_ok();
         Usage::add(&self.normal.usage.sqs_requests, 1);
-        lock(self.dlq()).dlq.push((q.body.to_owned(), q.reason, healthy));
+        let now_ms = self.normal.clock.now().timestamp_millis();
+        lock(self.dlq()).push(q.body.to_owned(), q.reason, now_ms);
         Ok(())
     }
 }

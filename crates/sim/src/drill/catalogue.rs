@@ -1,0 +1,351 @@
+//! The drill's mornings and incidents.
+//!
+//! A morning has the seeds' shape: renewals fall due at 09:00 in their customers' zones, so
+//! the day comes in waves (08:00, 09:00 and 10:00 UTC here: three zones an hour apart), each
+//! released by the scheduler ten minutes ahead and sent at the provider's quota (100/s); most
+//! windows are four hours long, a tenth are tight (2–5 minutes, the urgent lane) in the mixed
+//! morning, and a few addresses bounce (the provider refuses them for good). The normal days
+//! vary the shape: mixed deadlines, one noisy tenant, a night with a trickle of a few reminders
+//! an hour (one of which bounces: a small population where one miss is a third of it), and a
+//! holiday trough.
+//!
+//! Each incident starts inside a normal morning (at the 09:00 wave unless said otherwise) and
+//! states when it starts, when it is over (recovery: the operator's fix, or the trouble ends),
+//! and whether it must page. `redrive_during_traffic` is the one that must not: an operator's
+//! bounded redrive while the morning runs is work, not an incident.
+
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
+use punctual_core::backoff::{Jitter, SplitMix64};
+use punctual_core::lanes::QueueLane;
+use punctual_core::reason::ReasonCode;
+
+use super::world::{Row, Trouble, Window};
+
+/// The drill's day (a Tuesday): every time below is on it.
+pub fn day() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 12, 1, 0, 0, 0).single().unwrap_or(DateTime::<Utc>::UNIX_EPOCH)
+}
+
+fn at(h: i64, m: i64) -> DateTime<Utc> {
+    day() + TimeDelta::hours(h) + TimeDelta::minutes(m)
+}
+
+/// The provider's quota every drill runs at (calls/s).
+pub const QUOTA: f64 = 100.0;
+/// Reminders in each of a normal morning's three waves.
+pub const WAVE: usize = 6_000;
+
+/// The shapes of a normal day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Three waves of 6,000, four-hour windows, 1 in 2,000 addresses bounce.
+    Normal,
+    /// The same with a tenth on tight deadlines (2–5 minutes).
+    Mixed,
+    /// One tenant holds 70 % of each wave.
+    Tenants,
+    /// Five reminders an hour from 01:00 to 06:00, one of them bounces.
+    Night,
+    /// Three waves of 300.
+    Holiday,
+}
+
+impl Shape {
+    /// Its name in the report.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Normal => "normal",
+            Self::Mixed => "mixed",
+            Self::Tenants => "tenants",
+            Self::Night => "night",
+            Self::Holiday => "holiday",
+        }
+    }
+}
+
+/// The 20 normal days, the most different first (a `--mornings N` prefix stays varied).
+pub fn normal_days() -> Vec<(Shape, u64)> {
+    let shapes = [Shape::Normal, Shape::Night, Shape::Holiday, Shape::Mixed, Shape::Tenants];
+    (1..=4).flat_map(|seed| shapes.into_iter().map(move |s| (s, seed))).collect()
+}
+
+/// A day's population: its rows, its tenants, and the window the drill watches.
+#[derive(Debug, Clone)]
+pub struct Population {
+    /// Rows.
+    pub rows: Vec<Row>,
+    /// Tenant names.
+    pub tenants: Vec<String>,
+    /// Start.
+    pub start: DateTime<Utc>,
+    /// End.
+    pub end: DateTime<Utc>,
+}
+
+fn tenants(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("tenant-{i:02}")).collect()
+}
+
+/// Tenant `0` holds `noisy` of the traffic; the rest share what is left in decreasing weights.
+fn pick_tenant(rng: &mut SplitMix64, n: u32, noisy: f64) -> u32 {
+    if rng.next_unit() < noisy {
+        return 0;
+    }
+    // Weights 1/k over the others (k = 1..n-1): a few large tenants and a tail.
+    let total: f64 = (1..n).map(|k| 1.0 / f64::from(k)).sum();
+    let mut x = rng.next_unit() * total;
+    for k in 1..n {
+        x -= 1.0 / f64::from(k);
+        if x <= 0.0 {
+            return k;
+        }
+    }
+    n - 1
+}
+
+/// A wave of `n` renewals due at `due`.
+fn wave(rows: &mut Vec<Row>, rng: &mut SplitMix64, due: DateTime<Utc>, n: usize, w: WaveShape) {
+    for _ in 0..n {
+        let tight = rng.next_unit() < w.tight;
+        let by = if tight { due + TimeDelta::seconds(120 + (rng.next_unit() * 180.0) as i64) } else { due + w.window };
+        rows.push(Row {
+            tenant: pick_tenant(rng, w.tenants, w.noisy),
+            after: due,
+            by,
+            bad_address: rng.next_unit() < w.bad,
+        });
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct WaveShape {
+    window: TimeDelta,
+    tight: f64,
+    bad: f64,
+    tenants: u32,
+    noisy: f64,
+}
+
+const STANDARD: WaveShape = WaveShape { window: TimeDelta::hours(4), tight: 0.0, bad: 0.0005, tenants: 10, noisy: 0.0 };
+
+/// A normal day of `shape`.
+pub fn normal(shape: Shape, seed: u64) -> Population {
+    let mut rng = SplitMix64::new(seed.wrapping_mul(0x9e37_79b9) ^ 0xd1);
+    let mut rows = Vec::new();
+    let waves = [at(8, 0), at(9, 0), at(10, 0)];
+    let (start, end) = (at(7, 30), at(11, 30));
+    match shape {
+        Shape::Normal => waves.iter().for_each(|d| wave(&mut rows, &mut rng, *d, WAVE, STANDARD)),
+        Shape::Mixed => {
+            waves.iter().for_each(|d| wave(&mut rows, &mut rng, *d, WAVE, WaveShape { tight: 0.1, ..STANDARD }))
+        }
+        Shape::Tenants => {
+            waves.iter().for_each(|d| wave(&mut rows, &mut rng, *d, WAVE, WaveShape { noisy: 0.7, ..STANDARD }))
+        }
+        Shape::Holiday => waves.iter().for_each(|d| wave(&mut rows, &mut rng, *d, 300, STANDARD)),
+        Shape::Night => {
+            for h in 1..6 {
+                for k in 0..5 {
+                    let after = at(h, 7 + 11 * k);
+                    rows.push(Row {
+                        tenant: (k % 3) as u32,
+                        after,
+                        by: after + TimeDelta::hours(4),
+                        bad_address: false,
+                    });
+                }
+            }
+            // One of the first hour's three reminders of tenant 0 bounces: one miss in a tiny
+            // population must not read as a fast burn.
+            if let Some(r) = rows.get_mut(3) {
+                r.bad_address = true;
+            }
+            return Population { rows, tenants: tenants(3), start: at(0, 30), end: at(7, 0) };
+        }
+    }
+    Population { rows, tenants: tenants(10), start, end }
+}
+
+/// The incidents, by the names the runbook and the issue use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incident {
+    /// The provider answers 5xx for 90 minutes.
+    ProviderOutage,
+    /// The provider answers after 10 s for an hour.
+    ProviderSlow,
+    /// A confirmed 401: the sender pauses the fleet until the secret is fixed.
+    CredentialsRevoked,
+    /// SES pauses the account (its bounce rate climbed): the sender pauses the fleet.
+    SesSendingPaused,
+    /// An operator pause left on while reminders fall due.
+    OperatorPauseLeftOn,
+    /// Every scheduler tick fails.
+    SchedulerFailing,
+    /// The scheduler's rule is disabled.
+    SchedulerNotInvoked,
+    /// The normal lane's event source mapping is disabled.
+    LaneNotPolled,
+    /// The sender's concurrency is 0.
+    SenderThrottled,
+    /// A producer writes 10 % malformed messages.
+    PoisonBurst,
+    /// Three times what the quota can deliver inside the windows.
+    Overload,
+    /// A wave of dead letters while yesterday's letters remain.
+    DlqSecondWave,
+    /// Every renewal of one tenant is refused as permanent.
+    TenantFailing,
+    /// An operator's bounded redrive while the morning runs (must not page).
+    RedriveDuringTraffic,
+}
+
+impl Incident {
+    /// Every incident, in the runbook's order.
+    pub const ALL: [Self; 14] = [
+        Self::ProviderOutage,
+        Self::ProviderSlow,
+        Self::CredentialsRevoked,
+        Self::SesSendingPaused,
+        Self::OperatorPauseLeftOn,
+        Self::SchedulerFailing,
+        Self::SchedulerNotInvoked,
+        Self::LaneNotPolled,
+        Self::SenderThrottled,
+        Self::PoisonBurst,
+        Self::Overload,
+        Self::DlqSecondWave,
+        Self::TenantFailing,
+        Self::RedriveDuringTraffic,
+    ];
+
+    /// Its name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::ProviderOutage => "provider_outage",
+            Self::ProviderSlow => "provider_slow",
+            Self::CredentialsRevoked => "credentials_revoked",
+            Self::SesSendingPaused => "ses_sending_paused",
+            Self::OperatorPauseLeftOn => "operator_pause_left_on",
+            Self::SchedulerFailing => "scheduler_failing",
+            Self::SchedulerNotInvoked => "scheduler_not_invoked",
+            Self::LaneNotPolled => "lane_not_polled",
+            Self::SenderThrottled => "sender_throttled",
+            Self::PoisonBurst => "poison_burst",
+            Self::Overload => "overload",
+            Self::DlqSecondWave => "dlq_second_wave",
+            Self::TenantFailing => "tenant_failing",
+            Self::RedriveDuringTraffic => "redrive_during_traffic",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|i| i.name() == s)
+    }
+
+    /// Whether it must page (every one but an operator's redrive).
+    pub const fn pages(self) -> bool {
+        !matches!(self, Self::RedriveDuringTraffic)
+    }
+}
+
+/// One incident's run: the morning, the trouble, when it starts and when it is over.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    /// The population.
+    pub population: Population,
+    /// The trouble.
+    pub windows: Vec<Window>,
+    /// DLQ letters at the start.
+    pub old_letters: Vec<(ReasonCode, DateTime<Utc>)>,
+    /// SES instead of an HTTP vendor.
+    pub ses: bool,
+    /// When it starts.
+    pub start: DateTime<Utc>,
+    /// When it is over.
+    pub recovery: DateTime<Utc>,
+}
+
+fn window(trouble: Trouble, from: DateTime<Utc>, until: DateTime<Utc>) -> Window {
+    Window { trouble, from, until }
+}
+
+/// Stages `incident` on the normal morning of `seed`.
+pub fn stage(incident: Incident, seed: u64) -> Staged {
+    let population = normal(Shape::Normal, seed);
+    let nine = at(9, 0);
+    let staged = |windows: Vec<Window>, start: DateTime<Utc>, recovery: DateTime<Utc>| Staged {
+        population: population.clone(),
+        windows,
+        old_letters: Vec::new(),
+        ses: false,
+        start,
+        recovery,
+    };
+    match incident {
+        Incident::ProviderOutage => {
+            staged(vec![window(Trouble::ProviderStatus(500), nine, at(10, 30))], nine, at(10, 30))
+        }
+        Incident::ProviderSlow => staged(
+            vec![window(Trouble::ProviderSlow(std::time::Duration::from_secs(10)), nine, at(10, 0))],
+            nine,
+            at(10, 0),
+        ),
+        Incident::CredentialsRevoked => {
+            staged(vec![window(Trouble::ProviderStatus(401), nine, at(9, 45))], nine, at(9, 45))
+        }
+        Incident::SesSendingPaused => {
+            // Bounces climb from 08:45; SES pauses the account at 09:00; fixed and resumed at 09:45.
+            let mut s = staged(
+                vec![
+                    window(Trouble::BounceRate(0.12), at(8, 45), at(9, 45)),
+                    window(Trouble::AccountPaused, nine, at(9, 45)),
+                ],
+                at(8, 45),
+                at(9, 45),
+            );
+            s.ses = true;
+            s
+        }
+        // Paused at 08:55 for maintenance and forgotten: the 09:00 wave falls due behind it.
+        Incident::OperatorPauseLeftOn => {
+            staged(vec![window(Trouble::OperatorPause, at(8, 55), at(10, 0))], nine, at(10, 0))
+        }
+        // From 09:45: the 10:00 wave needs releasing at 09:50.
+        Incident::SchedulerFailing => {
+            staged(vec![window(Trouble::SchedulerFailing, at(9, 45), at(10, 15))], at(9, 45), at(10, 15))
+        }
+        Incident::SchedulerNotInvoked => {
+            staged(vec![window(Trouble::SchedulerNotInvoked, at(9, 45), at(10, 15))], at(9, 45), at(10, 15))
+        }
+        Incident::LaneNotPolled => {
+            staged(vec![window(Trouble::LaneNotPolled(QueueLane::Normal), nine, at(9, 30))], nine, at(9, 30))
+        }
+        Incident::SenderThrottled => staged(vec![window(Trouble::SenderThrottled, nine, at(9, 30))], nine, at(9, 30)),
+        Incident::PoisonBurst => staged(vec![window(Trouble::Poison(0.10), nine, at(9, 20))], nine, at(9, 20)),
+        Incident::Overload => {
+            // 54,000 due at 09:00 with three-minute windows: the quota delivers 18,000 in them.
+            let mut s = staged(Vec::new(), nine, at(9, 3));
+            let mut rng = SplitMix64::new(seed ^ 0x0e1);
+            s.population.rows.retain(|r| r.after != nine);
+            let shape = WaveShape { window: TimeDelta::minutes(3), ..STANDARD };
+            wave(&mut s.population.rows, &mut rng, nine, 3 * 180 * QUOTA as usize, shape);
+            s
+        }
+        Incident::DlqSecondWave => {
+            // Yesterday's 40 letters are still there; from 09:00 to 09:03 the provider refuses
+            // every call for good.
+            let mut s = staged(vec![window(Trouble::ProviderPermanent, nine, at(9, 3))], nine, at(9, 3));
+            s.old_letters = (0..40).map(|_| (ReasonCode::AttemptLimit, day() - TimeDelta::hours(14))).collect();
+            s
+        }
+        Incident::TenantFailing => staged(vec![window(Trouble::TenantRefused(1), nine, at(10, 0))], nine, at(10, 0)),
+        Incident::RedriveDuringTraffic => {
+            // 500 letters of this morning's early outage, their windows still open, moved back
+            // at the runbook's cap while the 09:00 wave is sent.
+            let mut s = staged(vec![window(Trouble::Redrive, nine, at(9, 15))], nine, at(9, 15));
+            s.old_letters = (0..500).map(|_| (ReasonCode::NoSafeRetryWindow, at(8, 30))).collect();
+            s
+        }
+    }
+}

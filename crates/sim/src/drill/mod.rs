@@ -1,0 +1,518 @@
+//! `punctual drill`: the template's own alarms proven against incidents.
+//!
+//! Each incident of the runbook ([`catalogue`]) runs inside a morning through the real core
+//! services ([`world`]); every metric the functions emit and every AWS-side metric the alarms
+//! read goes into a metric store; then the alarms of the template under test — every
+//! `AWS::CloudWatch::Alarm` and `CompositeAlarm`, parameters at their defaults — are evaluated
+//! minute by minute with CloudWatch's documented semantics (`punctual-alarms`). The drill asks
+//! the operator's questions: when this incident starts, which alarm pages, and when? What was
+//! missed by then? When does it clear after recovery? And on a normal day: does anything page?
+//!
+//! A **page** is a transition into ALARM of an alarm whose `AlarmActions` include the page
+//! topic (the template's `AlarmTopicArn`); a **ticket** one whose actions include the ticket
+//! topic (`TicketTopicArn`, where the template has it); any other alarm is dashboard-only.
+
+pub mod catalogue;
+pub mod emf;
+pub(crate) mod world;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use punctual_alarms::{Alarms, Evaluator, State};
+use serde::Serialize;
+
+use crate::sqs::AgeFrom;
+use catalogue::Incident;
+
+/// The ARN the drill gives the page topic parameter.
+pub const PAGE_TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:punctual-page";
+/// The ARN the drill gives the ticket topic parameter.
+pub const TICKET_TOPIC: &str = "arn:aws:sns:us-east-1:123456789012:punctual-ticket";
+/// The stack name the drill deploys as (the custom metrics' namespace is `punctual/{stack}`).
+pub const STACK: &str = "drill";
+/// A page-class incident must page within this long of its start.
+pub const PAGE_WITHIN: f64 = 300.0;
+/// `overload` must page before its first miss and within this long.
+pub const OVERLOAD_WITHIN: f64 = 600.0;
+/// Every page must clear within this long of recovery.
+pub const CLEAR_WITHIN: f64 = 900.0;
+
+/// What to drill.
+#[derive(Debug, Clone)]
+pub struct DrillOptions {
+    /// The incidents.
+    pub incidents: Vec<Incident>,
+    /// How many of the 20 normal days (0..=20).
+    pub mornings: usize,
+    /// Seed (the population's and the services').
+    pub seed: u64,
+    /// Template parameters besides the defaults.
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// The template could not be read, or an alarm could not be evaluated (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum DrillError {
+    /// The template.
+    #[error("cannot read the template {path}: {source}")]
+    Template {
+        /// Its path.
+        path: String,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// An alarm.
+    #[error("cannot evaluate the alarms: {0}")]
+    Evaluate(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A run.
+    #[error("the drill's run failed: {0}")]
+    Run(String),
+}
+
+/// One incident's result (`--json` keys are a contract).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct IncidentReport {
+    /// The incident.
+    pub name: String,
+    /// `page` or `quiet` (must page nobody).
+    pub expect: String,
+    /// The first alarm that paged, or null.
+    pub paged_by: Option<String>,
+    /// Seconds from the incident's start to that page (negative: it paged before the start,
+    /// on a projection).
+    pub page_after_seconds: Option<f64>,
+    /// Reminders whose window closed, missed, before that page.
+    pub missed_before_page: u64,
+    /// Seconds from recovery until no page-class alarm is in ALARM.
+    pub cleared_after_seconds: Option<f64>,
+    /// The runbook section the page's description names.
+    pub runbook: Option<String>,
+    /// Every page of the run, in order (each alarm's first), seconds from the incident's start.
+    pub pages: Vec<PageAt>,
+    /// Ticket-class alarms that fired.
+    pub tickets: Vec<String>,
+    /// Reminders that missed their window in the whole run.
+    pub missed: u64,
+    /// Reminders the provider accepted, of how many.
+    pub delivered: u64,
+    /// Reminders in the run.
+    pub reminders: u64,
+    /// What reached the DLQ during the run, by reason.
+    pub dead_lettered: BTreeMap<String, u64>,
+    /// Letters an operator's redrive moved back (`redrive_during_traffic`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redriven: Option<u64>,
+    /// The incident met its bar.
+    pub ok: bool,
+    /// Why not, when not.
+    pub why: Option<String>,
+}
+
+/// One alarm's page.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PageAt {
+    /// The alarm.
+    pub alarm: String,
+    /// Seconds from the incident's start.
+    pub after_seconds: f64,
+}
+
+/// A page on a normal day.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FalsePage {
+    /// The day (`normal-1`, `night-2`, …).
+    pub morning: String,
+    /// The alarm.
+    pub alarm: String,
+    /// Seconds after the day's watch started.
+    pub at_seconds: f64,
+}
+
+/// The normal days.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct NormalReport {
+    /// Days run.
+    pub mornings: usize,
+    /// Pages.
+    pub pages: usize,
+    /// Each one.
+    pub false_pages: Vec<FalsePage>,
+    /// Tickets on normal days (not pages; named so an operator knows what they will see).
+    pub tickets: Vec<FalsePage>,
+}
+
+/// The drill's report.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DrillReport {
+    /// The template drilled.
+    pub template: String,
+    /// Alarms read (metric + composite).
+    pub alarms: usize,
+    /// Alarms that page, ticket, or only show on the dashboard.
+    pub classes: BTreeMap<String, String>,
+    /// The incidents.
+    pub incidents: Vec<IncidentReport>,
+    /// The normal days.
+    pub normal: NormalReport,
+    /// Every incident met its bar and no normal day paged.
+    pub ok: bool,
+}
+
+/// How an alarm notifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Page,
+    Ticket,
+    Dashboard,
+}
+
+impl Class {
+    fn of(actions: &[String]) -> Self {
+        if actions.iter().any(|a| a == PAGE_TOPIC) {
+            Self::Page
+        } else if actions.iter().any(|a| a == TICKET_TOPIC) {
+            Self::Ticket
+        } else {
+            Self::Dashboard
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Page => "page",
+            Self::Ticket => "ticket",
+            Self::Dashboard => "dashboard",
+        }
+    }
+}
+
+/// An alarm fired (went to ALARM) at `at`.
+#[derive(Debug, Clone)]
+struct Fired {
+    alarm: String,
+    class: Class,
+    at: DateTime<Utc>,
+}
+
+/// What the evaluation of one run saw.
+#[derive(Debug, Default)]
+struct Timeline {
+    fired: Vec<Fired>,
+    /// When each page-class alarm last left ALARM (None: still in it at the end).
+    page_states: BTreeMap<String, Vec<(DateTime<Utc>, State)>>,
+}
+
+/// The template, read once per parameter set.
+struct Template {
+    alarms: Alarms,
+    descriptions: BTreeMap<String, String>,
+    classes: BTreeMap<String, Class>,
+}
+
+impl Template {
+    fn load(path: &Path, parameters: &BTreeMap<String, String>) -> Result<Self, DrillError> {
+        let err = |source: Box<dyn std::error::Error + Send + Sync>| DrillError::Template {
+            path: path.display().to_string(),
+            source,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(Box::new(e)))?;
+        let declared = punctual_alarms::template::parameter_names(&text).map_err(|e| err(Box::new(e)))?;
+        let mut params: BTreeMap<String, String> = BTreeMap::new();
+        for (k, v) in [("AlarmTopicArn", PAGE_TOPIC), ("TicketTopicArn", TICKET_TOPIC)] {
+            if declared.iter().any(|d| d == k) {
+                params.insert(k.to_owned(), v.to_owned());
+            }
+        }
+        params.extend(parameters.clone());
+        let options =
+            punctual_alarms::Options { parameters: params, stack_name: STACK.to_owned(), ..Default::default() };
+        let alarms = punctual_alarms::load(&text, &options).map_err(|e| err(Box::new(e)))?;
+        let mut descriptions = BTreeMap::new();
+        let mut classes = BTreeMap::new();
+        for a in &alarms.metric {
+            descriptions.insert(a.name.clone(), a.description.clone());
+            classes.insert(a.name.clone(), Class::of(&a.actions));
+        }
+        for a in &alarms.composite {
+            descriptions.insert(a.name.clone(), a.description.clone());
+            classes.insert(a.name.clone(), Class::of(&a.actions));
+        }
+        Ok(Self { alarms, descriptions, classes })
+    }
+
+    fn runbook(&self, alarm: &str) -> Option<String> {
+        let d = self.descriptions.get(alarm)?;
+        let i = d.find("Runbook:")?;
+        d[i + "Runbook:".len()..].split_whitespace().next().map(|s| s.trim_end_matches(['.', ',', ')']).to_owned())
+    }
+
+    /// Evaluates every alarm minute by minute over a run's metrics.
+    fn evaluate(
+        &self,
+        run: &world::WorldRun,
+        start: DateTime<Utc>,
+        end: DateTime<Utc>,
+    ) -> Result<Timeline, DrillError> {
+        let mut ev = Evaluator::new(&self.alarms).map_err(|e| DrillError::Evaluate(Box::new(e)))?;
+        let mut out = Timeline::default();
+        let mut t = start + TimeDelta::minutes(1);
+        while t <= end {
+            let transitions = ev.evaluate(t.timestamp(), &run.store).map_err(|e| DrillError::Evaluate(Box::new(e)))?;
+            for tr in transitions {
+                let class = self.classes.get(&tr.alarm).copied().unwrap_or(Class::Dashboard);
+                if tr.to == State::Alarm {
+                    out.fired.push(Fired { alarm: tr.alarm.clone(), class, at: t });
+                }
+                if class == Class::Page {
+                    out.page_states.entry(tr.alarm.clone()).or_default().push((t, tr.to));
+                }
+            }
+            t += TimeDelta::minutes(1);
+        }
+        Ok(out)
+    }
+}
+
+impl Timeline {
+    fn pages(&self) -> impl Iterator<Item = &Fired> {
+        self.fired.iter().filter(|f| f.class == Class::Page)
+    }
+
+    /// The first instant at or after `from` when no page-class alarm is in ALARM.
+    fn all_clear(&self, from: DateTime<Utc>, end: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut candidates: Vec<DateTime<Utc>> = vec![from];
+        candidates.extend(self.page_states.values().flatten().map(|(t, _)| *t).filter(|t| *t >= from));
+        candidates.sort();
+        candidates.into_iter().filter(|t| *t <= end).find(|t| {
+            self.page_states.values().all(|changes| {
+                changes.iter().take_while(|(at, _)| at <= t).last().is_none_or(|(_, s)| *s != State::Alarm)
+            })
+        })
+    }
+}
+
+fn seconds(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
+    (to - from).num_milliseconds() as f64 / 1000.0
+}
+
+fn namespace() -> String {
+    format!("punctual/{STACK}")
+}
+
+/// Drills `opts` against the template at `path`; `progress` hears each run as it ends.
+pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -> Result<DrillReport, DrillError> {
+    let template = Template::load(path, &opts.parameters)?;
+    // SES incidents read the template as a deployment with ProviderKind ses would.
+    let ses_template = if opts.incidents.contains(&Incident::SesSendingPaused) {
+        let mut p = opts.parameters.clone();
+        p.entry("ProviderKind".into()).or_insert_with(|| "ses".into());
+        Some(Template::load(path, &p)?)
+    } else {
+        None
+    };
+    let mut incidents = Vec::new();
+    for incident in &opts.incidents {
+        let staged = catalogue::stage(*incident, opts.seed);
+        let t = if staged.ses { ses_template.as_ref().unwrap_or(&template) } else { &template };
+        let cfg = world::WorldConfig {
+            rows: staged.population.rows.clone(),
+            tenants: staged.population.tenants.clone(),
+            start: staged.population.start,
+            end: staged.population.end.max(staged.recovery + TimeDelta::minutes(45)),
+            quota: catalogue::QUOTA,
+            concurrency: 10,
+            urgent_concurrency: 10,
+            ses: staged.ses,
+            windows: staged.windows.clone(),
+            old_letters: staged.old_letters.clone(),
+            // For "does it page in time": the reading of SQS's age that makes it page latest.
+            age_from: AgeFrom::Visible,
+            seed: opts.seed,
+            namespace: namespace(),
+        };
+        let clock = std::time::Instant::now();
+        let run = world::run(&cfg).map_err(DrillError::Run)?;
+        let simulated = clock.elapsed();
+        let timeline = t.evaluate(&run, cfg.start, cfg.end)?;
+        if std::env::var_os("PUNCTUAL_DRILL_TIMING").is_some() {
+            eprintln!(
+                "  world {:.1} s, alarms {:.1} s",
+                simulated.as_secs_f64(),
+                (clock.elapsed() - simulated).as_secs_f64()
+            );
+        }
+        let report = judge_incident(*incident, &staged, &cfg, &run, &timeline, t);
+        progress(&format!(
+            "{:<24} {:<10} {}",
+            report.name,
+            if report.ok { "ok" } else { "FAILED" },
+            match (&report.paged_by, report.page_after_seconds) {
+                (Some(a), Some(s)) => format!("paged by {a} after {s:.0} s"),
+                _ => "no page".to_owned(),
+            }
+        ));
+        incidents.push(report);
+    }
+    let mut normal = NormalReport::default();
+    for (shape, seed) in catalogue::normal_days().into_iter().take(opts.mornings) {
+        let pop = catalogue::normal(shape, seed.wrapping_add(opts.seed.wrapping_mul(101)));
+        let cfg = world::WorldConfig {
+            rows: pop.rows,
+            tenants: pop.tenants,
+            start: pop.start,
+            end: pop.end,
+            quota: catalogue::QUOTA,
+            concurrency: 10,
+            urgent_concurrency: 10,
+            ses: false,
+            windows: Vec::new(),
+            old_letters: Vec::new(),
+            // For "a normal day pages nobody": the reading that makes ages largest.
+            age_from: AgeFrom::Sent,
+            seed: opts.seed ^ seed,
+            namespace: namespace(),
+        };
+        let run = world::run(&cfg).map_err(DrillError::Run)?;
+        let timeline = template.evaluate(&run, cfg.start, cfg.end)?;
+        let day = format!("{}-{seed}", shape.name());
+        for f in &timeline.fired {
+            let fp = FalsePage { morning: day.clone(), alarm: f.alarm.clone(), at_seconds: seconds(cfg.start, f.at) };
+            match f.class {
+                Class::Page => normal.false_pages.push(fp),
+                Class::Ticket => normal.tickets.push(fp),
+                Class::Dashboard => {}
+            }
+        }
+        normal.mornings += 1;
+        let pages = timeline.pages().count();
+        progress(&format!("{day:<24} {:<10} {pages} pages", if pages == 0 { "ok" } else { "FAILED" }));
+    }
+    normal.pages = normal.false_pages.len();
+    let ok = incidents.iter().all(|i| i.ok) && normal.pages == 0;
+    let classes = template.classes.iter().map(|(k, v)| (k.clone(), v.name().to_owned())).collect();
+    Ok(DrillReport {
+        template: path.display().to_string(),
+        alarms: template.alarms.metric.len() + template.alarms.composite.len(),
+        classes,
+        incidents,
+        normal,
+        ok,
+    })
+}
+
+fn judge_incident(
+    incident: Incident,
+    staged: &catalogue::Staged,
+    cfg: &world::WorldConfig,
+    run: &world::WorldRun,
+    timeline: &Timeline,
+    template: &Template,
+) -> IncidentReport {
+    let first = timeline.pages().next();
+    let mut pages: Vec<PageAt> = Vec::new();
+    for f in timeline.pages() {
+        if !pages.iter().any(|p| p.alarm == f.alarm) {
+            pages.push(PageAt { alarm: f.alarm.clone(), after_seconds: seconds(staged.start, f.at) });
+        }
+    }
+    let mut tickets: Vec<String> = Vec::new();
+    for f in timeline.fired.iter().filter(|f| f.class == Class::Ticket) {
+        if !tickets.contains(&f.alarm) {
+            tickets.push(f.alarm.clone());
+        }
+    }
+    let page_after = first.map(|p| seconds(staged.start, p.at));
+    let missed_before =
+        first.map_or(run.late.len() as u64, |p| run.late.iter().filter(|by| **by <= p.at).count() as u64);
+    let clear = timeline.all_clear(staged.recovery, cfg.end).map(|t| seconds(staged.recovery, t));
+    let mut why = Vec::new();
+    if incident.pages() {
+        match page_after {
+            None => why.push("nothing paged".to_owned()),
+            Some(s) if incident == Incident::Overload => {
+                let first_miss = run.late.iter().min().map(|t| seconds(staged.start, *t));
+                if s > OVERLOAD_WITHIN {
+                    why.push(format!("paged after {s:.0} s (> {OVERLOAD_WITHIN:.0} s)"));
+                }
+                if let Some(m) = first_miss
+                    && s > m
+                {
+                    why.push(format!("paged after the first miss ({m:.0} s)"));
+                }
+            }
+            Some(s) if s > PAGE_WITHIN => why.push(format!("paged after {s:.0} s (> {PAGE_WITHIN:.0} s)")),
+            Some(_) => {}
+        }
+        match clear {
+            None => why.push("a page was still in ALARM at the end of the run".to_owned()),
+            Some(c) if c > CLEAR_WITHIN => why.push(format!("cleared {c:.0} s after recovery (> {CLEAR_WITHIN:.0} s)")),
+            Some(_) => {}
+        }
+    } else if let Some(p) = first {
+        why.push(format!("{} paged {:.0} s in; this incident must page nobody", p.alarm, seconds(staged.start, p.at)));
+    }
+    IncidentReport {
+        name: incident.name().to_owned(),
+        expect: if incident.pages() { "page" } else { "quiet" }.to_owned(),
+        paged_by: first.map(|p| p.alarm.clone()),
+        page_after_seconds: page_after,
+        missed_before_page: missed_before,
+        cleared_after_seconds: if first.is_some() { clear } else { None },
+        runbook: first.and_then(|p| template.runbook(&p.alarm)),
+        pages,
+        tickets,
+        missed: run.late.len() as u64,
+        delivered: run.delivered,
+        reminders: run.reminders,
+        dead_lettered: run.dead_lettered.clone(),
+        redriven: run.redriven,
+        ok: why.is_empty(),
+        why: if why.is_empty() { None } else { Some(why.join("; ")) },
+    }
+}
+
+/// The report as text: one row per incident, then the normal days.
+pub fn render(r: &DrillReport) -> String {
+    let secs = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |s| format!("{s:.0} s"));
+    let mut out = format!("drill of {} ({} alarms)\n\n", r.template, r.alarms);
+    out.push_str(&format!(
+        "{:<24} {:<40} {:>8} {:>7} {:>9}  {}\n",
+        "incident", "first page", "after", "missed", "cleared", "runbook"
+    ));
+    for i in &r.incidents {
+        let paged = i
+            .paged_by
+            .clone()
+            .unwrap_or_else(|| if i.expect == "quiet" { "(none, as expected)".into() } else { "NOTHING".into() });
+        out.push_str(&format!(
+            "{:<24} {:<40} {:>8} {:>7} {:>9}  {}{}\n",
+            i.name,
+            paged,
+            secs(i.page_after_seconds),
+            i.missed_before_page,
+            secs(i.cleared_after_seconds),
+            i.runbook.clone().unwrap_or_else(|| "-".into()),
+            i.why.as_ref().map(|w| format!("   FAILED: {w}")).unwrap_or_default()
+        ));
+    }
+    out.push_str(&format!("\nnormal days: {} run, {} pages\n", r.normal.mornings, r.normal.pages));
+    for p in &r.normal.false_pages {
+        out.push_str(&format!("  FALSE PAGE {} {} at {:.0} s\n", p.morning, p.alarm, p.at_seconds));
+    }
+    let mut tickets: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+    for p in &r.normal.tickets {
+        tickets.entry(p.alarm.as_str()).or_default().insert(p.morning.as_str());
+    }
+    for (alarm, days) in tickets {
+        out.push_str(&format!("  ticket (not a page) {alarm} on {} of the days\n", days.len()));
+    }
+    out.push_str(if r.ok {
+        "\nok: every incident paged in time and cleared; no normal day paged\n"
+    } else {
+        "\nNOT OK\n"
+    });
+    out
+}
