@@ -13,7 +13,7 @@ DDB_LOCAL := .tools/dynamodb-local/DynamoDBLocal.jar
 HAVE_JAVA := $(shell command -v java >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && echo yes)
 CARGO ?= cargo
 
-.PHONY: cold-start check-seeds soak help test run build deploy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean
+.PHONY: cold-start check-seeds soak drill drill-fast help test run build deploy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean
 
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
@@ -21,6 +21,7 @@ help:
 	@echo "make build  three Lambda packages (cargo-lambda);  make deploy  sam deploy --guided"
 	@echo "make bench-limiter   the shared limiter's frontier;  make localstack-test  suite on LocalStack"
 	@echo "make soak   the fault checker over 10,000 seeds (make test runs 300)"
+	@echo "make drill  the template's alarms against every incident and 20 normal days (make test runs a subset)"
 
 ## tools: a pinned Python venv with moto server and cfn-lint (+ DynamoDB Local where Java is).
 tools: $(VENV_STAMP) $(if $(HAVE_JAVA),$(DDB_LOCAL))
@@ -88,7 +89,18 @@ check-seeds:
 soak:
 	$(CARGO) run --locked --release -q -p punctual-sim -- check --seeds 10000 $(SOAK_ARGS)
 
-test: fmt-check clippy core-deps test-all check-seeds lint-template invoke-smoke
+## The template's alarms proven against incidents (README, "The alarms, drilled"): each incident
+## of the runbook through the simulator, infra/template.yaml's own alarms evaluated with
+## CloudWatch's semantics; exit 3 when an incident pages late or a normal day pages. `make test`
+## runs DRILL_FAST (8 incidents, 5 normal days, ≈ 20 s); `make drill` all 14 and 20 days.
+DRILL_FAST := --incident credentials_revoked,operator_pause_left_on,provider_outage,scheduler_not_invoked,lane_not_polled,dlq_second_wave,overload,redrive_during_traffic --mornings 5
+drill-fast:
+	$(CARGO) run --locked -q -p punctual-sim -- drill $(DRILL_FAST)
+
+drill:
+	$(CARGO) run --locked --release -q -p punctual-sim -- drill $(DRILL_ARGS)
+
+test: fmt-check clippy core-deps test-all check-seeds drill-fast lint-template invoke-smoke
 	@echo "==> make test: all checks passed"
 
 ## The whole pipeline on this machine (debug build, shared with `make test`; add
