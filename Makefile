@@ -6,11 +6,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 VENV_STAMP := $(VENV)/.installed
-# AWS's own DynamoDB Local ships inside this npm package; only its jar is used (npm pack, no
-# dependency install). Fetched only where Java and npm exist; the reference tests need it then.
-DDB_LOCAL_PKG := amplify-dynamodb-simulator@2.9.30
-DDB_LOCAL := .tools/dynamodb-local/DynamoDBLocal.jar
-HAVE_JAVA := $(shell command -v java >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 && echo yes)
+# dynalite (npm, Apache-2.0): the local DynamoDB that isolates concurrent conditional writes
+# (moto's do not), pinned by tools/dynalite/package-lock.json, installed with npm ci.
+DYNALITE := .tools/dynalite/node_modules/dynalite/package.json
 CARGO ?= cargo
 
 .PHONY: cold-start check-seeds soak drill drill-fast help test run build deploy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean
@@ -23,14 +21,16 @@ help:
 	@echo "make soak   the fault checker over 10,000 seeds (make test runs 300)"
 	@echo "make drill  the template's alarms against every incident and 20 normal days (make test runs a subset)"
 
-## tools: a pinned Python venv with moto server and cfn-lint (+ DynamoDB Local where Java is).
-tools: $(VENV_STAMP) $(if $(HAVE_JAVA),$(DDB_LOCAL))
+## tools: a pinned Python venv with moto server and cfn-lint, and dynalite from npm.
+tools: $(VENV_STAMP) $(DYNALITE)
 
-$(DDB_LOCAL):
-	@echo "==> fetching DynamoDB Local from $(DDB_LOCAL_PKG)"
-	rm -rf .tools/dynamodb-local .tools/pack && mkdir -p .tools/pack
-	cd .tools/pack && npm pack --silent $(DDB_LOCAL_PKG) >/dev/null && tar xzf *.tgz
-	mv .tools/pack/package/emulator .tools/dynamodb-local && rm -rf .tools/pack
+$(DYNALITE): tools/dynalite/package.json tools/dynalite/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node.js) is needed for dynalite, the local DynamoDB" >&2; exit 1; }
+	@echo "==> installing dynalite (tools/dynalite/package-lock.json) into .tools/dynalite"
+	rm -rf .tools/dynalite && mkdir -p .tools/dynalite
+	cp tools/dynalite/package.json tools/dynalite/package-lock.json .tools/dynalite/
+	cd .tools/dynalite && npm ci --no-audit --no-fund --silent
+	@touch $@
 
 $(VENV_STAMP): tools/requirements.txt
 	@echo "==> creating $(VENV) with $$($(PYTHON) --version)"

@@ -4,14 +4,15 @@
 #
 # - AWS_ENDPOINT_URL: if already set (e.g. LocalStack on http://localhost:4566) it is used as
 #   is; otherwise moto server from ./.venv starts on a free 127.0.0.1 port.
-# - PUNCTUAL_DYNAMODB_LOCAL_URL: AWS's own DynamoDB Local (the reference for conditional
-#   expressions) starts too when Java and .tools/dynamodb-local are present (`make tools`
-#   fetches it when Java is there). PUNCTUAL_REQUIRE_DYNAMODB_LOCAL=1 is then exported so the
-#   reference tests fail rather than skip if it cannot be reached.
+# - PUNCTUAL_DYNALITE_URL: dynalite (npm, Apache-2.0; `make tools` installs it into
+#   .tools/dynalite) starts too, on its own loopback port: the engine whose concurrent
+#   conditional writes are isolated (moto's are not), for the suites that race writers.
+#   PUNCTUAL_REQUIRE_DYNALITE=1 is exported so those suites fail rather than skip if it cannot
+#   be reached.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv="${VENV:-$here/.venv}"
-ddb_dir="$here/.tools/dynamodb-local"
+dynalite="$here/.tools/dynalite/node_modules/dynalite"
 logs="$here/target/emulators"
 mkdir -p "$logs"
 
@@ -60,15 +61,18 @@ else
   echo "with-emulator: moto server on $AWS_ENDPOINT_URL (log: $log)" >&2
 fi
 
-if [[ -z "${PUNCTUAL_DYNAMODB_LOCAL_URL:-}" && -f "$ddb_dir/DynamoDBLocal.jar" ]] && command -v java >/dev/null; then
+if [[ -z "${PUNCTUAL_DYNALITE_URL:-}" ]]; then
+  if [[ ! -d "$dynalite" ]] || ! command -v node >/dev/null; then
+    echo "with-emulator: dynalite is not installed (run make tools; it needs Node.js and npm)" >&2; exit 1
+  fi
   port=$(free_port)
-  log="$logs/dynamodb-local-$port.log"
-  (cd "$ddb_dir" && exec java -Xmx512m -Djava.library.path=DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -port "$port") >"$log" 2>&1 &
+  log="$logs/dynalite-$port.log"
+  node "$here/tools/dynalite/serve.js" "$port" >"$log" 2>&1 &
   pids+=($!)
-  wait_http "DynamoDB Local" "$!" "http://127.0.0.1:$port/" "$log"
-  export PUNCTUAL_DYNAMODB_LOCAL_URL="http://127.0.0.1:$port"
-  export PUNCTUAL_REQUIRE_DYNAMODB_LOCAL=1
-  echo "with-emulator: DynamoDB Local on $PUNCTUAL_DYNAMODB_LOCAL_URL (log: $log)" >&2
+  wait_http "dynalite" "$!" "http://127.0.0.1:$port/" "$log"
+  export PUNCTUAL_DYNALITE_URL="http://127.0.0.1:$port"
+  export PUNCTUAL_REQUIRE_DYNALITE=1
+  echo "with-emulator: dynalite on $PUNCTUAL_DYNALITE_URL (log: $log)" >&2
 fi
 
 "$@"

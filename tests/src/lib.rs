@@ -43,21 +43,22 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{nanos:x}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }
 
-/// A DynamoDB client for AWS's own DynamoDB Local, when `make test` started it
-/// (`PUNCTUAL_DYNAMODB_LOCAL_URL`). `None` when it is not running; with
-/// `PUNCTUAL_REQUIRE_DYNAMODB_LOCAL=1` (set by `make test` whenever Java is present) its
-/// absence fails the test instead of passing quietly.
+/// A DynamoDB client for dynalite, when `make test` started it (`PUNCTUAL_DYNALITE_URL`):
+/// the engine whose concurrent conditional writes are isolated (it locks per key; moto loses
+/// acknowledged writes under contention), for the suites that race writers. `None` when it is
+/// not running; with `PUNCTUAL_REQUIRE_DYNALITE=1` (set by `make test`) its absence fails the
+/// test instead of passing quietly.
 ///
 /// The endpoint is set on the DynamoDB service config: set on `SdkConfig` alone, the client
-/// re-reads `AWS_ENDPOINT_URL` and the "DynamoDB Local" suites silently ran on moto. Suites
-/// prove where they run with [`assert_on_dynamodb_local`].
+/// re-reads `AWS_ENDPOINT_URL` and the suite silently runs on moto. Suites prove where they run
+/// with [`assert_on_dynalite`].
 #[allow(clippy::panic)]
-pub async fn dynamodb_local_client() -> Option<aws_sdk_dynamodb::Client> {
-    let Ok(url) = std::env::var("PUNCTUAL_DYNAMODB_LOCAL_URL") else {
-        if std::env::var("PUNCTUAL_REQUIRE_DYNAMODB_LOCAL").is_ok_and(|v| v == "1") {
-            panic!("PUNCTUAL_REQUIRE_DYNAMODB_LOCAL=1 but PUNCTUAL_DYNAMODB_LOCAL_URL is not set");
+pub async fn dynalite_client() -> Option<aws_sdk_dynamodb::Client> {
+    let Ok(url) = std::env::var("PUNCTUAL_DYNALITE_URL") else {
+        if std::env::var("PUNCTUAL_REQUIRE_DYNALITE").is_ok_and(|v| v == "1") {
+            panic!("PUNCTUAL_REQUIRE_DYNALITE=1 but PUNCTUAL_DYNALITE_URL is not set");
         }
-        eprintln!("DynamoDB Local not running (no PUNCTUAL_DYNAMODB_LOCAL_URL): reference run skipped");
+        eprintln!("dynalite not running (no PUNCTUAL_DYNALITE_URL): the isolated-engine run is skipped");
         return None;
     };
     Some(punctual_aws::config::dynamodb_client(&sdk_config().await, Some(&url)))
@@ -87,25 +88,79 @@ pub async fn list_tables_at(url: &str) -> Vec<String> {
     }
 }
 
-/// Proves that `table`, just created through a client the test believes talks to DynamoDB
-/// Local, lives in DynamoDB Local (ListTables on `PUNCTUAL_DYNAMODB_LOCAL_URL` lists it) and
-/// not in the other emulator (ListTables on `AWS_ENDPOINT_URL` does not): a "DynamoDB Local"
-/// suite that silently ran on moto fails here.
+/// Proves that `table`, just created through a client the test believes talks to dynalite,
+/// lives at `PUNCTUAL_DYNALITE_URL` (ListTables there lists it) and not in the other emulator
+/// (ListTables on `AWS_ENDPOINT_URL` does not), and that the engine there behaves as dynalite
+/// does and DynamoDB and moto do not: a refused conditional update carries no `Item` although
+/// `ReturnValuesOnConditionCheckFailure = ALL_OLD` asked for it. A suite that silently ran
+/// elsewhere fails here.
 ///
 /// # Panics
-/// When the table is not where it must be, or `PUNCTUAL_DYNAMODB_LOCAL_URL` is unset.
+/// When the table is not where it must be, the engine is not dynalite, or
+/// `PUNCTUAL_DYNALITE_URL` is unset.
 #[allow(clippy::panic)]
-pub async fn assert_on_dynamodb_local(table: &str) {
-    let Ok(local) = std::env::var("PUNCTUAL_DYNAMODB_LOCAL_URL") else {
-        panic!("PUNCTUAL_DYNAMODB_LOCAL_URL is not set");
+pub async fn assert_on_dynalite(table: &str) {
+    use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+    let Ok(url) = std::env::var("PUNCTUAL_DYNALITE_URL") else {
+        panic!("PUNCTUAL_DYNALITE_URL is not set");
     };
     let other = endpoint();
     assert!(
-        list_tables_at(&local).await.iter().any(|t| t == table),
-        "table {table} is not listed by DynamoDB Local at {local}: the suite did not run on DynamoDB Local"
+        list_tables_at(&url).await.iter().any(|t| t == table),
+        "table {table} is not listed by dynalite at {url}: the suite did not run on dynalite"
     );
     assert!(
         !list_tables_at(&other).await.iter().any(|t| t == table),
-        "table {table} is listed by the emulator at {other} (AWS_ENDPOINT_URL): the DynamoDB Local suite ran there"
+        "table {table} is listed by the emulator at {other} (AWS_ENDPOINT_URL): the dynalite suite ran there"
     );
+    let client = punctual_aws::config::dynamodb_client(&sdk_config().await, Some(&url));
+    let key = AttributeValue::S(unique("engine-fingerprint"));
+    let schema = client.describe_table().table_name(table).send().await.unwrap_or_else(|e| panic!("{e:?}"));
+    let keys = schema.table.and_then(|t| t.key_schema).unwrap_or_default();
+    assert_eq!(keys.len(), 1, "the fingerprint writes to a table keyed by a partition key alone");
+    let key_name = keys[0].attribute_name.clone();
+    client.put_item().table_name(table).item(&key_name, key.clone()).send().await.unwrap_or_else(|e| panic!("{e:?}"));
+    let refused = client
+        .update_item()
+        .table_name(table)
+        .key(&key_name, key)
+        .update_expression("SET fingerprint = :v")
+        .condition_expression("attribute_not_exists(#k)")
+        .expression_attribute_names("#k", &key_name)
+        .expression_attribute_values(":v", AttributeValue::N("1".into()))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .send()
+        .await;
+    let Err(refused) = refused else { panic!("the fingerprint's condition must fail at {url}") };
+    let item = refused.as_service_error().and_then(|e| match e {
+        aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c) => {
+            Some(c.item().is_some())
+        }
+        _ => None,
+    });
+    assert_eq!(item, Some(false), "the engine at {url} returned the refused item (ALL_OLD): not dynalite");
+}
+
+/// Runs `fut` to completion on a thread of its own with a 64 MB stack (a current-thread
+/// runtime): the contract suites await hundreds of SDK calls inline, and a debug build's state
+/// machines for them outgrow a test thread's 2 MB.
+///
+/// # Panics
+/// When the thread or its runtime cannot start, or `fut` panics (test support).
+#[allow(clippy::panic)]
+pub fn on_big_stack<F>(fut: F) -> F::Output
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(move || {
+            let rt =
+                tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+            rt.block_on(fut)
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
 }

@@ -1,50 +1,61 @@
-//! The ledger contract suite against the DynamoDB adapter: on the emulator (moto or
-//! LocalStack) and on AWS's own DynamoDB Local, the reference for conditional expressions.
+//! The ledger contract suite against the DynamoDB adapter, on two engines, each for what it
+//! gets right:
+//! - moto (or LocalStack): every sequential case, and the adapter's real path for a refused
+//!   write — the refused item comes back in the same round trip (`ALL_OLD`), counted below;
+//! - dynalite: the same sequential cases and the concurrent ones (racing claims, settles and
+//!   deliveries on one reminder), which need an engine that isolates concurrent conditional
+//!   writes. dynalite drops `ReturnValuesOnConditionCheckFailure`; the adapter then reads the
+//!   refused item (`dynamodb::update_if`), a path DynamoDB takes only when there is no item.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
 
 use chrono::Utc;
 use punctual_aws::ledger::DynamoLedger;
 use punctual_core::testing::ledger_contract;
-use punctual_tests::{assert_on_dynamodb_local, dynamodb_local_client, sdk_config, unique};
+use punctual_tests::{assert_on_dynalite, dynalite_client, on_big_stack, sdk_config, unique};
 
-async fn run_contract(client: aws_sdk_dynamodb::Client, on_dynamodb_local: bool) {
+async fn run_contract(client: aws_sdk_dynamodb::Client, on_dynalite: bool) {
     let table = unique("punctual-ledger");
     punctual_aws::ledger::create_table(&client, &table).await.unwrap();
-    if on_dynamodb_local {
-        assert_on_dynamodb_local(&table).await;
+    if on_dynalite {
+        assert_on_dynalite(&table).await;
     }
-    // 3,000 claim+settle cycles on DynamoDB Local (AWS's engine, fast); on moto, whose writes
-    // cost grows with the item, 300 — still three times the history bound, so every compaction
-    // path runs; 3,000 there took 7.5 minutes.
-    let cycles = if on_dynamodb_local { ledger_contract::CYCLES } else { 300 };
-    ledger_contract::run_with(&DynamoLedger::new(client.clone(), &table), Utc::now(), cycles).await;
+    // 300 claim+settle cycles on each engine: three times the history bound, so every
+    // compaction path runs (3,000 took 7.5 minutes on moto and 168 s on dynalite, whose write
+    // cost grows with the item too).
+    let cycles = 300;
+    let ledger = DynamoLedger::new(client.clone(), &table);
+    Box::pin(ledger_contract::run_with(&ledger, Utc::now(), cycles)).await;
+    if on_dynalite {
+        // 16 sender instances racing on each of four reminders.
+        Box::pin(ledger_contract::run_concurrent(&ledger, Utc::now(), 16)).await;
+    }
     client.delete_table().table_name(&table).send().await.unwrap();
 }
 
-#[tokio::test]
-async fn dynamodb_ledger_obeys_the_ledger_contract_on_the_emulator() {
-    // Boxed: the suite's state machine (every SDK future it awaits, inline) is large in a debug
-    // build, and a `#[tokio::test]` body lives on the test thread's 2 MB stack.
-    Box::pin(run_contract(aws_sdk_dynamodb::Client::new(&sdk_config().await), false)).await;
+#[test]
+fn dynamodb_ledger_obeys_the_ledger_contract_on_the_emulator() {
+    on_big_stack(async { run_contract(aws_sdk_dynamodb::Client::new(&sdk_config().await), false).await });
 }
 
-#[tokio::test]
-async fn dynamodb_ledger_obeys_the_ledger_contract_on_dynamodb_local() {
-    if let Some(client) = dynamodb_local_client().await {
-        Box::pin(run_contract(client, true)).await;
-    }
+#[test]
+fn dynamodb_ledger_obeys_the_ledger_contract_on_dynalite() {
+    on_big_stack(async {
+        if let Some(client) = dynalite_client().await {
+            run_contract(client, true).await;
+        }
+    });
 }
 
 /// The sparse `dead` index `punctual status` counts from: a reminder enters it when it is
 /// dead-lettered or expired, under its reason, and leaves it when a redrive's copy claims it.
-async fn dead_index(client: aws_sdk_dynamodb::Client, on_dynamodb_local: bool) {
+async fn dead_index(client: aws_sdk_dynamodb::Client, on_dynalite: bool) {
     use punctual_core::ports::{Ledger, OwnerToken, Settlement};
     use punctual_core::{ReasonCode, ReminderState};
     let table = unique("punctual-ledger-dead");
     punctual_aws::ledger::create_table(&client, &table).await.unwrap();
-    if on_dynamodb_local {
-        assert_on_dynamodb_local(&table).await;
+    if on_dynalite {
+        assert_on_dynalite(&table).await;
     }
     let ledger = DynamoLedger::new(client.clone(), &table);
     let now = Utc::now();
@@ -99,8 +110,67 @@ async fn the_dead_index_counts_by_reason_on_the_emulator() {
 }
 
 #[tokio::test]
-async fn the_dead_index_counts_by_reason_on_dynamodb_local() {
-    if let Some(client) = dynamodb_local_client().await {
+async fn the_dead_index_counts_by_reason_on_dynalite() {
+    if let Some(client) = dynalite_client().await {
         Box::pin(dead_index(client, true)).await;
+    }
+}
+
+/// Every DynamoDB operation a client sends, by name.
+#[derive(Debug, Clone, Default)]
+struct Operations(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl aws_sdk_dynamodb::config::Intercept for Operations {
+    fn name(&self) -> &'static str {
+        "count operations"
+    }
+    fn read_before_transmit(
+        &self,
+        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        let target = ctx.request().headers().get("x-amz-target").unwrap_or("?").to_owned();
+        self.0.lock().unwrap().push(target.rsplit('.').next().unwrap_or_default().to_owned());
+        Ok(())
+    }
+}
+
+/// On an engine that returns the refused item (moto, like DynamoDB), a refused claim is one
+/// round trip: the `ALL_OLD` item decides it, and the adapter's fallback read (for engines that
+/// drop the parameter) is not taken. The same claim on dynalite takes the read.
+#[tokio::test]
+async fn a_refused_claim_reads_the_refused_item_from_the_same_round_trip() {
+    use punctual_core::decision::ClaimView;
+    use punctual_core::ports::{Ledger, OwnerToken};
+    async fn refused_claim_operations(client: aws_sdk_dynamodb::Client, ops: &Operations) -> Vec<String> {
+        let table = unique("punctual-ledger");
+        punctual_aws::ledger::create_table(&client, &table).await.unwrap();
+        let ledger = DynamoLedger::new(client, &table);
+        let now = chrono::DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).unwrap();
+        let m = punctual_core::testing::message("refused", now, now + chrono::TimeDelta::hours(1));
+        let lease = now + chrono::TimeDelta::seconds(30);
+        ledger.claim(&m, &OwnerToken::new("a"), now, lease).await.unwrap();
+        ops.0.lock().unwrap().clear();
+        let rival = ledger.claim(&m, &OwnerToken::new("b"), now, lease).await.unwrap();
+        assert_eq!(rival, ClaimView::HeldElsewhere { lease_until: lease });
+        ops.0.lock().unwrap().clone()
+    }
+    let config = sdk_config().await;
+    let ops = Operations::default();
+    let moto = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&config).interceptor(ops.clone()).build(),
+    );
+    assert_eq!(refused_claim_operations(moto, &ops).await, ["UpdateItem"], "one round trip on moto");
+    if let Ok(url) = std::env::var("PUNCTUAL_DYNALITE_URL") {
+        let ops = Operations::default();
+        let dynalite = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&config).endpoint_url(url).interceptor(ops.clone()).build(),
+        );
+        assert_eq!(
+            refused_claim_operations(dynalite, &ops).await,
+            ["UpdateItem", "GetItem"],
+            "dynalite drops ALL_OLD: the adapter reads the refused item"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The shared limiter's DynamoDB schedule: the slot-store contract (the same suite the
 //! in-memory store passes) and the property the whole design rests on — concurrent bookings
-//! from many senders never hand out the same slot — on the emulator and on DynamoDB Local.
+//! from many senders never hand out the same slot — on the emulator and on dynalite.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
 
@@ -15,7 +15,7 @@ use punctual_core::limiter::{Book, Booked, Lane, LimiterSettings, SharedLimiter,
 use punctual_core::ports::{Limiter, LimiterClass, LimiterRequest};
 use punctual_core::testing::limiter_contract;
 use punctual_lambda::SystemClock;
-use punctual_tests::{assert_on_dynamodb_local, dynamodb_local_client, sdk_config, unique};
+use punctual_tests::{assert_on_dynalite, dynalite_client, sdk_config, unique};
 
 async fn with_table(client: aws_sdk_dynamodb::Client) -> (aws_sdk_dynamodb::Client, String) {
     let table = unique("punctual-limiter");
@@ -23,20 +23,20 @@ async fn with_table(client: aws_sdk_dynamodb::Client) -> (aws_sdk_dynamodb::Clie
     (client, table)
 }
 
-async fn contract(client: aws_sdk_dynamodb::Client, on_dynamodb_local: bool) {
+async fn contract(client: aws_sdk_dynamodb::Client, on_dynalite: bool) {
     let (client, table) = with_table(client).await;
-    if on_dynamodb_local {
-        assert_on_dynamodb_local(&table).await;
+    if on_dynalite {
+        assert_on_dynalite(&table).await;
     }
     let store = DynamoSlotStore::new(client.clone(), &table);
     limiter_contract::run(&store, "contract", Utc::now().timestamp_millis()).await;
 
     // Eight senders book concurrently: the blocks they get are disjoint and contiguous. Checked
-    // on AWS's own engine (DynamoDB Local, required by `make test` wherever Java is): moto
-    // applies concurrent conditional updates without isolation and hands a slot out twice in
-    // about one run in four — the emulator's flaw, not the adapter's. Without DynamoDB Local
-    // the emulator at hand is the best engine there is, and the race runs there.
-    if !on_dynamodb_local && dynamodb_local_client().await.is_some() {
+    // on dynalite (required by `make test`), which isolates concurrent conditional writes: moto
+    // applies them without isolation and hands a slot out twice in about one run in four — the
+    // emulator's flaw, not the adapter's. Without dynalite the emulator at hand is the best
+    // engine there is, and the race runs there.
+    if !on_dynalite && dynalite_client().await.is_some() {
         client.delete_table().table_name(&table).send().await.unwrap();
         return;
     }
@@ -73,8 +73,8 @@ async fn dynamodb_slot_store_obeys_the_contract_on_the_emulator() {
 }
 
 #[tokio::test]
-async fn dynamodb_slot_store_obeys_the_contract_on_dynamodb_local() {
-    if let Some(client) = dynamodb_local_client().await {
+async fn dynamodb_slot_store_obeys_the_contract_on_dynalite() {
+    if let Some(client) = dynalite_client().await {
         contract(client, true).await;
     }
 }
@@ -87,7 +87,7 @@ async fn instances_on_dynamodb_share_one_rate() {
     // On AWS's own engine when it runs: moto applies concurrent conditional updates without
     // isolation and once in a while hands the same slots to two bookers (seen in about one run
     // in four), which is the emulator's flaw, not the limiter's.
-    let client = match dynamodb_local_client().await {
+    let client = match dynalite_client().await {
         Some(c) => c,
         None => aws_sdk_dynamodb::Client::new(&sdk_config().await),
     };

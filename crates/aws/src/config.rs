@@ -29,8 +29,8 @@ pub async fn for_endpoint(endpoint: &str) -> SdkConfig {
     loader.load().await
 }
 
-/// The dummy access key (and secret) punctual uses with a local emulator: letters and digits,
-/// as DynamoDB Local requires.
+/// The dummy access key (and secret) punctual uses with a local emulator: letters and digits
+/// only, which every local engine accepts.
 pub const LOCAL_KEY: &str = "punctuallocal";
 
 /// True for an endpoint on this machine (`localhost`, a loopback IPv4 or IPv6 address): an
@@ -48,7 +48,7 @@ pub fn is_loopback(endpoint: &str) -> bool {
 }
 
 /// A DynamoDB client on `config`, at `endpoint` when DynamoDB runs apart from the rest
-/// (DynamoDB Local beside moto). The override must be set on the service config: set on
+/// (dynalite beside moto). The override must be set on the service config: set on
 /// `SdkConfig` alone, the client re-reads `AWS_ENDPOINT_URL` and goes elsewhere.
 pub fn dynamodb_client(config: &SdkConfig, endpoint: Option<&str>) -> aws_sdk_dynamodb::Client {
     match endpoint {

@@ -70,7 +70,8 @@ where
     }
 }
 
-/// Puts `item` into `table` if `condition` holds, returning the existing item when it does not.
+/// Puts `item` into `table` (keyed by `pk` alone) if `condition` holds, returning the existing
+/// item when it does not.
 pub async fn put_if(
     client: &Client,
     table: &str,
@@ -79,6 +80,7 @@ pub async fn put_if(
     names: Option<HashMap<String, String>>,
     values: Option<Item>,
 ) -> Result<ConditionalPut, DynamoError> {
+    let item_key: Item = item.get("pk").map(|pk| HashMap::from([("pk".to_owned(), pk.clone())])).unwrap_or_default();
     let result = client
         .put_item()
         .table_name(table)
@@ -96,15 +98,43 @@ pub async fn put_if(
                 PutItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
                 _ => None,
             };
+            let existing = match existing {
+                Some(item) => Some(item),
+                None => Box::pin(refused_item(client, table, (!item_key.is_empty()).then_some(item_key))).await?,
+            };
             Ok(ConditionalPut::ConditionFailed { existing })
         }
         Err(e) => Err(classify(e)),
     }
 }
 
+/// The refused item, read when the engine's refusal did not carry it.
+///
+/// DynamoDB returns the item a condition failed on (`ReturnValuesOnConditionCheckFailure =
+/// ALL_OLD`) in the same round trip, so on AWS this read happens only when there is no item
+/// (and then finds none, for one read unit). Engines that drop the parameter (dynalite, the
+/// engine `make test` races concurrent writers on) would otherwise look like "no item" to every
+/// caller that decides on it (the ledger's claim, the limiter's booking, the import); a
+/// strongly consistent read of the same key gives them the item as it is now, which is what
+/// ALL_OLD would have been or newer. `tests/tests/ledger.rs` counts the requests of a refused
+/// claim on moto, which returns ALL_OLD: one, no read.
+async fn refused_item(client: &Client, table: &str, key: Option<Item>) -> Result<Option<Item>, DynamoError> {
+    let Some(key) = key else { return Ok(None) };
+    client
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key))
+        .consistent_read(true)
+        .send()
+        .await
+        .map(|o| o.item)
+        .map_err(classify)
+}
+
 /// Sends a conditional update (its condition already set on `update`), returning `ALL_NEW` when
 /// it is written and `ALL_OLD` when the condition fails — one round trip either way.
-pub async fn update_if(update: UpdateItemFluentBuilder) -> Result<ConditionalUpdate, DynamoError> {
+pub async fn update_if(client: &Client, update: UpdateItemFluentBuilder) -> Result<ConditionalUpdate, DynamoError> {
+    let (table, key) = (update.get_table_name().clone().unwrap_or_default(), update.get_key().clone());
     let result = update
         .return_values(ReturnValue::AllNew)
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
@@ -116,6 +146,10 @@ pub async fn update_if(update: UpdateItemFluentBuilder) -> Result<ConditionalUpd
             let existing = match e.err() {
                 UpdateItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
                 _ => None,
+            };
+            let existing = match existing {
+                Some(item) => Some(item),
+                None => Box::pin(refused_item(client, &table, key)).await?,
             };
             Ok(ConditionalUpdate::ConditionFailed(existing))
         }

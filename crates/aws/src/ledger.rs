@@ -87,7 +87,7 @@ impl DynamoLedger {
         let mut mode = HistoryWrite::Append;
         // A compaction refused because another one won the race is retried once more.
         for _ in 0..3 {
-            let result = update_if(mode.bind(build(&mode), entry)).await.map_err(from_dynamo)?;
+            let result = update_if(&self.client, mode.bind(build(&mode), entry)).await.map_err(from_dynamo)?;
             let ConditionalUpdate::ConditionFailed(Some(old)) = &result else { return Ok(result) };
             match HistoryWrite::compaction(old, entry) {
                 // Refused with the history we just tried to compact: the transition's own
@@ -97,7 +97,7 @@ impl DynamoLedger {
                 None => return Ok(result),
             }
         }
-        update_if(mode.bind(build(&mode), entry)).await.map_err(from_dynamo)
+        update_if(&self.client, mode.bind(build(&mode), entry)).await.map_err(from_dynamo)
     }
 }
 

@@ -73,7 +73,7 @@ impl DynamoSlotStore {
             set.push_str(", near_until = :hold");
             u = u.expression_attribute_values(":hold", n(hold_until_ms));
         }
-        dynamodb::update_if(u.update_expression(set)).await.map_err(err)
+        dynamodb::update_if(&self.client, u.update_expression(set)).await.map_err(err)
     }
 
     /// The schedule is busy: take the block at `next`, within the horizon and the lane rule.
@@ -99,7 +99,7 @@ impl DynamoSlotStore {
             }
             Lane::Cap => {}
         }
-        dynamodb::update_if(u.update_expression(set).condition_expression(cond)).await.map_err(err)
+        dynamodb::update_if(&self.client, u.update_expression(set).condition_expression(cond)).await.map_err(err)
     }
 }
 
@@ -145,7 +145,7 @@ impl SlotStore for DynamoSlotStore {
             .expression_attribute_values(":r", n(rate))
             .expression_attribute_values(":now", n(now_ms))
             .expression_attribute_values(":gap", n(now_ms - min_gap_ms));
-        dynamodb::update_if(u).await.map_err(err)?;
+        dynamodb::update_if(&self.client, u).await.map_err(err)?;
         Ok(())
     }
 
@@ -157,13 +157,13 @@ impl SlotStore for DynamoSlotStore {
             .condition_expression("attribute_not_exists(#n) OR #n < :u")
             .expression_attribute_names("#n", "next")
             .expression_attribute_values(":u", n(until_ms));
-        if let ConditionalUpdate::ConditionFailed(_) = dynamodb::update_if(u).await.map_err(err)? {
+        if let ConditionalUpdate::ConditionFailed(_) = dynamodb::update_if(&self.client, u).await.map_err(err)? {
             let u = self
                 .update(key)
                 .update_expression("SET paused_until = :u")
                 .condition_expression("attribute_not_exists(paused_until) OR paused_until < :u")
                 .expression_attribute_values(":u", n(until_ms));
-            dynamodb::update_if(u).await.map_err(err)?;
+            dynamodb::update_if(&self.client, u).await.map_err(err)?;
         }
         Ok(())
     }

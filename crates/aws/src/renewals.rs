@@ -495,7 +495,7 @@ impl DynamoRenewals {
                         .expression_attribute_values(":status", s(status))
                         .expression_attribute_values(":now", ms(now))
                         .expression_attribute_values(":seen", s(seen_state));
-                    match update_if(update).await.map_err(unknown)? {
+                    match update_if(&self.client, update).await.map_err(unknown)? {
                         ConditionalUpdate::Written(_) => return Ok(outcome),
                         ConditionalUpdate::ConditionFailed(existing) => existing,
                     }
@@ -529,7 +529,7 @@ impl DynamoRenewals {
             }
             None => "SET sched_state = :state, sched_at_ms = :at REMOVE due_shard, due_after_ms",
         };
-        match update_if(update.update_expression(expr)).await.map_err(from_dynamo)? {
+        match update_if(&self.client, update.update_expression(expr)).await.map_err(from_dynamo)? {
             ConditionalUpdate::Written(_) => Ok(Marked::Done),
             ConditionalUpdate::ConditionFailed(_) => Ok(Marked::NotPending),
         }
@@ -637,7 +637,7 @@ impl DueStore for DynamoRenewals {
             .condition_expression("attribute_not_exists(watermark_ms) OR watermark_ms < :to")
             .expression_attribute_values(":to", ms(to));
         // A lost condition means another tick already went further: fine.
-        update_if(update).await.map_err(from_dynamo)?;
+        update_if(&self.client, update).await.map_err(from_dynamo)?;
         Ok(())
     }
 }

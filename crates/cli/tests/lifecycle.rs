@@ -119,7 +119,7 @@ fn a_signal_or_a_failed_start_leaves_no_process_behind() {
         .and_then(|r| r.split(']').next())
         .map(|p| p.split_whitespace().filter_map(|x| x.parse().ok()).collect())
         .unwrap_or_default();
-    // moto and the provider double at least (and DynamoDB Local where Java is).
+    // moto and the provider double at least (and dynalite).
     assert!(pids.len() >= 2, "{err}");
     let gone = |pid: u32| {
         (0..50).any(|_| {

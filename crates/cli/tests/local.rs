@@ -74,9 +74,9 @@ async fn local_up_then_hand_sent_messages_then_drain_accounts_for_each_one() {
 #[test]
 fn a_local_pipeline_is_drained_from_a_shell_with_other_credentials() {
     let _one = one_pipeline();
-    // `local up` starts its own emulators (no AWS_ENDPOINT_URL): moto, and DynamoDB Local where
-    // Java and `.tools/dynamodb-local` are there — the engine that keeps a database per access
-    // key unless started with -sharedDb.
+    // `local up` starts its own emulators (no AWS_ENDPOINT_URL): moto, and dynalite beside it
+    // (`make tools` installs it). The operator's shell below has other credentials than the one
+    // that started them: a local tool talks to loopback engines with its own dummy key.
     let state = std::env::temp_dir().join(unique("punctual-creds"));
     let run = |args: &[&str], key: &str| {
         Command::new(env!("CARGO_BIN_EXE_punctual"))
@@ -93,12 +93,12 @@ fn a_local_pipeline_is_drained_from_a_shell_with_other_credentials() {
     let saved: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(state.join("state.json")).unwrap()).unwrap();
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    if repo.join(".tools/dynamodb-local/DynamoDBLocal.jar").is_file()
-        && Command::new("java").arg("-version").output().is_ok()
+    if repo.join(".tools/dynalite/node_modules/dynalite").is_dir()
+        && Command::new("node").arg("--version").output().is_ok()
     {
-        assert!(saved["dynamodb_endpoint"].is_string(), "DynamoDB Local was not started: {saved}");
+        assert!(saved["dynamodb_endpoint"].is_string(), "dynalite was not started: {saved}");
     }
-    // An operator's own profile, with a key DynamoDB Local would refuse.
+    // An operator's own profile, with a key that is not letters and digits only.
     let drain = run(&["local", "drain", "--json"], "operator-a");
     let status = run(&["status", "--json"], "operator-a");
     let down = run(&["local", "down"], "testing");

@@ -1098,6 +1098,88 @@ pub mod ledger_contract {
     /// at which an unbounded history reaches DynamoDB's 400 KB item limit.
     pub const CYCLES: u32 = 3_000;
 
+    /// The contract's concurrent cases: writers racing on one reminder, as sender instances do
+    /// when SQS hands two copies out at once. Only an engine that isolates concurrent
+    /// conditional writes can pass them (moto applies them without isolation; dynalite locks
+    /// per key; DynamoDB serialises per item).
+    ///
+    /// - `racers` claims of one fresh reminder at the same instant: exactly one is `Claimed`,
+    ///   every other sees `HeldElsewhere` with the winner's lease end.
+    /// - The losers' settles, all at once, record nothing; the winner's settle records.
+    /// - After the lease ends, `racers` claims race again: one wins, and it sees the attempt
+    ///   the first holder recorded.
+    /// - Each winner's delivered settle races the others' claims: the reminder ends delivered
+    ///   once, and every later claim sees `AlreadyDelivered`.
+    pub async fn run_concurrent<L: Ledger>(ledger: &L, base: DateTime<Utc>, racers: u32) {
+        use futures_util::future::join_all;
+        let base = DateTime::<Utc>::from_timestamp_millis(base.timestamp_millis()).unwrap_or(base);
+        let s = TimeDelta::seconds;
+        for round in 0..4 {
+            let m = msg(100 + round, base);
+            let owners: Vec<OwnerToken> = (0..racers).map(|i| OwnerToken::new(format!("racer-{round}-{i}"))).collect();
+            let lease = base + s(30);
+            let claims = join_all(owners.iter().map(|o| must("racing claim", ledger.claim(&m, o, base, lease)))).await;
+            let winners: Vec<usize> = claims
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| matches!(c, ClaimView::Claimed { .. }))
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(winners.len(), 1, "round {round}: exactly one of {racers} racing claims wins: {claims:?}");
+            let w = winners[0];
+            for (i, c) in claims.iter().enumerate().filter(|(i, _)| *i != w) {
+                assert_eq!(*c, ClaimView::HeldElsewhere { lease_until: lease }, "round {round}: loser {i}");
+            }
+            let retry = deferred(1, base + s(5));
+            let settles = join_all(
+                owners
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != w)
+                    .map(|(_, o)| must("loser's settle", ledger.settle(&m, Some(o), base + s(1), &retry))),
+            )
+            .await;
+            assert!(settles.iter().all(|o| *o == SettleOutcome::LeaseLost), "round {round}: {settles:?}");
+            let mine = must("winner's settle", ledger.settle(&m, Some(&owners[w]), base + s(1), &retry)).await;
+            assert_eq!(mine, SettleOutcome::Recorded, "round {round}");
+            // The lease ended: a second race; its one winner sees the first attempt.
+            let later = base + s(40);
+            let again =
+                join_all(owners.iter().map(|o| must("second race", ledger.claim(&m, o, later, later + s(30))))).await;
+            let won: Vec<&ClaimView> = again.iter().filter(|c| matches!(c, ClaimView::Claimed { .. })).collect();
+            assert_eq!(
+                won,
+                vec![&ClaimView::Claimed { prior_attempts: 1, unsettled_call: false }],
+                "round {round}: {again:?}"
+            );
+            let w2 = again.iter().position(|c| matches!(c, ClaimView::Claimed { .. })).unwrap_or_default();
+            // The winner delivers while every other racer claims again.
+            let done = delivered(2);
+            let deliver = must("winner delivers", ledger.settle(&m, Some(&owners[w2]), later + s(1), &done));
+            let rivals = join_all(
+                owners
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != w2)
+                    .map(|(_, o)| ledger.claim(&m, o, later + s(1), later + s(60))),
+            );
+            let (delivered_outcome, rivals) = futures_util::future::join(deliver, rivals).await;
+            assert_eq!(delivered_outcome, SettleOutcome::Recorded, "round {round}");
+            for r in rivals {
+                let r = r.unwrap_or_else(|e| panic!("rival claim: machinery failed: {e:?}"));
+                assert!(
+                    matches!(r, ClaimView::AlreadyDelivered | ClaimView::HeldElsewhere { .. }),
+                    "round {round}: a rival racing the delivery must see it held or delivered: {r:?}"
+                );
+            }
+            let late = OwnerToken::new("late");
+            let after = must("claim after delivery", ledger.claim(&m, &late, later + s(90), later + s(120))).await;
+            assert_eq!(after, ClaimView::AlreadyDelivered, "round {round}");
+            let rec = must("read", ledger.get(&m.reminder_id)).await;
+            assert_eq!(rec.map(|r| (r.state, r.attempts)), Some((ReminderState::Delivered, 2)), "round {round}");
+        }
+    }
+
     /// What a record of the test reminder may weigh at most, history full: far below
     /// DynamoDB's 400 KB.
     pub const MAX_RECORD_BYTES: usize = 32 * 1024;

@@ -1,5 +1,5 @@
 //! The ledger contract suite against the in-memory fake (the same suite runs against DynamoDB
-//! on the emulator and DynamoDB Local in `tests/`).
+//! on moto and dynalite in `tests/`).
 
 use chrono::Utc;
 use punctual_core::testing::{MemoryLedger, ledger_contract};
@@ -7,4 +7,9 @@ use punctual_core::testing::{MemoryLedger, ledger_contract};
 #[tokio::test]
 async fn memory_ledger_obeys_the_ledger_contract() {
     ledger_contract::run(&MemoryLedger::new(), Utc::now()).await;
+}
+
+#[tokio::test]
+async fn memory_ledger_serialises_racing_writers() {
+    ledger_contract::run_concurrent(&MemoryLedger::new(), Utc::now(), 16).await;
 }

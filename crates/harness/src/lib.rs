@@ -1,5 +1,5 @@
 //! `punctual-harness`: the whole pipeline on one machine. It starts the emulators (moto,
-//! DynamoDB Local) and the provider double, provisions queues and tables, and plays the two
+//! dynalite) and the provider double, provisions queues and tables, and plays the two
 //! AWS pieces that call the functions — the EventBridge rule ([`eventbridge`]) and the SQS event
 //! source mapping ([`esm`]) — against the **handlers** the Lambdas run, each function built by
 //! its own composition root (`punctual_{sender,scheduler}::app::build`). On top: `run`,

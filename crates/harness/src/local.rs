@@ -348,7 +348,7 @@ async fn provider_stats(provider_url: &str) -> Option<punctual_provider_double::
 }
 
 /// `local down`: stop the processes `up` started and forget the state. Resources die with
-/// the emulator (moto and DynamoDB Local run in memory).
+/// the emulator (moto and dynalite run in memory).
 pub fn down() -> Result<Vec<u32>, LocalError> {
     let state = load_state()?;
     for pid in &state.pids {

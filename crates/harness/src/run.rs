@@ -278,7 +278,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     let started_here = if emulator.pids().is_empty() { "" } else { " (moto, started here)" };
     say(format!("emulator       {}{started_here}", emulator.endpoint));
     if let Some(d) = &emulator.dynamodb_endpoint {
-        say(format!("dynamodb       {d} (DynamoDB Local, started here)"));
+        say(format!("dynamodb       {d} (dynalite, started here)"));
     }
     let config = punctual_aws::config::for_endpoint(&emulator.endpoint).await;
     let ddb = emulator.dynamodb(&config);

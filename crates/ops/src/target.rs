@@ -66,7 +66,7 @@ pub struct LocalState {
     /// Endpoints and names.
     #[serde(flatten)]
     pub resources: Resources,
-    /// DynamoDB Local's endpoint when it runs beside moto.
+    /// dynalite's endpoint when it runs beside moto.
     pub dynamodb_endpoint: Option<String>,
     /// Processes to stop on `down`.
     pub pids: Vec<u32>,
@@ -115,7 +115,7 @@ pub fn load_state() -> Result<LocalState, StateError> {
 pub struct Target {
     /// Names and URLs.
     pub resources: Resources,
-    /// A separate DynamoDB endpoint (DynamoDB Local beside moto).
+    /// A separate DynamoDB endpoint (dynalite beside moto).
     pub dynamodb_endpoint: Option<String>,
     /// Provider quota (for drain projections and the redrive cap).
     pub quota: f64,

@@ -4,7 +4,7 @@
 //! scheduler, three sender instances (each with its own clock, skewed within [`SKEW`]), the
 //! shared limiter, an operator pause and resume, a redrive racing live traffic and an import
 //! racing the scheduler's ticks — over the core's in-memory adapters (whose behaviour the
-//! contract suites tie to DynamoDB Local and moto) and models of SQS and the provider that
+//! contract suites tie to dynalite and moto) and models of SQS and the provider that
 //! inject faults. After the world has drained, the invariants are checked:
 //!
 //! | id | invariant |

@@ -78,7 +78,10 @@ fn without_its_alarm_an_incident_is_reported_silent_or_late() {
         let i = &r.incidents[0];
         assert!(!i.ok && !r.ok, "without {alarm}, {} still passes: {i:#?}", incident_.name());
         assert_ne!(i.paged_by.as_deref(), Some(alarm));
-        assert!(i.why.as_deref().unwrap().contains("paged after") || i.why.as_deref().unwrap().contains("nothing paged"), "{i:#?}");
+        assert!(
+            i.why.as_deref().unwrap().contains("paged after") || i.why.as_deref().unwrap().contains("nothing paged"),
+            "{i:#?}"
+        );
     }
 }
 
@@ -95,10 +98,9 @@ fn an_operators_redrive_during_traffic_pages_nobody() {
 /// A template the drill cannot evaluate is an error naming what it cannot do, never a skip.
 #[test]
 fn an_alarm_it_cannot_evaluate_is_an_error_naming_it() {
-    let text = std::fs::read_to_string(template()).unwrap().replace(
-        "Expression: \"FILL(ticks, 0)\"",
-        "Expression: \"ANOMALY_DETECTION_BAND(ticks, 2)\"",
-    );
+    let text = std::fs::read_to_string(template())
+        .unwrap()
+        .replace("Expression: \"FILL(ticks, 0)\"", "Expression: \"ANOMALY_DETECTION_BAND(ticks, 2)\"");
     let dir = std::env::temp_dir().join(format!("punctual-drill-{}-band", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("template.yaml");
