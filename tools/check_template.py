@@ -504,24 +504,19 @@ sched_name = by_binary.get("scheduler", (None, {}))[0]
 
 
 def heartbeat_ok(p):
-    """A math alarm that FILLs the scheduler's Invocations (60 s) with 0 and alarms below 1: a
-    silent minute is a real 0, so it fires once its minutes have passed (a plain "missing is
-    breaching" alarm waits until its last real datapoint leaves CloudWatch's longer lookback)."""
-    queries = {m["Id"]: m for m in p.get("Metrics", [])}
-    stats = [m for m in queries.values() if "MetricStat" in m
-             and m["MetricStat"]["Metric"].get("Namespace") == "AWS/Lambda"
-             and m["MetricStat"]["Metric"].get("MetricName") == "Invocations"
-             and any(ref_name(d.get("Value")) == sched_name for d in m["MetricStat"]["Metric"].get("Dimensions", []))
-             and int(m["MetricStat"].get("Period", 0)) == 60]
-    returned = [m for m in queries.values() if m.get("ReturnData", True)]
-    return (len(stats) == 1 and len(returned) == 1
-            and re.fullmatch(rf"FILL\(\s*{stats[0]['Id']}\s*,\s*0\s*\)", str(returned[0].get("Expression", "")).strip())
+    """The scheduler's Invocations, summed per minute, below 1, missing data breaching, one
+    period: CloudWatch skips missing datapoints while enough real ones remain in the few extra
+    periods it retrieves, so this fires after 3 silent minutes; a 5-minute period would wait 20.
+    No FILL: a datapoint not yet ingested must not read as a 0."""
+    ns, m, dims = metric_of(p)
+    return (ns == "AWS/Lambda" and m == "Invocations" and ref_name(dims.get("FunctionName")) == sched_name
+            and p.get("Statistic") == "Sum" and int(p.get("Period", 0)) == 60 and int(p.get("EvaluationPeriods", 0)) == 1
             and p.get("ComparisonOperator") == "LessThanThreshold" and float(p.get("Threshold", 0)) == 1
-            and int(p.get("EvaluationPeriods", 0)) * 60 <= 300)
+            and p.get("TreatMissingData") == "breaching")
 
 
 check(
-    "a heartbeat alarm fires when the scheduler is not invoked (FILL(Invocations, 0) < 1 per minute, within 5 minutes)",
+    "a heartbeat alarm fires when the scheduler is not invoked (Invocations < 1 a minute, missing breaching, one period)",
     any(heartbeat_ok(a["Properties"]) for a in alarms.values()),
 )
 
@@ -551,9 +546,12 @@ MISSING_DATA = {
     "FleetPausedAlarm": ("notBreaching", HEARTBEAT),
     "PauseHoldingDueWorkAlarm": ("notBreaching", HEARTBEAT + ["ReleasedWorkWaitingAlarm"]),
     "ReleasedWorkWaitingAlarm": ("notBreaching", SENDER_STOPPED),
-    "ProviderFailingAlarm": ("notBreaching", SENDER_STOPPED + ["ReleasedWorkWaitingAlarm"]),
-    "ProviderSlowAlarm": ("notBreaching", SENDER_STOPPED + ["ReleasedWorkWaitingAlarm"]),
-    "ThrottleRatioAlarm": ("notBreaching", SENDER_STOPPED),
+    # Below their volume floors the point is missing and the state holds (ignore): an outage
+    # that has dead-lettered everything in flight is not over until calls succeed again.
+    "ProviderFailingMinuteAlarm": ("notBreaching", SENDER_STOPPED + ["ProviderFailing15mAlarm"]),
+    "ProviderFailing15mAlarm": ("ignore", SENDER_STOPPED + ["ReleasedWorkWaitingAlarm"]),
+    "ProviderSlowAlarm": ("ignore", SENDER_STOPPED + ["ReleasedWorkWaitingAlarm"]),
+    "ThrottleRatioAlarm": ("ignore", SENDER_STOPPED),
     "NormalLaneStalledAlarm": ("notBreaching", []),  # SQS keeps a queue with messages active
     "UrgentLaneStalledAlarm": ("notBreaching", []),
     "SesBounceRateAlarm": ("notBreaching", ["FleetPausedAlarm"]),  # SES's own metric; a paused account pauses the fleet
@@ -608,11 +606,22 @@ for name, p in sorted(custom.items()):
 # DatapointsToAlarm ticks to fit in its window.
 sched_timeout = int(by_binary.get("scheduler", (None, {}))[1].get("Properties", {}).get("Timeout", 3))
 tick_gap = sched_timeout + 60
+def reads_scheduler(p):
+    """Whether the alarm reads a metric the scheduler's ticks write (plain or in metric math)."""
+    if metric_of(p)[2].get("Function") == "scheduler":
+        return True
+    return any({d.get("Name"): d.get("Value") for d in m["MetricStat"]["Metric"].get("Dimensions", [])}.get("Function") == "scheduler"
+               for m in p.get("Metrics", []) if "MetricStat" in m)
+
+
+def period_of(p):
+    return int(p.get("Period") or max([int(m["MetricStat"].get("Period", 0)) for m in p.get("Metrics", []) if "MetricStat" in m] or [0]))
+
+
 for name, p in sorted(custom.items()):
-    dims = metric_of(p)[2]
-    if dims.get("Function") != "scheduler":
+    if not reads_scheduler(p):
         continue
-    period, n = int(p.get("Period", 0)), int(p.get("EvaluationPeriods", 0))
+    period, n = period_of(p), int(p.get("EvaluationPeriods", 0))
     m = int(p.get("DatapointsToAlarm", n))
     if p.get("TreatMissingData") == "breaching":
         check(f"{name}: every {period} s period holds a tick ({tick_gap} s apart at worst)", period >= tick_gap)

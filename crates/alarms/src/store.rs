@@ -152,12 +152,26 @@ impl Bucket {
 #[derive(Debug, Clone, Default)]
 pub struct MetricStore {
     samples: BTreeMap<MetricId, BTreeMap<i64, Bucket>>,
+    /// Samples at or after this instant are not visible yet (see [`MetricStore::ingested_before`]).
+    cutoff: Option<i64>,
 }
 
 impl MetricStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Hides every sample at or after `cutoff` from the reads until called again (`None`: all
+    /// visible). CloudWatch ingests a datapoint some time after it happened; an evaluation at
+    /// `now` with an ingestion delay `d` sees the store as of `now − d`, while its windows still
+    /// end at `now` — the newest period is partial or missing, as it is on AWS.
+    pub fn ingested_before(&mut self, cutoff: Option<i64>) {
+        self.cutoff = cutoff;
+    }
+
+    fn visible_end(&self, end: i64) -> i64 {
+        self.cutoff.map_or(end, |c| end.min(c))
     }
 
     /// Records one sample of `id` at `at` (unix seconds). Any number of samples may share a
@@ -183,6 +197,7 @@ impl MetricStore {
 
     /// The samples of `id` in `[start, end)`, oldest first.
     pub fn samples(&self, id: &MetricId, start: i64, end: i64) -> Vec<f64> {
+        let end = self.visible_end(end);
         if start >= end {
             return Vec::new();
         }
@@ -198,6 +213,7 @@ impl MetricStore {
         if let Stat::Percentile(_) = stat {
             return stat.of(&self.samples(id, start, end));
         }
+        let end = self.visible_end(end);
         if start >= end {
             return None;
         }
@@ -327,5 +343,21 @@ mod tests {
         assert_eq!(Stat::parse("p101"), None);
         assert_eq!(Stat::parse("tm99"), None);
         assert_eq!(Stat::parse("sum"), None);
+    }
+
+    #[test]
+    fn samples_not_yet_ingested_are_missing_and_the_newest_period_partial() {
+        let id = MetricId::new("ns", "m", &[]);
+        let mut store = MetricStore::new();
+        for minute in 0..5 {
+            store.put(&id, minute * 60 + 10, 1.0);
+            store.put(&id, minute * 60 + 50, 1.0);
+        }
+        store.ingested_before(Some(4 * 60 + 30));
+        assert_eq!(store.datapoints(&id, Stat::Sum, 60, 300, 3), vec![Some(2.0), Some(2.0), Some(1.0)]);
+        store.ingested_before(Some(4 * 60));
+        assert_eq!(store.datapoints(&id, Stat::Sum, 60, 300, 2), vec![Some(2.0), None]);
+        store.ingested_before(None);
+        assert_eq!(store.datapoints(&id, Stat::Sum, 60, 300, 1), vec![Some(2.0)]);
     }
 }

@@ -70,19 +70,68 @@ impl DynamoControl {
     }
 }
 
+/// The pause a `control:pause` item records.
+fn pause_of(item: &dynamodb::Item) -> Pause {
+    let since = get_s(item, "since")
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map_or(DateTime::<Utc>::UNIX_EPOCH, |t| t.with_timezone(&Utc));
+    Pause {
+        reason: get_s(item, "reason").unwrap_or_default().to_owned(),
+        owner: get_s(item, "owner").unwrap_or_default().to_owned(),
+        since,
+    }
+}
+
+impl DynamoControl {
+    /// Appends the audit record of a change of the switch: who, what, when.
+    async fn audit_pause(&self, pause: Option<&Pause>, by: &str, now: DateTime<Utc>) -> Result<(), ControlError> {
+        let action = if pause.is_some() { "pause" } else { "resume" };
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(format!("audit:pause:{}", now.timestamp_millis())))
+            .item("action", s(action))
+            .item("by", s(by))
+            .item("at", s(now.to_rfc3339()));
+        if let Some(p) = pause {
+            put = put.item("reason", s(&p.reason));
+        }
+        put.send().await.map_err(control_sdk)?;
+        Ok(())
+    }
+}
+
 impl Control for DynamoControl {
     async fn pause(&self) -> Result<Option<Pause>, ControlError> {
-        let Some(item) = dynamodb::get(&self.client, &self.table, PAUSE_PK).await.map_err(control_ddb)? else {
-            return Ok(None);
-        };
-        let since = get_s(&item, "since")
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            .map_or(DateTime::<Utc>::UNIX_EPOCH, |t| t.with_timezone(&Utc));
-        Ok(Some(Pause {
-            reason: get_s(&item, "reason").unwrap_or_default().to_owned(),
-            owner: get_s(&item, "owner").unwrap_or_default().to_owned(),
-            since,
-        }))
+        let item = dynamodb::get(&self.client, &self.table, PAUSE_PK).await.map_err(control_ddb)?;
+        Ok(item.as_ref().map(pause_of))
+    }
+
+    async fn pause_unless_paused(&self, p: &Pause, by: &str) -> Result<Option<Pause>, ControlError> {
+        let item: dynamodb::Item = [
+            ("pk".to_owned(), s(PAUSE_PK)),
+            ("reason".to_owned(), s(&p.reason)),
+            ("owner".to_owned(), s(&p.owner)),
+            ("since".to_owned(), s(p.since.to_rfc3339())),
+        ]
+        .into_iter()
+        .collect();
+        match dynamodb::put_if(&self.client, &self.table, item, "attribute_not_exists(pk)", None, None)
+            .await
+            .map_err(control_ddb)?
+        {
+            dynamodb::ConditionalPut::Written => {
+                self.audit_pause(Some(p), by, Utc::now()).await?;
+                Ok(None)
+            }
+            // Lifted between the refusal and the read: report it as the pause it was (the
+            // caller may try again).
+            dynamodb::ConditionalPut::ConditionFailed { existing } => Ok(Some(existing.as_ref().map_or_else(
+                || Pause { reason: "lifted meanwhile".into(), owner: String::new(), since: Utc::now() },
+                pause_of,
+            ))),
+        }
     }
 
     async fn set_pause(&self, pause: Option<&Pause>, by: &str) -> Result<(), ControlError> {
@@ -111,20 +160,7 @@ impl Control for DynamoControl {
             }
         }
         // Every change of the switch is kept: who, what, when.
-        let action = if pause.is_some() { "pause" } else { "resume" };
-        let mut put = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .item("pk", s(format!("audit:pause:{}", now.timestamp_millis())))
-            .item("action", s(action))
-            .item("by", s(by))
-            .item("at", s(now.to_rfc3339()));
-        if let Some(p) = pause {
-            put = put.item("reason", s(&p.reason));
-        }
-        put.send().await.map_err(control_sdk)?;
-        Ok(())
+        self.audit_pause(pause, by, now).await
     }
 
     async fn put_audit(&self, record: &AuditRecord) -> Result<(), ControlError> {

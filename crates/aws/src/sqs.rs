@@ -489,9 +489,14 @@ impl SqsQueues {
 impl SqsQueues {
     /// Messages on each lane (visible + in flight + delayed); one `GetQueueAttributes` per lane.
     pub async fn lane_depths(&self) -> Result<LaneDepths, QueueError> {
-        let normal = self.depth_of(&self.send_url).await?.total();
+        let normal = self.depth_of(&self.send_url).await?;
         let urgent = if self.has_urgent_lane() { self.depth_of(&self.urgent_url).await? } else { Depth::default() };
-        Ok(LaneDepths { normal, urgent: urgent.total(), urgent_delayed: urgent.delayed })
+        Ok(LaneDepths {
+            normal: normal.total(),
+            urgent: urgent.total(),
+            urgent_delayed: urgent.delayed,
+            normal_delayed: normal.delayed,
+        })
     }
 }
 

@@ -38,6 +38,11 @@ fn canary_status_pause_explain_and_redrive_on_the_local_pipeline() {
     assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
     let s = json(&punctual(&state, &["status", "--json"]));
     assert_eq!(s["paused"]["owner"], "ops@example.com", "{s}");
+    // A second pause never replaces the one in force (the sender's own, or another operator's).
+    let again = punctual(&state, &["pause", "--reason", "other", "--owner", "someone@example.com"]);
+    assert!(!again.status.success(), "{again:?}");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already paused by ops@example.com"), "{again:?}");
+    assert_eq!(json(&punctual(&state, &["status", "--json"]))["paused"]["owner"], "ops@example.com");
     let r =
         punctual(&state, &["redrive", "--reason", "r", "--owner", "o", "--max-messages", "5", "--max-per-second", "2"]);
     assert!(!r.status.success() && String::from_utf8_lossy(&r.stderr).contains("paused"), "{r:?}");

@@ -86,12 +86,21 @@ pub struct LaneDepths {
     /// Of the urgent lane's, those still delayed (not yet visible): paced releases waiting for
     /// their turn, which must not count as work ahead of a reminder due now.
     pub urgent_delayed: u64,
+    /// Of the normal lane's, those still delayed (released ahead of their `deliver_after`):
+    /// not work ahead of anything due before them either.
+    pub normal_delayed: u64,
 }
 
 impl LaneDepths {
     /// Both lanes together.
     pub fn total(self) -> u64 {
         self.normal + self.urgent
+    }
+
+    /// What both lanes hold that a sender can take now (visible or in flight): the work ahead
+    /// of anything released now.
+    pub fn ready(self) -> u64 {
+        self.total().saturating_sub(self.urgent_delayed + self.normal_delayed)
     }
 
     /// Counts `n` more on `lane`.
@@ -239,13 +248,13 @@ mod tests {
     /// reminder due now.
     #[test]
     fn delayed_urgent_messages_do_not_hold_back_one_due_now() {
-        let ahead = LaneDepths { normal: 0, urgent: 6000, urgent_delayed: 6000 };
+        let ahead = LaneDepths { normal: 0, urgent: 6000, urgent_delayed: 6000, normal_delayed: 0 };
         let mut p = ReleasePlanner::new(LanePolicy::new(100.0), t0(), ahead);
         let m = message("now", t0(), t0() + TimeDelta::seconds(60));
         assert_eq!(p.pace(&m, t0()), Duration::ZERO);
         // 6,000 visible or in flight are: 60 s of work ahead, so it is made visible as late as
         // its reserve allows.
-        let ahead = LaneDepths { normal: 0, urgent: 6000, urgent_delayed: 0 };
+        let ahead = LaneDepths { normal: 0, urgent: 6000, urgent_delayed: 0, normal_delayed: 0 };
         let mut p = ReleasePlanner::new(LanePolicy::new(100.0), t0(), ahead);
         assert_eq!(p.pace(&m, t0()), Duration::from_secs(30));
     }

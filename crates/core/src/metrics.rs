@@ -49,8 +49,10 @@ pub mod name {
     pub const SLO_BREACHED: &str = "SloBreached";
     /// Reminders the sender found cancelled or paid after release: out of the due population.
     pub const SLO_EXCLUDED: &str = "SloExcluded";
-    /// Records a sender invocation handled (well-formed or not, settled or failed): the
-    /// denominator of the dead-letter ratio.
+    /// Records a sender invocation settled (delivered, dead-lettered, expired, cancelled,
+    /// acknowledged; malformed ones too), deferrals and infrastructure failures left out: the
+    /// denominator of the dead-letter ratio, which a backlog re-processing its held records
+    /// every minute must not inflate.
     pub const RECORDS: &str = "Records";
     /// For each record of a reminder already due (not a redrive's copy): seconds since its
     /// `deliver_after`. Its maximum is the age of released, undelivered work — what SQS's own
@@ -322,7 +324,9 @@ pub mod sender {
     /// Adds what one processed record says: its SLO verdict (once per reminder), the provider
     /// calls, and its disposition.
     pub fn record(m: &mut Metrics, p: &Processed, slo: &SloPolicy) {
-        m.count(name::RECORDS, 1.0);
+        if !matches!(p.disposition, Disposition::Defer { .. }) {
+            m.count(name::RECORDS, 1.0);
+        }
         if let (Some(w), false) = (p.waited, p.redriven) {
             m.observe(name::RELEASED_WAIT, w.as_secs_f64());
         }
@@ -400,7 +404,6 @@ pub mod sender {
     /// copy is not judged: without this, an outage that fails every record (the ledger down for an
     /// hour) would publish no breach at all, and the burn rate would read 0 through it.
     pub fn infrastructure_failure(m: &mut Metrics, receives: Option<u32>, body: &str, max_receive: u32) {
-        m.count(name::RECORDS, 1.0);
         m.count(name::INFRA_FAILURES, 1.0);
         if receives.is_none_or(|n| n < max_receive) {
             return;
@@ -519,7 +522,7 @@ mod tests {
         redriven.redriven = true;
         sender::record(&mut m, &redriven, &slo);
         sender::infrastructure_failure(&mut m, Some(1), "{}", 5);
-        assert_eq!(m.total(name::RECORDS), 5.0);
+        assert_eq!(m.total(name::RECORDS), 1.0, "only the refusal settled: deferrals and failures do not count");
         assert_eq!(m.total(name::PROVIDER_FAILED), 1.0, "the 500 only");
         let doc: Value = serde_json::from_str(&m.lines("ns", "sender", 0)[0]).unwrap();
         assert_eq!(doc[name::RELEASED_WAIT], json!([400.0, 400.0, 400.0]), "not the redrive's copy: {doc}");

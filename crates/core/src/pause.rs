@@ -15,7 +15,7 @@ use crate::ports::{Control, ControlError, Pause};
 pub const PAUSE_RECHECK: Duration = Duration::from_secs(60);
 
 type Probe = Box<dyn Fn() -> BoxFuture<'static, Result<Option<Pause>, ControlError>> + Send + Sync>;
-type Trip = Box<dyn Fn(Pause) -> BoxFuture<'static, Result<(), ControlError>> + Send + Sync>;
+type Trip = Box<dyn Fn(Pause) -> BoxFuture<'static, Result<Option<Pause>, ControlError>> + Send + Sync>;
 
 /// Who a pause set by the sender itself names as its owner (`punctual status` shows it).
 pub const SENDER_OWNER: &str = "punctual-sender";
@@ -48,20 +48,21 @@ impl<C: Clock> PauseGate<C> {
         });
         let trip: Trip = Box::new(move |pause| {
             let control = control.clone();
-            Box::pin(async move { control.set_pause(Some(&pause), SENDER_OWNER).await })
+            Box::pin(async move { control.pause_unless_paused(&pause, SENDER_OWNER).await })
         });
         Self { probe, trip, clock, ttl, cache: Mutex::new(None) }
     }
 
-    /// Pauses the fleet (audited as [`SENDER_OWNER`]) unless a pause is already in force; only
-    /// an operator lifts it. For a fault no single reminder can fix (credentials).
+    /// Pauses the fleet (audited as [`SENDER_OWNER`]) unless a pause is already in force — one
+    /// conditional write, so an operator's pause set meanwhile is never replaced; only an
+    /// operator lifts it. For a fault no single reminder can fix (credentials).
     pub async fn trip(&self, reason: &str) -> Result<(), ControlError> {
         if self.paused().await {
             return Ok(());
         }
         let pause = Pause { reason: reason.to_owned(), owner: SENDER_OWNER.to_owned(), since: self.clock.now() };
-        (self.trip)(pause.clone()).await?;
-        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some((self.clock.now(), Some(pause)));
+        let in_force = (self.trip)(pause.clone()).await?.unwrap_or(pause);
+        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some((self.clock.now(), Some(in_force)));
         Ok(())
     }
 

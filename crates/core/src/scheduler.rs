@@ -127,8 +127,9 @@ pub enum SchedulerError {
 
 /// How many of `jobs` — `(deliver_after, deliver_by)` pairs — would miss their `deliver_by`
 /// with one server working at `rate` per second from `start`, always taking the available job
-/// with the earliest deadline (earliest-deadline-first with release times: the optimum for unit
-/// jobs, so a miss here is a miss under any order). Sorts `jobs`.
+/// with the earliest deadline (earliest-deadline-first with release times). For unit jobs that
+/// share one release time EDF is optimal; with release times it may count a miss another order
+/// would avoid, so this is a projection, not a bound. Sorts `jobs`.
 pub fn edf_misses(jobs: &mut [(DateTime<Utc>, DateTime<Utc>)], start: DateTime<Utc>, rate: f64) -> u64 {
     use std::cmp::Reverse;
     jobs.sort();
@@ -301,6 +302,9 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                 }
             }
             report.oldest_due_age = oldest.map_or(Duration::ZERO, |o| until(o, now));
+            // What the lanes hold is still worth showing (the dashboard's backlog).
+            report.lanes = self.queue.depth().await.unwrap_or_default();
+            report.backlog = report.lanes.total();
             return Ok(());
         }
         let start = self.clock.now();
@@ -397,13 +401,13 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         report.backlog = report.lanes.total().max(report.released) + report.refused;
         report.projected_drain = Duration::from_secs_f64(report.backlog as f64 / s.sustainable_rate.max(1e-9));
         report.min_slack = min_by.map(|b| until(now, b));
-        // Two projections, either one a breach: what the lanes hold drains past the smallest
-        // slack seen; or the renewals this tick saw, behind what the lanes held before it, miss
-        // a deadline even served earliest-deadline-first, each from its own deliver_after.
-        let behind = Duration::from_secs_f64(ahead.total() as f64 / s.sustainable_rate.max(1e-9));
-        let wave_misses = edf_misses(&mut windows, add(start, behind), s.sustainable_rate);
-        report.projected_breach =
-            report.min_slack.is_some_and(|slack| report.projected_drain > slack) || wave_misses > 0;
+        // The renewals this tick saw, behind the work the lanes could hand out before it (visible
+        // or in flight: what is still delayed was released for later and is not ahead), served
+        // earliest-deadline-first, each from its own deliver_after: does one miss its deadline?
+        // (Comparing the whole backlog's drain with the smallest slack counted delayed work as
+        // ahead, and a wave released ahead of its deliver_after as draining from now.)
+        let behind = Duration::from_secs_f64(ahead.ready() as f64 / s.sustainable_rate.max(1e-9));
+        report.projected_breach = edf_misses(&mut windows, add(start, behind), s.sustainable_rate) > 0;
         report.oldest_due_age = oldest_due.map_or(Duration::ZERO, |o| until(o, now));
         Ok(())
     }

@@ -1370,8 +1370,11 @@ impl crate::ports::ReleaseQueue for MemoryRelease {
         let mut d = crate::lanes::LaneDepths::default();
         for r in lock(&self.sent).iter() {
             d.add(r.lane, 1);
-            if r.lane == crate::lanes::QueueLane::Urgent && !r.delay.is_zero() {
-                d.urgent_delayed += 1;
+            if !r.delay.is_zero() {
+                match r.lane {
+                    crate::lanes::QueueLane::Urgent => d.urgent_delayed += 1,
+                    crate::lanes::QueueLane::Normal => d.normal_delayed += 1,
+                }
             }
         }
         Ok(d)
@@ -1591,6 +1594,19 @@ impl crate::ports::Control for MemoryControl {
     ) -> Result<(), crate::ports::ControlError> {
         *lock(&self.paused) = pause.cloned();
         Ok(())
+    }
+
+    async fn pause_unless_paused(
+        &self,
+        pause: &crate::ports::Pause,
+        _by: &str,
+    ) -> Result<Option<crate::ports::Pause>, crate::ports::ControlError> {
+        let mut held = lock(&self.paused);
+        if let Some(existing) = held.as_ref() {
+            return Ok(Some(existing.clone()));
+        }
+        *held = Some(pause.clone());
+        Ok(None)
     }
 
     async fn put_audit(&self, record: &crate::redrive::AuditRecord) -> Result<(), crate::ports::ControlError> {

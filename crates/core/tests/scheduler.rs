@@ -226,3 +226,28 @@ async fn a_wave_released_ahead_projects_a_breach_from_its_deliver_after() {
     let r = Scheduler::new(store.clone(), queue.clone(), clock.clone(), settings).tick(far()).await.unwrap();
     assert!(!r.projected_breach, "50 s of work in a 1-minute window");
 }
+
+/// Work released ahead of its `deliver_after` (delayed on the normal lane) is not work ahead of
+/// a reminder due now: a short-notice renewal behind 12,000 delayed messages projects no breach.
+#[tokio::test]
+async fn delayed_work_is_not_ahead_of_a_reminder_due_now() {
+    let (store, queue, clock) = (MemoryDueStore::new(2), MemoryRelease::default(), ManualClock::new(t0()));
+    for n in 0..12_000 {
+        store.insert(pending(n, t0() + TimeDelta::seconds(300 + i64::from(n % 300)), 240));
+    }
+    let settings = SchedulerSettings { page_size: 5_000, ..SchedulerSettings::default() };
+    let first = Scheduler::new(store.clone(), queue.clone(), clock.clone(), settings).tick(far()).await.unwrap();
+    assert_eq!(first.released, 12_000);
+    store.prune();
+    let tight = Pending::new(
+        TenantId::parse("acme").unwrap(),
+        RenewalId::parse("ren-short-notice").unwrap(),
+        ReminderKind::renewal_due(),
+        t0(),
+        t0() + TimeDelta::seconds(100),
+    );
+    store.insert(tight);
+    let r = Scheduler::new(store.clone(), queue.clone(), clock.clone(), settings).tick(far()).await.unwrap();
+    assert_eq!(r.released, 1);
+    assert!(!r.projected_breach, "12,000 messages delayed 5-10 minutes are not ahead of a reminder due now: {r:?}");
+}

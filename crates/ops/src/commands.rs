@@ -35,8 +35,15 @@ pub async fn pause(target: &Target, reason: &str, owner: &str) -> Result<Pause, 
     let (ddb, _) = target.clients().await;
     let control = DynamoControl::new(ddb, &target.resources.ledger_table);
     let p = Pause { reason: reason.trim().into(), owner: owner.trim().into(), since: Utc::now() };
-    control.set_pause(Some(&p), owner.trim()).await.map_err(step("setting the pause switch"))?;
-    Ok(p)
+    // Never over another pause: replacing the sender's own (a refused credential) with an
+    // operator's would read as the fleet pause ending (its alarm clears) while nothing is fixed.
+    match control.pause_unless_paused(&p, owner.trim()).await.map_err(step("setting the pause switch"))? {
+        None => Ok(p),
+        Some(existing) => Err(OpsError::Paused(format!(
+            "already paused by {} since {} ({}); nothing changed — `punctual resume` first if it must change",
+            existing.owner, existing.since, existing.reason
+        ))),
+    }
 }
 
 /// `punctual resume`; returns the pause that was lifted.

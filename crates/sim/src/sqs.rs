@@ -478,12 +478,14 @@ impl ReleaseQueue for SimLanes {
 
     async fn depth(&self) -> Result<LaneDepths, QueueError> {
         let now = self.urgent.clock.now().timestamp_millis();
-        let delayed =
-            lock(&self.urgent.state).waiting.iter().filter(|Reverse((at, _, g))| *at > now && *g == 0).count();
+        let delayed = |q: &SimQueue| {
+            lock(&q.state).waiting.iter().filter(|Reverse((at, _, g))| *at > now && *g == 0).count() as u64
+        };
         Ok(LaneDepths {
             normal: self.normal.depth() as u64,
             urgent: self.urgent.depth() as u64,
-            urgent_delayed: delayed as u64,
+            urgent_delayed: delayed(&self.urgent),
+            normal_delayed: delayed(&self.normal),
         })
     }
 }

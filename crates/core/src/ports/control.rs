@@ -46,6 +46,15 @@ pub trait Control: Send + Sync {
     fn pause(&self) -> impl Future<Output = Result<Option<Pause>, ControlError>> + Send;
     /// Sets (Some) or lifts (None) the pause, and records who did it.
     fn set_pause(&self, pause: Option<&Pause>, by: &str) -> impl Future<Output = Result<(), ControlError>> + Send;
+    /// Sets `pause` only if no pause is in force (one conditional write), and records it; when
+    /// one is, changes nothing and returns it. Neither the sender's own pause nor an operator's
+    /// ever replaces the other: a replaced owner would change what the pause means (and which
+    /// alarm it pages), and lifting it is an operator's decision.
+    fn pause_unless_paused(
+        &self,
+        pause: &Pause,
+        by: &str,
+    ) -> impl Future<Output = Result<Option<Pause>, ControlError>> + Send;
     /// Writes (or overwrites) an audit record.
     fn put_audit(&self, record: &AuditRecord) -> impl Future<Output = Result<(), ControlError>> + Send;
 }

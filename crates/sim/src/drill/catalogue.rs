@@ -197,11 +197,14 @@ pub enum Incident {
     TenantFailing,
     /// An operator's bounded redrive while the morning runs (must not page).
     RedriveDuringTraffic,
+    /// The provider answers 5xx for three hours of a quiet night (a few reminders an hour):
+    /// every volume floor is below what a busy morning has.
+    ProviderOutageAtNight,
 }
 
 impl Incident {
     /// Every incident, in the runbook's order.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::ProviderOutage,
         Self::ProviderSlow,
         Self::CredentialsRevoked,
@@ -216,6 +219,7 @@ impl Incident {
         Self::DlqSecondWave,
         Self::TenantFailing,
         Self::RedriveDuringTraffic,
+        Self::ProviderOutageAtNight,
     ];
 
     /// Its name.
@@ -235,6 +239,7 @@ impl Incident {
             Self::DlqSecondWave => "dlq_second_wave",
             Self::TenantFailing => "tenant_failing",
             Self::RedriveDuringTraffic => "redrive_during_traffic",
+            Self::ProviderOutageAtNight => "provider_outage_at_night",
         }
     }
 
@@ -246,6 +251,35 @@ impl Incident {
     /// Whether it must page (every one but an operator's redrive).
     pub const fn pages(self) -> bool {
         !matches!(self, Self::RedriveDuringTraffic)
+    }
+
+    /// Whether its cause lasts until recovery, so some page must stay in ALARM from the first
+    /// page until then (an all-clear while it lasts is a false one). The others are waves:
+    /// their page clears when the wave is over.
+    pub const fn continuous(self) -> bool {
+        matches!(
+            self,
+            Self::ProviderOutage
+                | Self::ProviderSlow
+                | Self::CredentialsRevoked
+                | Self::SesSendingPaused
+                | Self::OperatorPauseLeftOn
+                | Self::SchedulerFailing
+                | Self::SchedulerNotInvoked
+                | Self::LaneNotPolled
+                | Self::SenderThrottled
+                | Self::ProviderOutageAtNight
+        )
+    }
+
+    /// How long before its start a page still belongs to it: a projection pages when the work
+    /// is released, ten minutes before it is due (`overload`). Any other page before the start is
+    /// a false page of the morning.
+    pub const fn lead(self) -> i64 {
+        match self {
+            Self::Overload => 15 * 60,
+            _ => 0,
+        }
     }
 }
 
@@ -283,9 +317,16 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
         recovery,
     };
     match incident {
-        Incident::ProviderOutage => {
-            staged(vec![window(Trouble::ProviderStatus(500), nine, at(10, 30))], nine, at(10, 30))
-        }
+        // Recovery is the runbook's: the provider is back at 10:30 and the operator redrives the
+        // letters whose windows are still open.
+        Incident::ProviderOutage => staged(
+            vec![
+                window(Trouble::ProviderStatus(500), nine, at(10, 30)),
+                window(Trouble::Redrive(vec![ReasonCode::AttemptLimit]), at(10, 30), at(10, 45)),
+            ],
+            nine,
+            at(10, 30),
+        ),
         Incident::ProviderSlow => staged(
             vec![window(Trouble::ProviderSlow(std::time::Duration::from_secs(10)), nine, at(10, 0))],
             nine,
@@ -307,9 +348,11 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
             s.ses = true;
             s
         }
-        // Paused at 08:55 for maintenance and forgotten: the 09:00 wave falls due behind it.
+        // Paused at 08:45 for maintenance and forgotten, before the 09:00 wave is released (at
+        // 08:50): the wave falls due in the renewals table behind it, seen only by the paused
+        // ticks' oldest-due measure.
         Incident::OperatorPauseLeftOn => {
-            staged(vec![window(Trouble::OperatorPause, at(8, 55), at(10, 0))], nine, at(10, 0))
+            staged(vec![window(Trouble::OperatorPause, at(8, 45), at(10, 0))], nine, at(10, 0))
         }
         // From 09:45: the 10:00 wave needs releasing at 09:50.
         Incident::SchedulerFailing => {
@@ -343,9 +386,27 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
         Incident::RedriveDuringTraffic => {
             // 500 letters of this morning's early outage, their windows still open, moved back
             // at the runbook's cap while the 09:00 wave is sent.
-            let mut s = staged(vec![window(Trouble::Redrive, nine, at(9, 15))], nine, at(9, 15));
+            let mut s = staged(
+                vec![window(Trouble::Redrive(vec![ReasonCode::NoSafeRetryWindow]), nine, at(9, 15))],
+                nine,
+                at(9, 15),
+            );
             s.old_letters = (0..500).map(|_| (ReasonCode::NoSafeRetryWindow, at(8, 30))).collect();
             s
         }
+        // 01:00 to 04:00 of a night of five reminders an hour; at 04:00 the provider is back and
+        // the operator redrives the letters. Nothing can notice an outage no call meets: it
+        // starts, for the pages, when the night's first reminder falls due (01:07).
+        Incident::ProviderOutageAtNight => Staged {
+            population: normal(Shape::Night, seed),
+            windows: vec![
+                window(Trouble::ProviderStatus(500), at(1, 0), at(4, 0)),
+                window(Trouble::Redrive(vec![ReasonCode::AttemptLimit]), at(4, 0), at(4, 15)),
+            ],
+            old_letters: Vec::new(),
+            ses: false,
+            start: at(1, 7),
+            recovery: at(4, 0),
+        },
     }
 }

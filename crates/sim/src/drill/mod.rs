@@ -38,6 +38,15 @@ pub const PAGE_WITHIN: f64 = 300.0;
 pub const OVERLOAD_WITHIN: f64 = 600.0;
 /// Every page must clear within this long of recovery.
 pub const CLEAR_WITHIN: f64 = 900.0;
+/// How long after it happens a datapoint reaches the alarms, seconds: each evaluation at `t`
+/// sees what happened before `t − 60 s`, its windows still ending at `t` (the newest minute
+/// missing, as on AWS while CloudWatch ingests it). A minute is on the slow side of what
+/// CloudWatch takes for Lambda's and SQS's metrics and for EMF from Lambda's logs; it delays
+/// every page, and shows any alarm that would read a minute not yet ingested as a 0.
+pub const INGESTION_DELAY: i64 = 60;
+/// How long the simulated pipeline runs before the watch starts: the stack was running before
+/// the morning (ticks every minute, queues reporting), so the alarms have a history, as on AWS.
+pub const WARMUP: TimeDelta = TimeDelta::minutes(30);
 
 /// What to drill.
 #[derive(Debug, Clone)]
@@ -92,6 +101,9 @@ pub struct IncidentReport {
     pub runbook: Option<String>,
     /// Every page of the run, in order (each alarm's first), seconds from the incident's start.
     pub pages: Vec<PageAt>,
+    /// When each of those last returned to OK, seconds from the incident's start (absent: still
+    /// in ALARM at the end of the run).
+    pub cleared: Vec<PageAt>,
     /// Ticket-class alarms that fired.
     pub tickets: Vec<String>,
     /// Reminders that missed their window in the whole run.
@@ -252,7 +264,7 @@ impl Template {
     /// Evaluates every alarm minute by minute over a run's metrics.
     fn evaluate(
         &self,
-        run: &world::WorldRun,
+        run: &mut world::WorldRun,
         start: DateTime<Utc>,
         end: DateTime<Utc>,
     ) -> Result<Timeline, DrillError> {
@@ -260,6 +272,8 @@ impl Template {
         let mut out = Timeline::default();
         let mut t = start + TimeDelta::minutes(1);
         while t <= end {
+            // What CloudWatch has ingested by `t`: everything until a minute before.
+            run.store.ingested_before(Some(t.timestamp() - INGESTION_DELAY));
             let transitions = ev.evaluate(t.timestamp(), &run.store).map_err(|e| DrillError::Evaluate(Box::new(e)))?;
             for tr in transitions {
                 let class = self.classes.get(&tr.alarm).copied().unwrap_or(Class::Dashboard);
@@ -281,16 +295,35 @@ impl Timeline {
         self.fired.iter().filter(|f| f.class == Class::Page)
     }
 
-    /// The first instant at or after `from` when no page-class alarm is in ALARM.
-    fn all_clear(&self, from: DateTime<Utc>, end: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let mut candidates: Vec<DateTime<Utc>> = vec![from];
-        candidates.extend(self.page_states.values().flatten().map(|(t, _)| *t).filter(|t| *t >= from));
-        candidates.sort();
-        candidates.into_iter().filter(|t| *t <= end).find(|t| {
-            self.page_states.values().all(|changes| {
-                changes.iter().take_while(|(at, _)| at <= t).last().is_none_or(|(_, s)| *s != State::Alarm)
-            })
+    /// Whether some page-class alarm is in ALARM at `t`.
+    fn paging_at(&self, t: DateTime<Utc>) -> bool {
+        self.page_states.values().any(|changes| {
+            changes.iter().take_while(|(at, _)| *at <= t).last().is_some_and(|(_, s)| *s == State::Alarm)
         })
+    }
+
+    /// From when on, at or after `from`, no page-class alarm is in ALARM until the end of the
+    /// run (a page that fires later, after recovery, counts: the all-clear is the last one).
+    /// `None` when a page is still in ALARM at the end.
+    fn all_clear(&self, from: DateTime<Utc>, end: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if self.paging_at(end) {
+            return None;
+        }
+        let last_change = self.page_states.values().flatten().map(|(t, _)| *t).filter(|t| *t <= end).max();
+        Some(last_change.map_or(from, |t| t.max(from)))
+    }
+
+    /// The first minute in `[from, until)` when no page-class alarm is in ALARM (an all-clear
+    /// while the cause still lasts).
+    fn gap(&self, from: DateTime<Utc>, until: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut t = from;
+        while t < until {
+            if !self.paging_at(t) {
+                return Some(t);
+            }
+            t += TimeDelta::minutes(1);
+        }
+        None
     }
 }
 
@@ -320,7 +353,7 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
         let cfg = world::WorldConfig {
             rows: staged.population.rows.clone(),
             tenants: staged.population.tenants.clone(),
-            start: staged.population.start,
+            start: staged.population.start - WARMUP,
             end: staged.population.end.max(staged.recovery + TimeDelta::minutes(45)),
             quota: catalogue::QUOTA,
             concurrency: 10,
@@ -334,9 +367,9 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
             namespace: namespace(),
         };
         let clock = std::time::Instant::now();
-        let run = world::run(&cfg).map_err(DrillError::Run)?;
+        let mut run = world::run(&cfg).map_err(DrillError::Run)?;
         let simulated = clock.elapsed();
-        let timeline = t.evaluate(&run, cfg.start, cfg.end)?;
+        let timeline = t.evaluate(&mut run, cfg.start + WARMUP, cfg.end)?;
         if std::env::var_os("PUNCTUAL_DRILL_TIMING").is_some() {
             eprintln!(
                 "  world {:.1} s, alarms {:.1} s",
@@ -362,7 +395,7 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
         let cfg = world::WorldConfig {
             rows: pop.rows,
             tenants: pop.tenants,
-            start: pop.start,
+            start: pop.start - WARMUP,
             end: pop.end,
             quota: catalogue::QUOTA,
             concurrency: 10,
@@ -375,11 +408,15 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
             seed: opts.seed ^ seed,
             namespace: namespace(),
         };
-        let run = world::run(&cfg).map_err(DrillError::Run)?;
-        let timeline = template.evaluate(&run, cfg.start, cfg.end)?;
+        let mut run = world::run(&cfg).map_err(DrillError::Run)?;
+        let timeline = template.evaluate(&mut run, cfg.start + WARMUP, cfg.end)?;
         let day = format!("{}-{seed}", shape.name());
         for f in &timeline.fired {
-            let fp = FalsePage { morning: day.clone(), alarm: f.alarm.clone(), at_seconds: seconds(cfg.start, f.at) };
+            let fp = FalsePage {
+                morning: day.clone(),
+                alarm: f.alarm.clone(),
+                at_seconds: seconds(cfg.start + WARMUP, f.at),
+            };
             match f.class {
                 Class::Page => normal.false_pages.push(fp),
                 Class::Ticket => normal.tickets.push(fp),
@@ -411,7 +448,9 @@ fn judge_incident(
     timeline: &Timeline,
     template: &Template,
 ) -> IncidentReport {
-    let first = timeline.pages().next();
+    let belongs = staged.start - TimeDelta::seconds(incident.lead());
+    let early: Vec<&Fired> = timeline.pages().filter(|p| p.at < belongs).collect();
+    let first = timeline.pages().find(|p| p.at >= belongs);
     let mut pages: Vec<PageAt> = Vec::new();
     for f in timeline.pages() {
         if !pages.iter().any(|p| p.alarm == f.alarm) {
@@ -429,7 +468,23 @@ fn judge_incident(
         first.map_or(run.late.len() as u64, |p| run.late.iter().filter(|by| **by <= p.at).count() as u64);
     let clear = timeline.all_clear(staged.recovery, cfg.end).map(|t| seconds(staged.recovery, t));
     let mut why = Vec::new();
+    for p in &early {
+        why.push(format!(
+            "{} paged {:.0} s before the incident: a false page of the morning",
+            p.alarm,
+            -seconds(staged.start, p.at)
+        ));
+    }
     if incident.pages() {
+        if let Some(p) = first
+            && incident.continuous()
+            && let Some(gap) = timeline.gap(p.at, staged.recovery)
+        {
+            why.push(format!(
+                "every page was clear {:.0} s after the start while the incident still lasted (a false all-clear)",
+                seconds(staged.start, gap)
+            ));
+        }
         match page_after {
             None => why.push("nothing paged".to_owned()),
             Some(s) if incident == Incident::Overload => {
@@ -462,6 +517,15 @@ fn judge_incident(
         missed_before_page: missed_before,
         cleared_after_seconds: if first.is_some() { clear } else { None },
         runbook: first.and_then(|p| template.runbook(&p.alarm)),
+        cleared: pages
+            .iter()
+            .filter_map(|p| {
+                let changes = timeline.page_states.get(&p.alarm)?;
+                let (at, s) = changes.last()?;
+                (*s != State::Alarm)
+                    .then(|| PageAt { alarm: p.alarm.clone(), after_seconds: seconds(staged.start, *at) })
+            })
+            .collect(),
         pages,
         tickets,
         missed: run.late.len() as u64,

@@ -110,8 +110,9 @@ pub enum Trouble {
     Poison(f64),
     /// The provider refuses every reminder of this tenant as permanent.
     TenantRefused(u32),
-    /// An operator redrives the DLQ (at the start of the window), capped as the runbook says.
-    Redrive,
+    /// An operator redrives the DLQ's letters of these reasons (all when empty) at the start of
+    /// the window, capped as the runbook says.
+    Redrive(Vec<ReasonCode>),
 }
 
 /// A [`Trouble`] from `from` until `until`.
@@ -620,25 +621,51 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
                         lanes.normal.push(body, clock.now(), None);
                     }
                 }
-                Trouble::Redrive => {
+                Trouble::Redrive(reasons) => {
                     sink.lambda(names::REDRIVE, "Invocations", clock.now());
                     let dlq = DrillDeadLetters { dlq: dead, lanes };
+                    let debug_ledger = ledger.clone();
                     let redriver = punctual_core::redrive::Redriver::new(ledger, dlq, control, clock.clone());
                     let cap = (quota * LimiterSettings::new(quota).redrive_share / 2.0).max(1.0);
                     let req = punctual_core::redrive::RedriveRequest {
                         reason: "drill: yesterday's provider outage is over".into(),
                         owner: operator.into(),
-                        selection: punctual_core::redrive::Selection::default(),
+                        selection: punctual_core::redrive::Selection {
+                            failure_reasons: reasons,
+                            ..punctual_core::redrive::Selection::default()
+                        },
                         max_messages: 1000,
                         max_per_second: cap,
                         canary: 10,
                         canary_timeout: Some(Duration::from_secs(300)),
-                        abort_if: punctual_core::redrive::AbortIf::default(),
+                        // A bounced address among the letters (dead-lettered by the outage before its
+                        // 400 could show) fails again; one in twenty is the runbook's threshold.
+                        abort_if: punctual_core::redrive::AbortIf {
+                            failure_ratio: 0.05,
+                            ..punctual_core::redrive::AbortIf::default()
+                        },
                         dry_run: false,
                     };
                     let deadline = clock.now() + TimeDelta::minutes(15);
                     match redriver.run(&req, deadline).await {
-                        Ok(summary) => *redriven.borrow_mut() = Some(summary.moved),
+                        Ok(summary) => {
+                            if std::env::var_os("PUNCTUAL_DRILL_DEBUG").is_some() {
+                                eprintln!("redrive: {summary:?}");
+                                for id in &summary.moved_ids {
+                                    let Ok(rid) = punctual_core::ReminderId::parse(id.as_str()) else { continue };
+                                    if let Ok(Some(r)) = punctual_core::ports::Ledger::get(&debug_ledger, &rid).await
+                                        && r.state != punctual_core::reason::ReminderState::Delivered
+                                    {
+                                        eprintln!(
+                                            "  {id}: {:?} {:#?}",
+                                            r.state,
+                                            r.history.iter().rev().take(4).collect::<Vec<_>>()
+                                        );
+                                    }
+                                }
+                            }
+                            *redriven.borrow_mut() = Some(summary.moved);
+                        }
                         Err(_) => sink.lambda(names::REDRIVE, "Errors", clock.now()),
                     }
                 }
