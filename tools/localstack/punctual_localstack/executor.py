@@ -52,6 +52,7 @@ import logging
 import os
 import platform
 import queue
+import select
 import signal
 import subprocess
 import threading
@@ -118,6 +119,7 @@ class HostRuntimeExecutor(RuntimeExecutor):
         self._logs: list[str] = []  # everything, for get_logs()
         self._current: list[str] = []  # since the last invocation was handed back
         self._log_file = None
+        self._last_output = 0.0
 
     # -- the Runtime API ----------------------------------------------------------------------
     def _serve(self) -> None:
@@ -208,6 +210,7 @@ class HostRuntimeExecutor(RuntimeExecutor):
 
     def _pump(self, proc: subprocess.Popen) -> None:
         for raw in iter(proc.stdout.readline, b""):
+            self._last_output = time.monotonic()
             self._log(raw.decode("utf-8", "replace").rstrip("\n"))
         with self._cond:
             self._cond.notify_all()
@@ -362,6 +365,7 @@ class HostRuntimeExecutor(RuntimeExecutor):
                 "errorMessage": f"RequestId: {request_id} Error: Task timed out after {timeout_s:.2f} seconds",
             }).encode()
         took_ms = (time.monotonic() - started) * 1000
+        self._drain_output()
         self._log(f"END RequestId: {request_id}")
         self._log(f"REPORT RequestId: {request_id}\tDuration: {took_ms:.2f} ms")
         logs = self._take_logs()
@@ -393,6 +397,24 @@ class HostRuntimeExecutor(RuntimeExecutor):
         }
         with _JOURNAL_LOCK, open(Path(log_dir) / "invocations.jsonl", "a") as f:
             f.write(json.dumps(entry) + "\n")
+
+    def _drain_output(self, limit_s: float = 0.5) -> None:
+        """What the runtime printed before it answered is in the pipe, not yet necessarily
+        read: wait (bounded) until the pipe is empty and the reader has been idle 10 ms, so
+        an invocation's lines are its own and not the next one's."""
+        proc = self._proc
+        if proc is None or proc.stdout is None:
+            return
+        end = time.monotonic() + limit_s
+        time.sleep(0.01)  # a line read but not yet logged is invisible to select()
+        while time.monotonic() < end:
+            try:
+                pending, _, _ = select.select([proc.stdout], [], [], 0)
+            except (OSError, ValueError):
+                return
+            if not pending and time.monotonic() - self._last_output > 0.01:
+                return
+            time.sleep(0.002)
 
     def _take_logs(self) -> str:
         with self._cond:
