@@ -471,9 +471,11 @@ class Run:
             time.sleep(0.5)
 
     def check_stack(self):
-        """What deployed.rs checked on moto, now on the stack that runs: the Outputs resolve,
-        the sender's two mappings (one per lane, each with its own MaximumConcurrency), every
-        function told where the urgent lane is. And which alarms LocalStack evaluated."""
+        """What tests/tests/deployed.rs checked on moto's CloudFormation (which never ran the
+        code), now on a stack that runs: the Outputs resolve, the sender's two mappings (one
+        per lane, each with its own MaximumConcurrency), every function told where the urgent
+        lane is. That each function's configuration parses from the environment the stack
+        gives it is shown by their running: a variable they refuse fails their cold start."""
         started = time.monotonic()
         o = self.outputs
         want = ["SendQueueUrl", "UrgentQueueUrl", "DeadLetterQueueUrl", "LedgerTableName", "RenewalsTableName",
