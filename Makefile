@@ -11,7 +11,7 @@ VENV_STAMP := $(VENV)/.installed
 DYNALITE := .tools/dynalite/node_modules/dynalite/package.json
 CARGO ?= cargo
 
-.PHONY: cold-start check-seeds soak drill drill-fast help test run build deploy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean
+.PHONY: cold-start check-seeds soak drill drill-fast help test run build deploy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean localstack e2e
 
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench-limiter   the shared limiter's frontier;  make localstack-test  suite on LocalStack"
 	@echo "make soak   the fault checker over 10,000 seeds (make test runs 300)"
 	@echo "make drill  the template's alarms against every incident and 20 normal days (make test runs a subset)"
+	@echo "make e2e    infra/template.yaml deployed on LocalStack (host mode, no Docker) and exercised end to end (in make test)"
 
 ## tools: a pinned Python venv with moto server and cfn-lint, and dynalite from npm.
 tools: $(VENV_STAMP) $(DYNALITE)
@@ -100,7 +101,7 @@ drill-fast:
 drill:
 	$(CARGO) run --locked --release -q -p punctual-sim -- drill $(DRILL_ARGS)
 
-test: fmt-check clippy core-deps test-all check-seeds drill-fast lint-template invoke-smoke
+test: fmt-check clippy core-deps test-all check-seeds drill-fast lint-template invoke-smoke e2e
 	@echo "==> make test: all checks passed"
 
 ## The whole pipeline on this machine (debug build, shared with `make test`; add
@@ -109,6 +110,48 @@ PROFILE ?= dev
 RUN_ARGS ?=
 run: tools
 	$(CARGO) run --locked --profile $(PROFILE) -p punctual -- run $(RUN_ARGS)
+
+## LocalStack for `make e2e`, in its own venv: localstack-core[runtime] 2026.3.0, pinned — the
+## community edition's last release (its repository is archived upstream: it will not move,
+## and it will get no fixes). It needs Python >= 3.12 (3.11 fails on its syntax although its
+## metadata says 3.10): the newest 3.13.x, else 3.12.x, under $(PYENV_VERSIONS), or
+## LOCALSTACK_PYTHON=/path/to/python. Its dependencies are held to LocalStack's own runtime lock
+## of that release (tools/localstack/constraints.txt; unpinned, pip picks versions that break its
+## start-up). ≈ 70 s and ≈ 510 MB once. Then the two plugins of tools/localstack/ (a Lambda
+## runtime executor running each function's bootstrap as a host process, and a DynamoDB
+## provider backed by moto), reinstalled when their sources change.
+LOCALSTACK_VENV := .venv-localstack
+LOCALSTACK_STAMP := $(LOCALSTACK_VENV)/.installed
+LOCALSTACK_PLUGINS_STAMP := $(LOCALSTACK_VENV)/.installed-plugins
+LOCALSTACK_PIN := localstack-core[runtime]==2026.3.0
+PYENV_VERSIONS ?= $(HOME)/.pyenv/versions
+LOCALSTACK_PYTHON ?= $(shell for v in 3.13 3.12; do ls -d $(PYENV_VERSIONS)/$$v.[0-9]*/bin/python 2>/dev/null | sort -V | tail -1; done | head -1)
+localstack: $(LOCALSTACK_PLUGINS_STAMP)
+
+$(LOCALSTACK_STAMP): tools/localstack/constraints.txt
+	@if [ -z "$(LOCALSTACK_PYTHON)" ]; then \
+	  echo "make: LocalStack 2026.3.0 needs Python >= 3.12 and none was found: looked for $(PYENV_VERSIONS)/3.13.*/bin/python, then $(PYENV_VERSIONS)/3.12.*/bin/python (pyenv install 3.13, or set LOCALSTACK_PYTHON=/path/to/python3.12+)" >&2; exit 1; fi
+	@$(LOCALSTACK_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "make: LOCALSTACK_PYTHON=$(LOCALSTACK_PYTHON) is Python " + sys.version.split()[0] + "; LocalStack 2026.3.0 needs >= 3.12")'
+	@echo "==> creating $(LOCALSTACK_VENV) with $$($(LOCALSTACK_PYTHON) --version) and $(LOCALSTACK_PIN)"
+	rm -rf $(LOCALSTACK_VENV)
+	$(LOCALSTACK_PYTHON) -m venv $(LOCALSTACK_VENV)
+	$(LOCALSTACK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "$(LOCALSTACK_PIN)" -c tools/localstack/constraints.txt
+	@touch $@
+
+$(LOCALSTACK_PLUGINS_STAMP): $(LOCALSTACK_STAMP) tools/localstack/pyproject.toml $(wildcard tools/localstack/punctual_localstack/*.py)
+	$(LOCALSTACK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps ./tools/localstack
+	rm -rf tools/localstack/build tools/localstack/*.egg-info
+	@touch $@
+
+## The deployed stack, end to end, on LocalStack (tools/e2e.py says what it checks, what
+## LocalStack cannot do, and what it does instead): LocalStack on a free loopback port, the
+## three functions' debug builds packaged and deployed with infra/template.yaml through
+## CloudFormation + the SAM transform, then the EventBridge rule's tick, both lanes' event
+## source mappings, the DLQ and its alarm, `punctual redrive --function`, `status` and
+## `reconcile` against the stack. ≈ 1.5 minutes (the rule ticks once a minute); everything it
+## starts is stopped on every exit, Ctrl-C and SIGTERM included. Logs under target/e2e/.
+e2e: localstack
+	CARGO="$(CARGO)" $(LOCALSTACK_VENV)/bin/python tools/e2e.py
 
 ## Lambda packages: one `bootstrap` per function under target/lambda/<fn>/, via cargo-lambda
 ## (pinned, from PyPI, with zig as the cross linker). ARCH=arm64 needs the aarch64 target.
@@ -194,4 +237,4 @@ bench-limiter: tools
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(CARGO) run --locked --release -p punctual -- bench-limiter $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) $(LOCALSTACK_VENV) target
