@@ -178,9 +178,11 @@ async fn max_messages_is_respected_exactly_and_the_rate_stays_under_the_cap() {
     // 11 sends at 5/s need at least 10 intervals = 2 s: the cap holds over the whole run.
     assert!(took >= 2.0, "11 at 5/s took only {took:.2} s");
     // The summary's rate is measured between the first and the last send's *completion*, so
-    // SQS's latency jitter moves it a little either way (CI once measured 5.0008/s: the first
-    // send 0.3 ms slower than the last). Unpaced, 11 sends would measure ~100/s.
-    assert!(s.measured_per_second <= 5.0 * 1.01, "{}", s.measured_per_second);
+    // SQS's latency jitter moves it either way: a first send 20 ms slower than the last makes
+    // 10 intervals of 0.2 s measure 5.05/s (CI measured 5.0008/s once, 5.0504/s with the suite
+    // run in parallel). The pace itself is what `took` checks above; this bound allows 5 % of
+    // jitter (≈ 95 ms) and still fails unpaced, where 11 sends measure ~100/s.
+    assert!(s.measured_per_second <= 5.0 * 1.05, "{}", s.measured_per_second);
     let audit = r.control.audit(&s.redrive_id).await.unwrap().expect("audit record");
     assert_eq!(audit["request"]["owner"], "ops");
     assert_eq!(audit["summary"]["moved"], 11);

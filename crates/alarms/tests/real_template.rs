@@ -29,17 +29,26 @@ fn count(kind: &str) -> usize {
 
 #[test]
 fn yields_every_alarm_of_the_template() {
-    let alarms = load_path(&template(), &defaults()).unwrap();
+    // With ProviderKind ses, the SES-only alarms (Condition: IsSes) exist too.
+    let mut opts = defaults();
+    opts.parameters.insert("ProviderKind".into(), "ses".into());
+    let alarms = load_path(&template(), &opts).unwrap();
+    let http = load_path(&template(), &defaults()).unwrap();
+    assert_eq!(alarms.metric.len() - http.metric.len(), 2, "the two SES reputation alarms exist only for ses");
     assert_eq!(alarms.metric.len(), count("AWS::CloudWatch::Alarm"));
     assert_eq!(alarms.composite.len(), count("AWS::CloudWatch::CompositeAlarm"));
     assert!(alarms.metric.len() >= 20 && alarms.composite.len() >= 2);
-    // Only the composites notify for the burn-rate components; every other alarm pages the topic.
+    // A composite's components notify nobody (the composite does); every alarm that notifies
+    // sends its all-clear to the same place; without a ticket topic, tickets notify nobody.
     for alarm in &alarms.metric {
-        if alarm.name.starts_with("SloFastBurn") || alarm.name.starts_with("SloSlowBurn") {
+        if alarm.name.starts_with("SloFastBurn")
+            || alarm.name.starts_with("SloSlowBurn")
+            || alarm.name.starts_with("ProviderFailing")
+        {
             assert!(alarm.actions.is_empty(), "{}", alarm.name);
-        } else {
-            assert_eq!(alarm.actions, vec![TOPIC], "{}", alarm.name);
         }
+        assert_eq!(alarm.actions, alarm.ok_actions, "{}", alarm.name);
+        assert!(alarm.actions.is_empty() || alarm.actions == vec![TOPIC], "{}", alarm.name);
     }
 }
 
@@ -55,8 +64,8 @@ fn scheduler_not_ticking() {
     let a = alarms.metric_alarm("SchedulerNotTickingAlarm").unwrap();
     let Source::Metric { metric, stat, period } = &a.source else { panic!("{:?}", a.source) };
     assert_eq!(metric, &MetricId::new("AWS/Lambda", "Invocations", &[("FunctionName", "SchedulerFunction")]));
-    assert_eq!((*stat, *period), (Stat::Sum, 300));
-    assert_eq!((a.evaluation_periods, a.datapoints_to_alarm), (2, 2));
+    assert_eq!((*stat, *period), (Stat::Sum, 60));
+    assert_eq!((a.evaluation_periods, a.datapoints_to_alarm), (1, 1));
     assert_eq!((a.comparison, a.threshold), (Comparison::LessThanThreshold, 1.0));
     assert_eq!(a.treat_missing, TreatMissing::Breaching);
 }
@@ -128,7 +137,7 @@ fn burn_expression_has_the_slo_target_substituted() {
         let QueryKind::Expression(expr) = &q.kind else { panic!() };
         expr.to_string()
     };
-    assert_eq!(burn(&alarms), "(IF((population > 0), (errors / population), 0) / (1 - 0.99))");
+    assert_eq!(burn(&alarms), "(IF((judged >= 100), (errors / judged), 0) / (1 - 0.99))");
     let mut opts = defaults();
     opts.parameters.insert("SloTarget".into(), "0.999".into());
     assert!(burn(&load_path(&template(), &opts).unwrap()).contains("(1 - 0.999)"));
@@ -149,16 +158,18 @@ fn put_every_minute(store: &mut MetricStore, id: &MetricId, minutes: std::ops::R
     }
 }
 
-/// The heartbeat: the scheduler is invoked every minute up to minute 59, then never. Two
-/// 5-minute periods, missing data breaching, an evaluation range of 4 periods: the alarm fires
-/// only when the whole range is empty, at minute 80 — 20 minutes after the last window with an
-/// invocation closed, not the 10 the description says.
+/// The heartbeat: the scheduler is invoked every minute up to minute 59, then never. One
+/// 1-minute period, missing data breaching, CloudWatch's lookback of 2 more periods: the alarm
+/// fires when the whole 3-minute range is empty, at minute 63 — 3 minutes after the last
+/// minute with an invocation closed. (With the two 5-minute periods the template had before,
+/// the same rule made it 20 minutes: minute 80.) One skipped minute pages nobody.
 #[test]
-fn heartbeat_alarm_fires_twenty_minutes_after_the_scheduler_stops() {
+fn heartbeat_alarm_fires_three_minutes_after_the_scheduler_stops() {
     let alarms = load_path(&template(), &defaults()).unwrap();
     let invocations = MetricId::new("AWS/Lambda", "Invocations", &[("FunctionName", "SchedulerFunction")]);
     let mut store = MetricStore::new();
-    put_every_minute(&mut store, &invocations, 0..60, 1.0);
+    put_every_minute(&mut store, &invocations, 0..30, 1.0);
+    put_every_minute(&mut store, &invocations, 31..60, 1.0);
     let mut evaluator = Evaluator::new(&alarms).unwrap();
     let mut changes = Vec::new();
     for minute in 1..=120 {
@@ -168,19 +179,21 @@ fn heartbeat_alarm_fires_twenty_minutes_after_the_scheduler_stops() {
             }
         }
     }
-    assert_eq!(changes, vec![(1, State::Ok), (80, State::Alarm)]);
+    assert_eq!(changes, vec![(1, State::Ok), (63, State::Alarm)]);
 }
 
-/// The fast-burn page: 100 reminders due a minute from minute 0, 20 of them breached a minute
-/// from minute 10. The 5-minute burn passes 14.4 at minute 14 (80 of 500), the 1-hour burn at
-/// minute 36 (520 of 3600 = 14.44): the composite pages at minute 36, not before.
+/// The fast-burn page, over one population (the reminders judged in each window): 100 judged a
+/// minute from minute 0, 20 of them breached from minute 10 (80 met). The 5-minute burn passes
+/// 14.4 at minute 14 (80 of 500), the 1-hour burn at minute 36 (520 of 3600 = 14.44): the
+/// composite pages at minute 36, not before.
 #[test]
 fn fast_burn_pages_when_both_windows_burn() {
     let alarms = load_path(&template(), &defaults()).unwrap();
-    let due = MetricId::new("punctual/drill", "SloDue", &[("Function", "scheduler")]);
+    let met = MetricId::new("punctual/drill", "SloMet", &[("Function", "sender")]);
     let breached = MetricId::new("punctual/drill", "SloBreached", &[("Function", "sender")]);
     let mut store = MetricStore::new();
-    put_every_minute(&mut store, &due, 0..120, 100.0);
+    put_every_minute(&mut store, &met, 0..10, 100.0);
+    put_every_minute(&mut store, &met, 10..120, 80.0);
     put_every_minute(&mut store, &breached, 10..120, 20.0);
     let mut evaluator = Evaluator::new(&alarms).unwrap();
     let mut changes = Vec::new();
@@ -197,7 +210,8 @@ fn fast_burn_pages_when_both_windows_burn() {
         vec![
             (1, "SloFastBurn1hAlarm".to_string(), State::Ok, none.clone()),
             (1, "SloFastBurn5mAlarm".to_string(), State::Ok, none.clone()),
-            (1, "SloFastBurnAlarm".to_string(), State::Ok, none.clone()),
+            // The composite's first state is OK, and its OKActions notify it (as on AWS).
+            (1, "SloFastBurnAlarm".to_string(), State::Ok, vec![TOPIC.to_string()]),
             (14, "SloFastBurn5mAlarm".to_string(), State::Alarm, none.clone()),
             (36, "SloFastBurn1hAlarm".to_string(), State::Alarm, none),
             (36, "SloFastBurnAlarm".to_string(), State::Alarm, vec![TOPIC.to_string()]),

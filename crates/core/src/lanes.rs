@@ -167,17 +167,51 @@ impl ReleasePlanner {
         Self { policy, cursor }
     }
 
-    /// The `DelaySeconds` of urgent `msg` released at `now`: visible `lead` before its turn,
+    /// When each of `msgs` (a tick's urgent reminders, any order) becomes visible.
+    ///
+    /// The lane is served as one server at `rate`, earliest-deadline-first over *visible* time:
+    /// whenever the lane is free it takes, of the reminders already visible (past their
+    /// `deliver_after`), the one with the earliest `deliver_by`; when none is visible it waits
+    /// for the next one. So it never idles while something is visible (a reminder due now is
+    /// never held behind one that is not due for ten minutes), and among what is visible the
+    /// tightest deadline goes first. Each reminder becomes visible `lead` before its turn,
     /// never before its `deliver_after`, never later than `reserve` before its `deliver_by`
-    /// (unless that is before its `deliver_after`), at most 15 minutes.
-    pub fn pace(&mut self, msg: &ReminderMessage, now: DateTime<Utc>) -> Duration {
-        let visible = now.max(msg.deliver_after);
-        let start = visible.max(self.cursor);
+    /// (unless that is before its `deliver_after`), at most 15 minutes from `now`.
+    pub fn plan(&mut self, msgs: &[&ReminderMessage], now: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
         let step = Duration::from_secs_f64((1.0 / self.policy.rate.max(1e-3)).min(86_400.0));
-        self.cursor = add(start, step);
-        let paced = sub(start, self.policy.lead).max(visible);
-        let latest = sub(msg.deliver_by, self.policy.reserve).max(visible);
-        until(now, paced.min(latest)).min(MAX_DELAY)
+        let visible_at = |m: &ReminderMessage| now.max(m.deliver_after);
+        let mut order: Vec<usize> = (0..msgs.len()).collect();
+        order.sort_by_key(|&i| (visible_at(msgs[i]), msgs[i].deliver_by, msgs[i].reminder_id.clone()));
+        let mut turns: Vec<DateTime<Utc>> = vec![now; msgs.len()];
+        let mut ready: BinaryHeap<Reverse<(DateTime<Utc>, String, usize)>> = BinaryHeap::new();
+        let mut next = 0;
+        let mut t = self.cursor;
+        while next < order.len() || !ready.is_empty() {
+            if ready.is_empty() {
+                // Nothing visible: the lane waits for the next reminder (and is free then).
+                t = t.max(visible_at(msgs[order[next]]));
+            }
+            while next < order.len() && visible_at(msgs[order[next]]) <= t {
+                let m = msgs[order[next]];
+                ready.push(Reverse((m.deliver_by, m.reminder_id.to_string(), order[next])));
+                next += 1;
+            }
+            let Some(Reverse((_, _, i))) = ready.pop() else { continue };
+            turns[i] = t;
+            t = add(t, step);
+        }
+        self.cursor = t;
+        msgs.iter()
+            .zip(turns)
+            .map(|(m, start)| {
+                let visible = visible_at(m);
+                let paced = sub(start, self.policy.lead).max(visible);
+                let latest = sub(m.deliver_by, self.policy.reserve).max(visible);
+                paced.min(latest).min(add(now, MAX_DELAY))
+            })
+            .collect()
     }
 }
 
@@ -206,12 +240,15 @@ mod tests {
         after: DateTime<Utc>,
         n: u64,
     ) -> Vec<(DateTime<Utc>, Duration)> {
-        (0..n)
+        let msgs: Vec<ReminderMessage> = (0..n)
             .map(|k| {
                 let by = after + TimeDelta::milliseconds(30_000 + (k as i64) * 10);
-                (by, p.pace(&message(&format!("r{k}"), after, by), now))
+                message(&format!("r{k}"), after, by)
             })
-            .collect()
+            .collect();
+        let refs: Vec<&ReminderMessage> = msgs.iter().collect();
+        let visible = p.plan(&refs, now);
+        msgs.iter().zip(visible).map(|(m, v)| (m.deliver_by, until(now, v))).collect()
     }
 
     #[test]
@@ -251,12 +288,12 @@ mod tests {
         let ahead = LaneDepths { normal: 0, urgent: 6000, urgent_delayed: 6000, normal_delayed: 0 };
         let mut p = ReleasePlanner::new(LanePolicy::new(100.0), t0(), ahead);
         let m = message("now", t0(), t0() + TimeDelta::seconds(60));
-        assert_eq!(p.pace(&m, t0()), Duration::ZERO);
+        assert_eq!(p.plan(&[&m], t0()), vec![t0()]);
         // 6,000 visible or in flight are: 60 s of work ahead, so it is made visible as late as
         // its reserve allows.
         let ahead = LaneDepths { normal: 0, urgent: 6000, urgent_delayed: 0, normal_delayed: 0 };
         let mut p = ReleasePlanner::new(LanePolicy::new(100.0), t0(), ahead);
-        assert_eq!(p.pace(&m, t0()), Duration::from_secs(30));
+        assert_eq!(p.plan(&[&m], t0()), vec![t0() + TimeDelta::seconds(30)]);
     }
 
     #[test]
@@ -265,12 +302,29 @@ mod tests {
         let mut p = ReleasePlanner::new(policy, t0(), LaneDepths::default());
         let m = message("later", t0() + TimeDelta::minutes(10), t0() + TimeDelta::minutes(12));
         assert_eq!(policy.lane(m.deliver_after, m.deliver_by, t0()), QueueLane::Urgent);
-        assert_eq!(p.pace(&m, t0()), Duration::from_secs(600), "never before deliver_after");
+        assert_eq!(p.plan(&[&m], t0()), vec![t0() + TimeDelta::seconds(600)], "never before deliver_after");
         let roomy = message("roomy", t0() + TimeDelta::minutes(10), t0() + TimeDelta::minutes(40));
         assert_eq!(
             policy.lane(roomy.deliver_after, roomy.deliver_by, t0()),
             QueueLane::Normal,
             "30 minutes of slack when visible"
         );
+    }
+
+    /// R2: A is visible in 10 minutes with a 1-minute window, B is due now with 12 minutes.
+    /// By deadline A comes first, but B is the only work there is now: earliest-deadline-first
+    /// over visible time serves B at once, never idling the lane for ten minutes.
+    #[test]
+    fn the_urgent_lane_never_idles_while_something_is_visible() {
+        let mut p = ReleasePlanner::new(LanePolicy::new(100.0), t0(), LaneDepths::default());
+        let a = message("a", t0() + TimeDelta::minutes(10), t0() + TimeDelta::minutes(11));
+        let b = message("b", t0(), t0() + TimeDelta::minutes(12));
+        let visible = p.plan(&[&a, &b], t0());
+        assert!(
+            until(t0(), visible[1]) <= Duration::from_secs(1),
+            "B waited {:?} with the lane idle",
+            until(t0(), visible[1])
+        );
+        assert_eq!(visible[0], a.deliver_after, "A still becomes visible at its deliver_after");
     }
 }

@@ -246,15 +246,23 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         let order = |a: &Pending, b: &Pending| (a.deliver_by, &a.reminder_id).cmp(&(b.deliver_by, &b.reminder_id));
         urgent.sort_by(order);
         roomy.sort_by(order);
+        // The urgent lane's turns for the whole group at once (work-conserving EDF over visible
+        // time: see `ReleasePlanner::plan`); each is sent with the delay left when it goes out.
+        let planned = {
+            let at = self.clock.now();
+            let msgs: Vec<ReminderMessage> = urgent.iter().map(|p| message_for(p, at)).collect();
+            planner.plan(&msgs.iter().collect::<Vec<_>>(), at)
+        };
         for (lane, group) in [(QueueLane::Urgent, &*urgent), (QueueLane::Normal, &*roomy)] {
-            for chunk in group.chunks(10) {
+            for (c, chunk) in group.chunks(10).enumerate() {
                 let now = self.clock.now();
                 let releases = chunk
                     .iter()
-                    .map(|p| {
+                    .enumerate()
+                    .map(|(k, p)| {
                         let message = message_for(p, now);
                         let delay = match lane {
-                            QueueLane::Urgent => planner.pace(&message, now),
+                            QueueLane::Urgent => until(now, planned[c * 10 + k]),
                             QueueLane::Normal => until(now, p.deliver_after),
                         };
                         Release { message, delay, lane }

@@ -98,16 +98,20 @@ fn an_operators_redrive_during_traffic_pages_nobody() {
 /// A template the drill cannot evaluate is an error naming what it cannot do, never a skip.
 #[test]
 fn an_alarm_it_cannot_evaluate_is_an_error_naming_it() {
-    let text = std::fs::read_to_string(template())
-        .unwrap()
-        .replace("Expression: \"FILL(ticks, 0)\"", "Expression: \"ANOMALY_DETECTION_BAND(ticks, 2)\"");
+    let original = std::fs::read_to_string(template()).unwrap();
+    let text = original.replacen(
+        "Expression: \"IF(visible > 0 AND FILL(received, 0) == 0, 1, 0)\"",
+        "Expression: \"ANOMALY_DETECTION_BAND(visible, 2)\"",
+        1,
+    );
+    assert_ne!(text, original, "the template has the expression this test replaces");
     let dir = std::env::temp_dir().join(format!("punctual-drill-{}-band", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("template.yaml");
     std::fs::write(&path, text).unwrap();
     let e = run(&path, &[Incident::SchedulerNotInvoked], 0).unwrap_err().to_string();
     assert!(e.contains("ANOMALY_DETECTION_BAND"), "{e}");
-    assert!(e.contains("SchedulerNotTickingAlarm"), "{e}");
+    assert!(e.contains("NormalLaneStalledAlarm"), "{e}");
     let missing = run(Path::new("/nonexistent/template.yaml"), &[], 0).unwrap_err();
     assert!(matches!(missing, DrillError::Template { .. }), "{missing}");
 }
