@@ -125,9 +125,13 @@ impl SlotStore for DynamoSlotStore {
                     last = view_of(item.as_ref());
                     self.remember(key, last.next_ms);
                     let now_idle = item.is_none() || last.next_ms < idle_before;
-                    if now_idle == idle {
-                        // The guess was right and the condition still failed: the horizon or
-                        // the lane refused.
+                    // The guess was right and the condition still failed: the horizon or the
+                    // lane refused — when the item read says so. A refusal can come with no
+                    // item (there was none: DynamoDB returns nothing then, dynalite never
+                    // returns one) and the item read after it may be one a racing sender has
+                    // just created: a busy schedule that does not refuse this booking. That
+                    // refusal was the missing item, not the horizon: try again.
+                    if now_idle == idle && (idle || req.refuses(&last)) {
                         return Ok(Booked::Full { view: last });
                     }
                     idle_first = now_idle;

@@ -1432,11 +1432,7 @@ impl crate::limiter::SlotStore for MemorySlotStore {
         let start = if v.next_ms < req.now_ms - req.grace_ms {
             req.now_ms
         } else {
-            let yields = match req.lane {
-                Lane::Normal { fill_ms } => v.near_until_ms >= req.now_ms && v.next_ms > req.now_ms + fill_ms,
-                _ => false,
-            };
-            if v.next_ms > req.now_ms + req.ahead_ms || yields {
+            if req.refuses(v) {
                 return Ok(Booked::Full { view: *v });
             }
             v.next_ms

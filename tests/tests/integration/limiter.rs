@@ -115,3 +115,42 @@ async fn instances_on_dynamodb_share_one_rate() {
     assert!(store.writes() <= 12, "{} writes for 60 calls", store.writes());
     client.delete_table().table_name(&table).send().await.unwrap();
 }
+
+/// Racing senders on a key nobody has booked yet: each first guesses the schedule is busy, is
+/// refused because there is no item, and reads the item another racer has just created. That
+/// refusal says nothing about the schedule the racer then reads (DynamoDB returns no item with a
+/// refusal when there was none, and dynalite never does): the booking must retry, not report
+/// the schedule full. Twenty fresh keys × twelve racers, on dynalite.
+#[tokio::test]
+async fn racers_on_a_fresh_key_all_get_a_slot_none_is_told_the_schedule_is_full() {
+    let Some(client) = dynalite_client().await else { return };
+    let (client, table) = with_table(client).await;
+    assert_on_dynalite(&table).await;
+    let now = Utc::now().timestamp_millis();
+    let mut full = 0;
+    for key in 0..20 {
+        let key = format!("fresh-{key}");
+        let tasks: Vec<_> = (0..12)
+            .map(|_| {
+                let store = DynamoSlotStore::new(client.clone(), &table);
+                let key = key.clone();
+                tokio::spawn(async move {
+                    let req = Book { now_ms: now, block_ms: 100, ahead_ms: 60_000, grace_ms: 0, lane: Lane::Cap };
+                    store.book(&key, &req).await.unwrap()
+                })
+            })
+            .collect();
+        let mut starts = Vec::new();
+        for t in tasks {
+            match t.await.unwrap() {
+                Booked::Got { start_ms, .. } => starts.push(start_ms),
+                Booked::Full { .. } => full += 1,
+            }
+        }
+        starts.sort_unstable();
+        starts.dedup();
+        assert_eq!(full, 0, "a racer on fresh key {key} was told a schedule 1.2 s deep in a 60 s horizon is full");
+        assert_eq!(starts.len(), 12, "no slot of {key} handed out twice");
+    }
+    client.delete_table().table_name(&table).send().await.unwrap();
+}

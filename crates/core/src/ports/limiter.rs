@@ -128,6 +128,19 @@ pub struct Book {
     pub lane: Lane,
 }
 
+impl Book {
+    /// Whether a busy schedule in state `view` refuses this booking: its first free slot is
+    /// past the horizon, or a normal booking must yield to deadline-near work. The one rule
+    /// every store applies (the in-memory one, and DynamoDB's condition expression).
+    pub fn refuses(&self, view: &SlotView) -> bool {
+        let yields = match self.lane {
+            Lane::Normal { fill_ms } => view.near_until_ms >= self.now_ms && view.next_ms > self.now_ms + fill_ms,
+            Lane::Near { .. } | Lane::Cap => false,
+        };
+        view.next_ms > self.now_ms + self.ahead_ms || yields
+    }
+}
+
 /// A booking's result.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Booked {
