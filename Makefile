@@ -33,10 +33,13 @@ $(DYNALITE): tools/dynalite/package.json tools/dynalite/package-lock.json
 	cd .tools/dynalite && npm ci --no-audit --no-fund --silent
 	@touch $@
 
-$(VENV_STAMP): tools/requirements.txt
+$(VENV_STAMP): tools/requirements.txt tools/moto/pyproject.toml tools/moto/punctual_moto/__init__.py
 	@echo "==> creating $(VENV) with $$($(PYTHON) --version)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r tools/requirements.txt
+	@# punctual-moto: moto server with SQS sends in constant time (tools/moto says why)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps ./tools/moto
+	rm -rf tools/moto/build tools/moto/*.egg-info
 	@touch $@
 
 fmt-check:

@@ -64,14 +64,14 @@ fn moto_binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("PUNCTUAL_MOTO_SERVER") {
         return Some(PathBuf::from(p));
     }
-    // ./.venv (make run from the repo), then the venv next to the binary's workspace.
-    let mut candidates = vec![PathBuf::from(".venv/bin/moto_server")];
+    // ./.venv (make run from the repo), then the venv next to the binary's workspace; in each,
+    // punctual-moto (moto_server with SQS sends in constant time: tools/moto says why), else
+    // moto's own server.
+    let mut venvs = vec![PathBuf::from(".venv")];
     if let Ok(exe) = std::env::current_exe() {
-        for dir in exe.ancestors().skip(1).take(4) {
-            candidates.push(dir.join(".venv/bin/moto_server"));
-        }
+        venvs.extend(exe.ancestors().skip(1).take(4).map(|dir| dir.join(".venv")));
     }
-    candidates.into_iter().find(|p| p.is_file())
+    venvs.iter().flat_map(|v| [v.join("bin/punctual-moto"), v.join("bin/moto_server")]).find(|p| p.is_file())
 }
 
 /// The emulator endpoint, and the processes this command started.
