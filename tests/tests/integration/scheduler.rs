@@ -60,6 +60,10 @@ impl ReleaseQueue for Recording {
 
 struct Rig {
     stack: Stack,
+    /// Where the renewals table lives: dynalite when `make test` started it (it isolates the
+    /// scheduler's conditional marks from a racing import as DynamoDB does; moto does not),
+    /// else the emulator; the lanes stay on the emulator's SQS.
+    ddb: aws_sdk_dynamodb::Client,
     renewals: DynamoRenewals,
     release: Recording,
     clock: ManualClock,
@@ -69,11 +73,16 @@ async fn rig(name: &str) -> Rig {
     let config = sdk_config().await;
     let stack = Stack::create(&config, name).await.unwrap();
     let table = format!("{}-due", stack.renewals_table);
-    create_table(&stack.ddb, &table).await.unwrap();
-    let renewals = DynamoRenewals::new(stack.ddb.clone(), &table);
+    let dynalite = punctual_tests::dynalite_client().await;
+    let ddb = dynalite.clone().unwrap_or_else(|| stack.ddb.clone());
+    create_table(&ddb, &table).await.unwrap();
+    if dynalite.is_some() {
+        punctual_tests::assert_on_dynalite(&table).await;
+    }
+    let renewals = DynamoRenewals::new(ddb.clone(), &table);
     let release = Recording { inner: stack.queues.clone(), sent: Arc::default(), crash_after_batches: Arc::default() };
     let now = Utc::now().with_nanosecond(0).unwrap();
-    Rig { stack, renewals, release, clock: ManualClock::new(now) }
+    Rig { stack, ddb, renewals, release, clock: ManualClock::new(now) }
 }
 
 /// A renewal row whose local due time in `zone` is the instant `at` (minute-aligned).
@@ -134,7 +143,7 @@ impl Rig {
 
     async fn sched_state(&self, r: &Renewal) -> (Option<String>, Option<String>) {
         let key = punctual_aws::renewals::renewal_key(&r.tenant_id, &r.renewal_id);
-        let item = get(&self.stack.ddb, &format!("{}-due", self.stack.renewals_table), &key).await.unwrap().unwrap();
+        let item = get(&self.ddb, &format!("{}-due", self.stack.renewals_table), &key).await.unwrap().unwrap();
         let s = |k: &str| punctual_aws::dynamodb::get_s(&item, k).map(str::to_owned);
         (s("sched_state"), s("sched_reason"))
     }
