@@ -670,14 +670,30 @@ bare = re.findall(r'"punctual"|\{punctual,', dash_text)
 check("the dashboard reads the stack's namespace (no bare \"punctual\")", not bare and dash_vars.get("Namespace") == NAMESPACE and "${Namespace}" in dash_text, f"{bare} {json.dumps(dash_vars.get('Namespace'))}")
 
 # --- 2. What outlives the stack -------------------------------------------------------------
-STATEFUL = ["AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::Logs::LogGroup"]
+# Every stateful resource is kept on replacement (UpdateReplacePolicy Retain) and on delete. The
+# tables are Retain on delete, always (and deletion-protected). The queues and log groups are
+# RetainExceptOnCreate: kept on every delete and rollback but the rollback of the create that
+# made them, so a failed first deploy leaves no fixed-name `<stack>-send/-urgent/-dlq` behind
+# for the next one to collide with (nothing is in them yet then).
+DELETION_POLICY = {
+    "AWS::DynamoDB::Table": "Retain",
+    "AWS::SQS::Queue": "RetainExceptOnCreate",
+    "AWS::Logs::LogGroup": "RetainExceptOnCreate",
+}
 for name, r in sorted(res.items()):
-    if r.get("Type") in STATEFUL:
+    want = DELETION_POLICY.get(r.get("Type"))
+    if want:
         check(
-            f"{name} is retained on delete and on replacement",
-            r.get("DeletionPolicy") == "Retain" and r.get("UpdateReplacePolicy") == "Retain",
+            f"{name} is {want} on delete and Retain on replacement",
+            r.get("DeletionPolicy") == want and r.get("UpdateReplacePolicy") == "Retain",
             f"DeletionPolicy {r.get('DeletionPolicy')}, UpdateReplacePolicy {r.get('UpdateReplacePolicy')}",
         )
+# A fixed physical name (QueueName, TableName, LogGroupName) is what a retained leftover of a
+# failed create collides with: every such resource must be RetainExceptOnCreate (or Delete).
+fixed = sorted(n for n, r in res.items() if r.get("Type") in DELETION_POLICY
+               and any(k in r.get("Properties", {}) for k in ["QueueName", "TableName", "LogGroupName"])
+               and r.get("DeletionPolicy") not in ("RetainExceptOnCreate", "Delete"))
+check("no fixed-name stateful resource outlives a failed first create (RetainExceptOnCreate)", not fixed, ", ".join(fixed))
 for name, t in sorted(tables.items()):
     check(f"{name} has deletion protection", t["Properties"].get("DeletionProtectionEnabled") is True)
 
