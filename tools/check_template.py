@@ -668,6 +668,11 @@ dash_sub = dash_body.get("Fn::Sub") if isinstance(dash_body, dict) else None
 dash_text, dash_vars = (dash_sub if isinstance(dash_sub, list) and len(dash_sub) == 2 else [str(dash_sub), {}])
 bare = re.findall(r'"punctual"|\{punctual,', dash_text)
 check("the dashboard reads the stack's namespace (no bare \"punctual\")", not bare and dash_vars.get("Namespace") == NAMESPACE and "${Namespace}" in dash_text, f"{bare} {json.dumps(dash_vars.get('Namespace'))}")
+# Dashboards are global to the account: a name without the region collides when the same stack
+# name is deployed in a second region.
+dash_names = [d.get("Properties", {}).get("DashboardName") for d in dashboards.values()]
+check("the dashboard's name is ${AWS::StackName}-${AWS::Region}-punctual (dashboards are global; one per stack and region)",
+      dash_names == [{"Fn::Sub": "${AWS::StackName}-${AWS::Region}-punctual"}], json.dumps(dash_names))
 
 # --- 2. What outlives the stack -------------------------------------------------------------
 # Every stateful resource is kept on replacement (UpdateReplacePolicy Retain) and on delete. The
@@ -780,7 +785,9 @@ BOUNDS = {
     # Not read by the code: the event source mapping's limits (BatchSize 1..10 without a
     # window is SQS's; kept at 10 with a window, the sender's 60 s timeout is sized for 10).
     "SenderBatchSize": (1, 10),
-    "SenderBatchingWindowSeconds": (0, 300),
+    # The mapping accepts 0..300; 20 is the template's own cap: both lanes share the window, and
+    # a lone urgent message waits up to it before it is invoked.
+    "SenderBatchingWindowSeconds": (0, 20),
     "SenderMaximumConcurrency": (2, 1000),
     "SenderUrgentMaximumConcurrency": (2, 1000),
     # Not read by the code: SQS's ProvisionedPollerConfig (MinimumPollers 2..200, MaximumPollers
@@ -896,6 +903,11 @@ check_pattern(
 )
 
 # --- 5. Async invocation, reserved concurrency, log retention --------------------------------
+# The reserved concurrency each defaults to: none for the scheduler (overlapping ticks are
+# harmless, and the stack deploys on small accounts), one for the redrive (a retried
+# synchronous invoke must be throttled, not start a second redrive on the same DLQ).
+RESERVED_DEFAULT = {"scheduler": ("0", "none (deploys on small accounts)"),
+                    "redrive": ("1", "one at a time (a retried invoke cannot start a second redrive)")}
 for binary, (age_lo, age_hi, retries_max) in {"scheduler": (60, 120, 1), "redrive": (60, 21600, 0)}.items():
     p = by_binary.get(binary, (None, {}))[1].get("Properties", {})
     eic = p.get("EventInvokeConfig", {})
@@ -909,12 +921,13 @@ for binary, (age_lo, age_hi, retries_max) in {"scheduler": (60, 120, 1), "redriv
     cond = rce.get("Fn::If") if isinstance(rce, dict) else None
     pname = ref_name(cond[1]) if isinstance(cond, list) and len(cond) == 3 else None
     param = parameters.get(pname, {})
+    want_default, meaning = RESERVED_DEFAULT[binary]
     check(
-        f"{binary}: reserved concurrency is a parameter that defaults to none (deploys on small accounts)",
+        f"{binary}: reserved concurrency is a parameter (0 = no reservation, 1 = one) that defaults to {meaning}",
         cond is not None and cond[2] == {"Ref": "AWS::NoValue"} and cond[0] in conditions
         and conditions[cond[0]] == {"Fn::Equals": [{"Ref": pname}, "1"]}
-        and str(param.get("Default")) == "0" and [str(v) for v in param.get("AllowedValues", [])] == ["0", "1"],
-        json.dumps(rce),
+        and str(param.get("Default")) == want_default and [str(v) for v in param.get("AllowedValues", [])] == ["0", "1"],
+        f"{json.dumps(rce)}, default {param.get('Default')}",
     )
 log_groups = of_type("AWS::Logs::LogGroup")
 used = []
