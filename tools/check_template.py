@@ -109,17 +109,51 @@ for pname in decided:
     values = [str(v) for v in p.get("AllowedValues", [])] or [str(p.get("Default", "")), "example"]
     SCENARIOS = [dict(s, **{pname: v}) for s in SCENARIOS for v in values]
 SCENARIOS = [scenario(**s) for s in SCENARIOS]
+
+
+def refused_by_rules(params):
+    """The template's Rules that refuse `params` (CloudFormation refuses such a deploy before
+    anything changes, so no invariant needs to hold for it). Only assertions on the parameters
+    the scenarios vary are evaluated; the others (ProviderUrl, …) are taken as given."""
+    out = []
+    for rname, rule in template.get("Rules", {}).items():
+        if "RuleCondition" in rule and not cond_value(rule["RuleCondition"], params):
+            continue
+        judged = [a["Assert"] for a in rule.get("Assertions", [])
+                  if set(re.findall(r'"Ref": "(\w+)"', json.dumps(a["Assert"]))) <= set(decided)]
+        if not all(cond_value(a, params) for a in judged):
+            out.append(rname)
+    return out
+
+
+SCENARIOS = [s for s in SCENARIOS if not refused_by_rules(s)]
 DEFAULTS = scenario()
 
 
+def role_of(f):
+    """(logical id, resource) of the AWS::IAM::Role a function's Role names (!GetAtt X.Arn),
+    or (None, None) when it has no Role or it is not a role of this template."""
+    name = ref_name(f.get("Properties", {}).get("Role"))
+    r = res.get(name) if name else None
+    return (name, r) if r is not None and r.get("Type") == "AWS::IAM::Role" else (None, None)
+
+
+def policy_documents(f, params):
+    """A function's policy documents for `params`: its Role's inline policies when it names a
+    role of this template (SAM takes no Policies then), else its own SAM Policies."""
+    _, role = role_of(f)
+    if role is not None:
+        return [p.get("PolicyDocument", {}) for p in resolve(role.get("Properties", {}).get("Policies", []), params)
+                if isinstance(p, dict)]
+    return [p for p in resolve(f.get("Properties", {}).get("Policies", []), params) if isinstance(p, dict)]
+
+
 def statements(f, params=None):
-    """The Allow/Deny statements of a function's inline policies for `params`; with none, the
-    union over every scenario (each distinct statement once)."""
+    """The Allow/Deny statements of a function's inline policies (its Role's, when it has one)
+    for `params`; with none, the union over every scenario (each distinct statement once)."""
     out, seen = [], set()
     for ps in [params] if params is not None else SCENARIOS:
-        for policy in resolve(f.get("Properties", {}).get("Policies", []), ps):
-            if not isinstance(policy, dict):
-                continue
+        for policy in policy_documents(f, ps):
             for st in policy.get("Statement", []):
                 key = json.dumps(st, sort_keys=True)
                 if key not in seen:
@@ -1096,6 +1130,8 @@ ALWAYS = {"PROVIDER_KIND": {"Ref": "ProviderKind"}, "PROVIDER_IDEMPOTENCY": {"Re
 SES_ONLY = {"SES_FROM_ADDRESS", "SES_CONFIGURATION_SET", "SES_TEMPLATE_PREFIX", "PROVIDER_RATE_FROM_ACCOUNT"}
 HTTP_ONLY = {"PROVIDER_URL", "PROVIDER_TOKEN_SECRET_ARN"}
 SES_PREFIX = "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:"
+# Tracing: Active sends segments with the function's role; X-Ray has no resource types.
+XRAY_WRITES = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 env_wrong, iam_wrong = set(), set()
 for ps in SCENARIOS:
     kind, cs, acct = ps.get("ProviderKind"), ps.get("SesConfigurationSet", ""), ps.get("SesUseAccountSendRate") == "true"
@@ -1120,7 +1156,7 @@ for ps in SCENARIOS:
     ses_sts = [st for st in sts if any(str(a).startswith("ses:") for a in as_list(st.get("Action", [])))]
     for st in sts:
         acts = set(as_list(st.get("Action", [])))
-        if "*" in as_list(st.get("Resource", [])) and acts != {"ses:GetAccount"}:
+        if "*" in as_list(st.get("Resource", [])) and acts != {"ses:GetAccount"} and acts != XRAY_WRITES:
             iam_wrong.add(f"{tag}: Resource * for {sorted(acts)}")
     for st in ses_sts:
         acts = set(as_list(st.get("Action", [])))
@@ -1146,7 +1182,8 @@ for ps in SCENARIOS:
             iam_wrong.add(f"{tag}: secretsmanager:GetSecretValue on {json.dumps(secret)}")
 check("sender: each provider kind gets exactly its variables (the other kind's are unset)", not env_wrong, "; ".join(sorted(env_wrong)))
 check(
-    "sender: SES IAM is scoped (ses:SendEmail on the identity, the template prefix and the set; ses:GetAccount alone on *; no other Resource *)",
+    "sender: SES IAM is scoped (ses:SendEmail on the identity, the template prefix and the set; ses:GetAccount alone on *; "
+    "no other Resource * but X-Ray's two writes)",
     not iam_wrong, "; ".join(sorted(iam_wrong)),
 )
 other_ses = sorted(n for n, f in functions.items() if n != "SenderFunction"
@@ -1637,6 +1674,79 @@ queriers = sorted(
     if "RenewalsTable" in json.dumps(r) and (f"/index/{day_name}" in json.dumps(r) or "/index/*" in json.dumps(r))
 )
 check(f"no function may query {day_name!r} (operators only: the CLI)", not queriers, "; ".join(queriers))
+
+# ============================================================================================
+# Safe to redeploy: the sender's own role, ledger reads by key prefix, the provider token's KMS
+# key, every name an operator needs as an output, the stack policy, samconfig.
+# ============================================================================================
+
+# --- 17. Execution roles: written out, every grant scoped -------------------------------------
+# SAM attaches AWSLambdaSQSQueueExecutionRole (sqs:ReceiveMessage/DeleteMessage on "*") to the
+# role it generates for a function with an SQS event: such a function must name its own role.
+# The role's statements are what statements(f) reads for it, so every check above applies.
+roles = of_type("AWS::IAM::Role")
+sqs_fns = sorted(n for n, f in functions.items()
+                 if any(e.get("Type") == "SQS" for e in f.get("Properties", {}).get("Events", {}).values()))
+no_role = [n for n in sqs_fns if role_of(functions[n])[0] is None]
+check("every function with an SQS event has its own AWS::IAM::Role (no SAM role with AWSLambdaSQSQueueExecutionRole)",
+      sqs_fns and not no_role, ", ".join(no_role) or "no SQS function")
+both = sorted(n for n, f in functions.items() if "Role" in f.get("Properties", {}) and "Policies" in f.get("Properties", {}))
+check("no function has both Role and Policies (SAM takes one; the role's statements are the function's)", not both, ", ".join(both))
+unknown = sorted(n for n, f in functions.items() if "Role" in f.get("Properties", {}) and role_of(f)[0] is None)
+check("every function's Role is a role of this template (its statements are checked)", not unknown, ", ".join(unknown))
+LAMBDA_TRUST = [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]
+for rname, r in sorted(roles.items()):
+    p = r.get("Properties", {})
+    users = sorted(n for n, f in functions.items() if role_of(f)[0] == rname)
+    check(f"{rname}: the role of exactly one function ({', '.join(users) or 'none'})", len(users) == 1)
+    check(f"{rname}: only Lambda may assume it", p.get("AssumeRolePolicyDocument", {}).get("Statement") == LAMBDA_TRUST,
+          json.dumps(p.get("AssumeRolePolicyDocument")))
+    check(f"{rname}: no managed policy, no other policy resource (every grant is an inline statement checked here)",
+          not p.get("ManagedPolicyArns") and not any(
+              ref_name(x) == rname for o in res.values() if o.get("Type") in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+              for x in as_list(o.get("Properties", {}).get("Roles", []))),
+          json.dumps(p.get("ManagedPolicyArns")))
+glob_tracing = template.get("Globals", {}).get("Function", {}).get("Tracing")
+for name, f in sorted(functions.items()):
+    rname, role = role_of(f)
+    if role is None:
+        continue
+    sts = statements(f)
+    # Lambda writes the function's logs with the role: to the LoggingConfig group only.
+    group = ref_name(f.get("Properties", {}).get("LoggingConfig", {}).get("LogGroup"))
+    logs = [(a, json.dumps(r, sort_keys=True)) for st in sts for a in as_list(st.get("Action", [])) if str(a).startswith("logs:")
+            for r in as_list(st.get("Resource", []))]
+    want = {(a, json.dumps({"Fn::GetAtt": [group, "Arn"]}, sort_keys=True)) for a in ["logs:CreateLogStream", "logs:PutLogEvents"]}
+    check(f"{name} ({rname}): logs:CreateLogStream and logs:PutLogEvents on its own log group ({group}), no other logs grant",
+          set(logs) == want, json.dumps(sorted(logs)))
+    tracing = f.get("Properties", {}).get("Tracing", glob_tracing)
+    xray = {a for st in sts if as_list(st.get("Resource", [])) == ["*"] for a in as_list(st.get("Action", []))
+            if str(a).startswith("xray:")}
+    check(f"{name} ({rname}): Tracing {tracing}: X-Ray's two writes on * (and no other X-Ray action)",
+          xray == (XRAY_WRITES if tracing == "Active" else set()), str(sorted(xray)))
+
+# What IAM cannot scope is the only thing any function may have on "*"; an SQS or DynamoDB
+# action never is (every queue and table of the account).
+UNSCOPABLE = XRAY_WRITES | {"ses:GetAccount"}
+
+
+def unscoped(r):
+    """Whether a Resource is "*" or an ARN naming every queue or table (…:sqs:…:*, …:table/*)."""
+    text = r.get("Fn::Sub") if isinstance(r, dict) and isinstance(r.get("Fn::Sub"), str) else r
+    return text == "*" or (isinstance(text, str) and re.search(r":(sqs|dynamodb):[^:]*:[^:]*:(\*|table/\*)$", text) is not None)
+
+
+data_on_star, other_on_star = [], []
+for name, f in sorted(functions.items()):
+    for st in statements(f):
+        if st.get("Effect") != "Allow" or not any(unscoped(r) for r in as_list(st.get("Resource", []))):
+            continue
+        acts = as_list(st.get("Action", []))
+        data_on_star += [f"{name}: {a}" for a in acts if str(a).startswith(("sqs:", "dynamodb:"))]
+        other_on_star += [f"{name}: {a}" for a in acts if a not in UNSCOPABLE]
+check("no statement of any function grants an sqs: or dynamodb: action on * (or on every queue or table)",
+      not data_on_star, ", ".join(sorted(set(data_on_star))))
+check(f"nothing on * but what IAM cannot scope ({', '.join(sorted(UNSCOPABLE))})", not other_on_star, ", ".join(sorted(set(other_on_star))))
 
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:
