@@ -1748,6 +1748,36 @@ check("no statement of any function grants an sqs: or dynamodb: action on * (or 
       not data_on_star, ", ".join(sorted(set(data_on_star))))
 check(f"nothing on * but what IAM cannot scope ({', '.join(sorted(UNSCOPABLE))})", not other_on_star, ", ".join(sorted(set(other_on_star))))
 
+# --- 18. The provider token's customer-managed KMS key -----------------------------------------
+kms_param = parameters.get("ProviderTokenKmsKeyArn", {})
+check("ProviderTokenKmsKeyArn is optional (default empty)", "ProviderTokenKmsKeyArn" in parameters and kms_param.get("Default") == "",
+      json.dumps(kms_param.get("Default")))
+check_pattern(
+    "ProviderTokenKmsKeyArn",
+    "accepts only a KMS key ARN or empty (not an alias, a bare key id or a wildcard)",
+    ["", "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+     "arn:aws-us-gov:kms:us-gov-west-1:123456789012:key/mrk-1234abcd12ab34cd56ef1234567890ab"],
+    ["1234abcd-12ab-34cd-56ef-1234567890ab", "arn:aws:kms:eu-west-1:123456789012:alias/provider",
+     "arn:aws:kms:eu-west-1:123456789012:key/*", "arn:aws:kms:*:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+     "alias/aws/secretsmanager", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/provider-token-AbC123"],
+)
+VIA_SECRETS_MANAGER = {"StringEquals": {"kms:ViaService": {"Fn::Sub": "secretsmanager.${AWS::Region}.amazonaws.com"}}}
+kms_wrong = set()
+for ps in SCENARIOS:
+    kind, key = ps.get("ProviderKind"), ps.get("ProviderTokenKmsKeyArn", "")
+    tag = f"kind={kind} key={key or '-'}"
+    for name, f in sorted(functions.items()):
+        kms = [st for st in statements(f, ps) if any(str(a).startswith("kms:") for a in as_list(st.get("Action", [])))]
+        want = name == "SenderFunction" and kind == "http" and bool(key)
+        if len(kms) != (1 if want else 0):
+            kms_wrong.add(f"{tag}: {name} has {len(kms)} KMS statements, want {1 if want else 0}")
+        for st in kms:
+            if (as_list(st.get("Action")) != ["kms:Decrypt"] or as_list(st.get("Resource")) != [{"Ref": "ProviderTokenKmsKeyArn"}]
+                    or st.get("Condition") != VIA_SECRETS_MANAGER):
+                kms_wrong.add(f"{tag}: {name}: {json.dumps(st)}")
+check("sender: kms:Decrypt on ProviderTokenKmsKeyArn only when it is given (ProviderKind http), only via Secrets Manager in this region "
+      "(kms:ViaService); no other KMS grant anywhere", not kms_wrong, "; ".join(sorted(kms_wrong)))
+
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:
     print(f"{'ok  ' if ok else 'FAIL'} {name}{'  (' + detail + ')' if detail and not ok else ''}")
