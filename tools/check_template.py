@@ -1778,6 +1778,62 @@ for ps in SCENARIOS:
 check("sender: kms:Decrypt on ProviderTokenKmsKeyArn only when it is given (ProviderKind http), only via Secrets Manager in this region "
       "(kms:ViaService); no other KMS grant anywhere", not kms_wrong, "; ".join(sorted(kms_wrong)))
 
+# --- 19. Ledger reads by key prefix (dynamodb:LeadingKeys on GetItem) --------------------------
+# The ledger table holds the idempotency ledger, the shared limiter's schedule, the pause switch
+# and the operators' audit records. Each function may GetItem exactly the keys its composition
+# root's adapters read: the adapters over the ledger table are read from crates/<fn>/src/app.rs,
+# and the key each adapter reads from its source (the key builder or constant its GetItem call
+# uses). A conditional write's refused item is read back by its own key (dynamodb.rs
+# refused_item): a key the function writes, which is one of these.
+control_src = rust("crates/aws/src/control.rs")
+
+
+def key_builder(text, fn):
+    """"prefix:*" of `fn name(…) -> String { format!("prefix:{…}") }` in `text`, else None."""
+    m = re.search(r"fn " + fn + r"\([^)]*\) -> String \{\s*format!\(\"([a-z_]+:)\{", text)
+    return m.group(1) + "*" if m else None
+
+
+pause_pk = (re.findall(r'const PAUSE_PK: &str = "([^"]+)";', control_src) or [None])[0]
+# adapter: (its source, the key pattern it reads, the key argument of its GetItem calls)
+LEDGER_READS = {
+    "DynamoLedger": ("crates/aws/src/ledger.rs", key_builder(rust("crates/aws/src/ledger.rs"), "key"), "&key(id)"),
+    "DynamoSlotStore": ("crates/aws/src/limiter.rs", key_builder(rust("crates/aws/src/limiter.rs"), "pk"), "&Self::pk(key)"),
+    "DynamoControl": ("crates/aws/src/control.rs", pause_pk, "PAUSE_PK"),
+}
+for adapter, (rel, pattern, arg) in sorted(LEDGER_READS.items()):
+    src = rust(rel)
+    # Every GetItem of the adapter's file (dynamodb.rs get(client, table, KEY)) reads through
+    # that key; control.rs's audit() also reads redrive:{id}, for the tests and operators: no
+    # function calls it (checked below). Direct .get_item() calls would escape this: none.
+    calls = re.findall(r"\bget\(&self\.client, &self\.table, (.+?)\)\.await", src)
+    others = [c for c in calls if c != arg and not (adapter == "DynamoControl" and c == '&format!("redrive:{id}")')]
+    check(f"{adapter} reads the ledger with GetItem under {pattern} only ({rel})",
+          pattern and arg in calls and not others and ".get_item()" not in src,
+          f"pattern {pattern}, reads {calls}")
+audit_callers = [b for b in ["sender", "scheduler", "redrive"]
+                 if any(".audit(" in (ROOT / "crates" / b / "src" / f).read_text() for f in ["app.rs", "handler.rs", "main.rs"]
+                        if (ROOT / "crates" / b / "src" / f).exists())]
+check("no function reads a redrive audit record (DynamoControl::audit is for tests and operators)", not audit_callers, ", ".join(audit_callers))
+for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
+    app = rust(f"crates/{binary}/src/app.rs")
+    adapters = sorted(set(re.findall(r"(Dynamo\w+)::new\(\s*\w+(?:\.clone\(\))?,\s*&config\.ledger_table\s*\)", app)))
+    unknown_adapters = [a for a in adapters if a not in LEDGER_READS]
+    want = {LEDGER_READS[a][1] for a in adapters if a in LEDGER_READS}
+    gets = [st for st in statements(f) if st.get("Effect") == "Allow" and "dynamodb:GetItem" in as_list(st.get("Action", []))
+            and "LedgerTable" in [ref_name(r) for r in as_list(st.get("Resource", []))]]
+    wrong = []
+    for st in gets:
+        keys = st.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+        if set(as_list(st.get("Action", []))) != {"dynamodb:GetItem"}:
+            wrong.append(f"GetItem shares its statement with {sorted(set(as_list(st['Action'])) - {'dynamodb:GetItem'})}")
+        if keys is None or set(as_list(keys)) != want or len(st.get("Condition", {})) != 1:
+            wrong.append(f"condition {json.dumps(st.get('Condition'))}")
+    check(f"{binary}: GetItem on the ledger only under the keys its adapters read ({', '.join(sorted(want)) or 'none'}; "
+          f"{', '.join(adapters) or 'no adapter'} in crates/{binary}/src/app.rs)",
+          adapters and not unknown_adapters and bool(gets) == bool(want) and not wrong,
+          "; ".join(wrong + [f"unknown adapter {a}" for a in unknown_adapters] + ([] if gets or not want else ["no GetItem statement"])))
+
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:
     print(f"{'ok  ' if ok else 'FAIL'} {name}{'  (' + detail + ')' if detail and not ok else ''}")
