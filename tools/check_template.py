@@ -1834,6 +1834,40 @@ for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
           adapters and not unknown_adapters and bool(gets) == bool(want) and not wrong,
           "; ".join(wrong + [f"unknown adapter {a}" for a in unknown_adapters] + ([] if gets or not want else ["no GetItem statement"])))
 
+# --- 20. Outputs: every name an operator needs --------------------------------------------------
+# Generated names (functions, log groups, alarms) and the mappings' UUIDs are found nowhere else
+# without the console. SAM names an SQS event's mapping <function logical id><event logical id>,
+# and its Ref is the mapping's UUID (what update-event-source-mapping --uuid takes).
+def outputs_of(logical_id):
+    """(output name, output) pairs whose Value is exactly !Ref logical_id."""
+    return [(n, o) for n, o in outputs.items() if o.get("Value") == {"Ref": logical_id}]
+
+
+missing_out, wrong_cond = [], []
+for name, r in sorted({**everything, **functions, **log_groups}.items()):
+    outs = outputs_of(name)
+    if not outs:
+        missing_out.append(name)
+    wrong_cond += [f"{o}: Condition {x.get('Condition')} for {name} ({r.get('Condition')})" for o, x in outs if x.get("Condition") != r.get("Condition")]
+check("an output gives every alarm's and composite alarm's name, every function's and every log group's",
+      not missing_out, ", ".join(missing_out))
+check("each of those outputs has its resource's Condition (none where the resource has none)", not wrong_cond, "; ".join(wrong_cond))
+mapping_outputs = {}
+for fname, f in sorted(functions.items()):
+    for ev, e in sorted(f.get("Properties", {}).get("Events", {}).items()):
+        if e.get("Type") == "SQS":
+            outs = outputs_of(f"{fname}{ev}")
+            mapping_outputs[f"{fname}{ev}"] = [o for o, _ in outs]
+no_mapping_out = sorted(m for m, outs in mapping_outputs.items() if not outs)
+check("an output gives each SQS event source mapping's UUID (!Ref <function><event>, SAM's name for it)",
+      mapping_outputs and not no_mapping_out, ", ".join(no_mapping_out))
+# The runbook's stalled-lane section shows the command that takes that UUID, by the output's name.
+lane_section = re.search(r"^### lane-stalled\n(.*?)(?=^#{1,3} )", runbook_text, re.S | re.M)
+lane_text = lane_section.group(1) if lane_section else ""
+unnamed = sorted(o for outs in mapping_outputs.values() for o in outs if o not in lane_text)
+check("docs/operations.md#lane-stalled shows update-event-source-mapping with each mapping output's name",
+      lane_section and "update-event-source-mapping" in lane_text and not unnamed, ", ".join(unnamed) or "no section")
+
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:
     print(f"{'ok  ' if ok else 'FAIL'} {name}{'  (' + detail + ')' if detail and not ok else ''}")
