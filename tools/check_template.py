@@ -1868,6 +1868,42 @@ unnamed = sorted(o for outs in mapping_outputs.values() for o in outs if o not i
 check("docs/operations.md#lane-stalled shows update-event-source-mapping with each mapping output's name",
       lane_section and "update-event-source-mapping" in lane_text and not unnamed, ", ".join(unnamed) or "no section")
 
+# --- 21. The stack policy: no update replaces or removes a table or a queue ---------------------
+# infra/stack-policy.json, set by `make deploy` after `sam deploy` (tools/stack_policy.py). A
+# stack policy denies every update it does not allow, so it allows Update:* on everything and
+# denies exactly Update:Replace and Update:Delete on exactly the template's tables and queues,
+# by logical id: a data resource added to the template without it, or a stale name, fails here.
+policy_path = ROOT / "infra" / "stack-policy.json"
+try:
+    stack_policy = json.loads(policy_path.read_text())
+except (OSError, ValueError) as e:
+    stack_policy = {}
+    check("infra/stack-policy.json is JSON", False, str(e))
+sp_statements = stack_policy.get("Statement", []) if isinstance(stack_policy, dict) else []
+allow_all = [s for s in sp_statements if s.get("Effect") == "Allow" and s.get("Principal") == "*"
+             and as_list(s.get("Action")) == ["Update:*"] and as_list(s.get("Resource")) == ["*"] and set(s) <= {"Effect", "Principal", "Action", "Resource"}]
+check("the stack policy allows Update:* on * (a stack policy refuses every update it does not allow)", len(allow_all) == 1,
+      json.dumps(sp_statements))
+denies = [s for s in sp_statements if s.get("Effect") == "Deny"]
+denied = {}
+odd_deny = []
+for s in denies:
+    if s.get("Principal") != "*" or not set(s) <= {"Effect", "Principal", "Action", "Resource"}:
+        odd_deny.append(json.dumps(s))  # NotResource, NotAction, Condition: not this policy's shape
+    for r in as_list(s.get("Resource", [])):
+        denied.setdefault(str(r), set()).update(as_list(s.get("Action", [])))
+data_ids = sorted(set(tables) | set(queues))
+want_denied = {f"LogicalResourceId/{n}": {"Update:Replace", "Update:Delete"} for n in data_ids}
+check(f"the stack policy refuses exactly Update:Replace and Update:Delete on exactly the tables and queues ({', '.join(data_ids)})",
+      denied == want_denied and not odd_deny and len(sp_statements) == len(allow_all) + len(denies),
+      f"denied {json.dumps({k: sorted(v) for k, v in sorted(denied.items())})}; {'; '.join(odd_deny)}")
+makefile = (ROOT / "Makefile").read_text() if (ROOT / "Makefile").exists() else ""
+deploy_recipe = re.search(r"^deploy:.*\n((?:\t.*\n|[ \t]+.*\n)*)", makefile, re.M)
+recipe = deploy_recipe.group(1) if deploy_recipe else ""
+sam_at, policy_at = recipe.find("$(SAM) deploy"), recipe.find("tools/stack_policy.py")
+check("make deploy sets infra/stack-policy.json after sam deploy (tools/stack_policy.py)",
+      0 <= sam_at < policy_at and "infra/stack-policy.json" in recipe[policy_at:], recipe[-300:])
+
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:
     print(f"{'ok  ' if ok else 'FAIL'} {name}{'  (' + detail + ')' if detail and not ok else ''}")
