@@ -12,6 +12,7 @@ import json
 import pathlib
 import re
 import sys
+import tomllib
 
 from cfnlint.decode import decode
 
@@ -1903,6 +1904,25 @@ recipe = deploy_recipe.group(1) if deploy_recipe else ""
 sam_at, policy_at = recipe.find("$(SAM) deploy"), recipe.find("tools/stack_policy.py")
 check("make deploy sets infra/stack-policy.json after sam deploy (tools/stack_policy.py)",
       0 <= sam_at < policy_at and "infra/stack-policy.json" in recipe[policy_at:], recipe[-300:])
+
+# --- 22. infra/samconfig.toml: what `sam build` and `sam deploy` are told ----------------------
+samconfig_path = ROOT / "infra" / "samconfig.toml"
+try:
+    samconfig = tomllib.loads(samconfig_path.read_text())
+except (OSError, ValueError) as e:
+    samconfig = {}
+    check("infra/samconfig.toml is TOML", False, str(e))
+deploy_params = samconfig.get("default", {}).get("deploy", {}).get("parameters", {})
+build_params = samconfig.get("default", {}).get("build", {}).get("parameters", {})
+size = pathlib.Path(path).stat().st_size
+# CreateStack/UpdateStack take at most 51,200 bytes inline (TemplateBody); above that the
+# template must go by TemplateURL from S3, which sam deploy does only with a bucket.
+check(f"sam deploy uploads the template to S3 (resolve_s3 or s3_bucket): it is {size:,} bytes, over the 51,200-byte TemplateBody limit",
+      size <= 51200 or deploy_params.get("resolve_s3") is True or bool(deploy_params.get("s3_bucket")),
+      json.dumps({k: deploy_params.get(k) for k in ["resolve_s3", "s3_bucket"]}))
+# The build cache hashes CodeUri (the repository root, target/ included): it never hits.
+check("sam build is not told cached = true (it hashes target/ under CodeUri and never hits)",
+      build_params.get("cached") is not True, json.dumps(build_params))
 
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:
