@@ -11,12 +11,12 @@ VENV_STAMP := $(VENV)/.installed
 DYNALITE := .tools/dynalite/node_modules/dynalite/package.json
 CARGO ?= cargo
 
-.PHONY: cold-start check-seeds soak drill drill-fast help test run build deploy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean localstack e2e
+.PHONY: cold-start check-seeds soak drill drill-fast help test run build deploy stack-policy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean localstack e2e
 
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
 	@echo "make run    the whole pipeline on this machine against the emulator, with a final report"
-	@echo "make build  three Lambda packages (cargo-lambda);  make deploy  sam deploy --guided"
+	@echo "make build  three Lambda packages (cargo-lambda);  make deploy  sam deploy --guided, then the stack policy"
 	@echo "make bench-limiter   the shared limiter's frontier;  make localstack-test  suite on LocalStack"
 	@echo "make soak   the fault checker over 10,000 seeds (make test runs 300)"
 	@echo "make drill  the template's alarms against every incident and 20 normal days (make test runs a subset)"
@@ -200,8 +200,9 @@ invoke-smoke: build-tools
 	tools/with-emulator.sh tools/invoke-smoke.sh
 
 ## Deploy to AWS with SAM: builds the three packages with cargo-lambda and asks for the stack
-## name, region and parameters (saved to infra/samconfig.toml). Needs AWS credentials; SAM CLI
-## is installed into the venv on first use (it is not needed for tests).
+## name, region and parameters (saved to infra/samconfig.toml), then sets the stack policy
+## (stack-policy, below). Needs AWS credentials; SAM CLI is installed into the venv on first use
+## (it is not needed for tests).
 ## ARCH (x86_64 | arm64) is the one place the architecture is chosen, e.g. `make deploy
 ## ARCH=arm64`: `sam build` gets it as the template's Architecture parameter, which SAM's
 ## rust-cargolambda builder turns into `cargo lambda build --arm64` (or its x86_64 default);
@@ -239,6 +240,17 @@ deploy: build-tools
 	@echo "==> deploying with Architecture=$(ARCH) (binaries checked); keep that answer if prompted"
 	overrides=$$($(VENV)/bin/python -c '$(SAVED_OVERRIDES)' $(ARCH)) && \
 	  cd infra && $(SAM) deploy $(DEPLOY_FLAGS) --parameter-overrides "$$overrides"
+	$(VENV)/bin/python tools/stack_policy.py --config infra/samconfig.toml --policy infra/stack-policy.json
+
+## The stack policy alone (infra/stack-policy.json; `make deploy` sets it after every deploy):
+## CloudFormation then refuses any update that would replace (Update:Replace) or remove
+## (Update:Delete) a table or a queue, instead of retaining the old one beside a new, empty one.
+## `sam deploy` cannot set one, so tools/stack_policy.py does, with the SAM CLI venv's boto3 and
+## the stack name, region and profile saved in infra/samconfig.toml. A deliberate replacement:
+## docs/operations.md, "Replacing a table or a queue". Not exercised against AWS by any test.
+stack-policy: build-tools
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(SAM_CLI)
+	$(VENV)/bin/python tools/stack_policy.py --config infra/samconfig.toml --policy infra/stack-policy.json
 
 ## The same integration suite against LocalStack (Docker, on your machine; not here):
 ##   docker run -p 4566:4566 localstack/localstack && make localstack-test

@@ -12,6 +12,7 @@ import json
 import pathlib
 import re
 import sys
+import tomllib
 
 from cfnlint.decode import decode
 
@@ -109,17 +110,51 @@ for pname in decided:
     values = [str(v) for v in p.get("AllowedValues", [])] or [str(p.get("Default", "")), "example"]
     SCENARIOS = [dict(s, **{pname: v}) for s in SCENARIOS for v in values]
 SCENARIOS = [scenario(**s) for s in SCENARIOS]
+
+
+def refused_by_rules(params):
+    """The template's Rules that refuse `params` (CloudFormation refuses such a deploy before
+    anything changes, so no invariant needs to hold for it). Only assertions on the parameters
+    the scenarios vary are evaluated; the others (ProviderUrl, …) are taken as given."""
+    out = []
+    for rname, rule in template.get("Rules", {}).items():
+        if "RuleCondition" in rule and not cond_value(rule["RuleCondition"], params):
+            continue
+        judged = [a["Assert"] for a in rule.get("Assertions", [])
+                  if set(re.findall(r'"Ref": "(\w+)"', json.dumps(a["Assert"]))) <= set(decided)]
+        if not all(cond_value(a, params) for a in judged):
+            out.append(rname)
+    return out
+
+
+SCENARIOS = [s for s in SCENARIOS if not refused_by_rules(s)]
 DEFAULTS = scenario()
 
 
+def role_of(f):
+    """(logical id, resource) of the AWS::IAM::Role a function's Role names (!GetAtt X.Arn),
+    or (None, None) when it has no Role or it is not a role of this template."""
+    name = ref_name(f.get("Properties", {}).get("Role"))
+    r = res.get(name) if name else None
+    return (name, r) if r is not None and r.get("Type") == "AWS::IAM::Role" else (None, None)
+
+
+def policy_documents(f, params):
+    """A function's policy documents for `params`: its Role's inline policies when it names a
+    role of this template (SAM takes no Policies then), else its own SAM Policies."""
+    _, role = role_of(f)
+    if role is not None:
+        return [p.get("PolicyDocument", {}) for p in resolve(role.get("Properties", {}).get("Policies", []), params)
+                if isinstance(p, dict)]
+    return [p for p in resolve(f.get("Properties", {}).get("Policies", []), params) if isinstance(p, dict)]
+
+
 def statements(f, params=None):
-    """The Allow/Deny statements of a function's inline policies for `params`; with none, the
-    union over every scenario (each distinct statement once)."""
+    """The Allow/Deny statements of a function's inline policies (its Role's, when it has one)
+    for `params`; with none, the union over every scenario (each distinct statement once)."""
     out, seen = [], set()
     for ps in [params] if params is not None else SCENARIOS:
-        for policy in resolve(f.get("Properties", {}).get("Policies", []), ps):
-            if not isinstance(policy, dict):
-                continue
+        for policy in policy_documents(f, ps):
             for st in policy.get("Statement", []):
                 key = json.dumps(st, sort_keys=True)
                 if key not in seen:
@@ -668,16 +703,37 @@ dash_sub = dash_body.get("Fn::Sub") if isinstance(dash_body, dict) else None
 dash_text, dash_vars = (dash_sub if isinstance(dash_sub, list) and len(dash_sub) == 2 else [str(dash_sub), {}])
 bare = re.findall(r'"punctual"|\{punctual,', dash_text)
 check("the dashboard reads the stack's namespace (no bare \"punctual\")", not bare and dash_vars.get("Namespace") == NAMESPACE and "${Namespace}" in dash_text, f"{bare} {json.dumps(dash_vars.get('Namespace'))}")
+# Dashboards are global to the account: a name without the region collides when the same stack
+# name is deployed in a second region.
+dash_names = [d.get("Properties", {}).get("DashboardName") for d in dashboards.values()]
+check("the dashboard's name is ${AWS::StackName}-${AWS::Region}-punctual (dashboards are global; one per stack and region)",
+      dash_names == [{"Fn::Sub": "${AWS::StackName}-${AWS::Region}-punctual"}], json.dumps(dash_names))
 
 # --- 2. What outlives the stack -------------------------------------------------------------
-STATEFUL = ["AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::Logs::LogGroup"]
+# Every stateful resource is kept on replacement (UpdateReplacePolicy Retain) and on delete. The
+# tables are Retain on delete, always (and deletion-protected). The queues and log groups are
+# RetainExceptOnCreate: kept on every delete and rollback but the rollback of the create that
+# made them, so a failed first deploy leaves no fixed-name `<stack>-send/-urgent/-dlq` behind
+# for the next one to collide with (nothing is in them yet then).
+DELETION_POLICY = {
+    "AWS::DynamoDB::Table": "Retain",
+    "AWS::SQS::Queue": "RetainExceptOnCreate",
+    "AWS::Logs::LogGroup": "RetainExceptOnCreate",
+}
 for name, r in sorted(res.items()):
-    if r.get("Type") in STATEFUL:
+    want = DELETION_POLICY.get(r.get("Type"))
+    if want:
         check(
-            f"{name} is retained on delete and on replacement",
-            r.get("DeletionPolicy") == "Retain" and r.get("UpdateReplacePolicy") == "Retain",
+            f"{name} is {want} on delete and Retain on replacement",
+            r.get("DeletionPolicy") == want and r.get("UpdateReplacePolicy") == "Retain",
             f"DeletionPolicy {r.get('DeletionPolicy')}, UpdateReplacePolicy {r.get('UpdateReplacePolicy')}",
         )
+# A fixed physical name (QueueName, TableName, LogGroupName) is what a retained leftover of a
+# failed create collides with: every such resource must be RetainExceptOnCreate (or Delete).
+fixed = sorted(n for n, r in res.items() if r.get("Type") in DELETION_POLICY
+               and any(k in r.get("Properties", {}) for k in ["QueueName", "TableName", "LogGroupName"])
+               and r.get("DeletionPolicy") not in ("RetainExceptOnCreate", "Delete"))
+check("no fixed-name stateful resource outlives a failed first create (RetainExceptOnCreate)", not fixed, ", ".join(fixed))
 for name, t in sorted(tables.items()):
     check(f"{name} has deletion protection", t["Properties"].get("DeletionProtectionEnabled") is True)
 
@@ -764,7 +820,9 @@ BOUNDS = {
     # Not read by the code: the event source mapping's limits (BatchSize 1..10 without a
     # window is SQS's; kept at 10 with a window, the sender's 60 s timeout is sized for 10).
     "SenderBatchSize": (1, 10),
-    "SenderBatchingWindowSeconds": (0, 300),
+    # The mapping accepts 0..300; 20 is the template's own cap: both lanes share the window, and
+    # a lone urgent message waits up to it before it is invoked.
+    "SenderBatchingWindowSeconds": (0, 20),
     "SenderMaximumConcurrency": (2, 1000),
     "SenderUrgentMaximumConcurrency": (2, 1000),
     # Not read by the code: SQS's ProvisionedPollerConfig (MinimumPollers 2..200, MaximumPollers
@@ -880,6 +938,11 @@ check_pattern(
 )
 
 # --- 5. Async invocation, reserved concurrency, log retention --------------------------------
+# The reserved concurrency each defaults to: none for the scheduler (overlapping ticks are
+# harmless, and the stack deploys on small accounts), one for the redrive (a retried
+# synchronous invoke must be throttled, not start a second redrive on the same DLQ).
+RESERVED_DEFAULT = {"scheduler": ("0", "none (deploys on small accounts)"),
+                    "redrive": ("1", "one at a time (a retried invoke cannot start a second redrive)")}
 for binary, (age_lo, age_hi, retries_max) in {"scheduler": (60, 120, 1), "redrive": (60, 21600, 0)}.items():
     p = by_binary.get(binary, (None, {}))[1].get("Properties", {})
     eic = p.get("EventInvokeConfig", {})
@@ -893,12 +956,13 @@ for binary, (age_lo, age_hi, retries_max) in {"scheduler": (60, 120, 1), "redriv
     cond = rce.get("Fn::If") if isinstance(rce, dict) else None
     pname = ref_name(cond[1]) if isinstance(cond, list) and len(cond) == 3 else None
     param = parameters.get(pname, {})
+    want_default, meaning = RESERVED_DEFAULT[binary]
     check(
-        f"{binary}: reserved concurrency is a parameter that defaults to none (deploys on small accounts)",
+        f"{binary}: reserved concurrency is a parameter (0 = no reservation, 1 = one) that defaults to {meaning}",
         cond is not None and cond[2] == {"Ref": "AWS::NoValue"} and cond[0] in conditions
         and conditions[cond[0]] == {"Fn::Equals": [{"Ref": pname}, "1"]}
-        and str(param.get("Default")) == "0" and [str(v) for v in param.get("AllowedValues", [])] == ["0", "1"],
-        json.dumps(rce),
+        and str(param.get("Default")) == want_default and [str(v) for v in param.get("AllowedValues", [])] == ["0", "1"],
+        f"{json.dumps(rce)}, default {param.get('Default')}",
     )
 log_groups = of_type("AWS::Logs::LogGroup")
 used = []
@@ -1067,6 +1131,8 @@ ALWAYS = {"PROVIDER_KIND": {"Ref": "ProviderKind"}, "PROVIDER_IDEMPOTENCY": {"Re
 SES_ONLY = {"SES_FROM_ADDRESS", "SES_CONFIGURATION_SET", "SES_TEMPLATE_PREFIX", "PROVIDER_RATE_FROM_ACCOUNT"}
 HTTP_ONLY = {"PROVIDER_URL", "PROVIDER_TOKEN_SECRET_ARN"}
 SES_PREFIX = "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:"
+# Tracing: Active sends segments with the function's role; X-Ray has no resource types.
+XRAY_WRITES = {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 env_wrong, iam_wrong = set(), set()
 for ps in SCENARIOS:
     kind, cs, acct = ps.get("ProviderKind"), ps.get("SesConfigurationSet", ""), ps.get("SesUseAccountSendRate") == "true"
@@ -1091,7 +1157,7 @@ for ps in SCENARIOS:
     ses_sts = [st for st in sts if any(str(a).startswith("ses:") for a in as_list(st.get("Action", [])))]
     for st in sts:
         acts = set(as_list(st.get("Action", [])))
-        if "*" in as_list(st.get("Resource", [])) and acts != {"ses:GetAccount"}:
+        if "*" in as_list(st.get("Resource", [])) and acts != {"ses:GetAccount"} and acts != XRAY_WRITES:
             iam_wrong.add(f"{tag}: Resource * for {sorted(acts)}")
     for st in ses_sts:
         acts = set(as_list(st.get("Action", [])))
@@ -1117,7 +1183,8 @@ for ps in SCENARIOS:
             iam_wrong.add(f"{tag}: secretsmanager:GetSecretValue on {json.dumps(secret)}")
 check("sender: each provider kind gets exactly its variables (the other kind's are unset)", not env_wrong, "; ".join(sorted(env_wrong)))
 check(
-    "sender: SES IAM is scoped (ses:SendEmail on the identity, the template prefix and the set; ses:GetAccount alone on *; no other Resource *)",
+    "sender: SES IAM is scoped (ses:SendEmail on the identity, the template prefix and the set; ses:GetAccount alone on *; "
+    "no other Resource * but X-Ray's two writes)",
     not iam_wrong, "; ".join(sorted(iam_wrong)),
 )
 other_ses = sorted(n for n, f in functions.items() if n != "SenderFunction"
@@ -1608,6 +1675,254 @@ queriers = sorted(
     if "RenewalsTable" in json.dumps(r) and (f"/index/{day_name}" in json.dumps(r) or "/index/*" in json.dumps(r))
 )
 check(f"no function may query {day_name!r} (operators only: the CLI)", not queriers, "; ".join(queriers))
+
+# ============================================================================================
+# Safe to redeploy: the sender's own role, ledger reads by key prefix, the provider token's KMS
+# key, every name an operator needs as an output, the stack policy, samconfig.
+# ============================================================================================
+
+# --- 17. Execution roles: written out, every grant scoped -------------------------------------
+# SAM attaches AWSLambdaSQSQueueExecutionRole (sqs:ReceiveMessage/DeleteMessage on "*") to the
+# role it generates for a function with an SQS event: such a function must name its own role.
+# The role's statements are what statements(f) reads for it, so every check above applies.
+roles = of_type("AWS::IAM::Role")
+sqs_fns = sorted(n for n, f in functions.items()
+                 if any(e.get("Type") == "SQS" for e in f.get("Properties", {}).get("Events", {}).values()))
+no_role = [n for n in sqs_fns if role_of(functions[n])[0] is None]
+check("every function with an SQS event has its own AWS::IAM::Role (no SAM role with AWSLambdaSQSQueueExecutionRole)",
+      sqs_fns and not no_role, ", ".join(no_role) or "no SQS function")
+both = sorted(n for n, f in functions.items() if "Role" in f.get("Properties", {}) and "Policies" in f.get("Properties", {}))
+check("no function has both Role and Policies (SAM takes one; the role's statements are the function's)", not both, ", ".join(both))
+unknown = sorted(n for n, f in functions.items() if "Role" in f.get("Properties", {}) and role_of(f)[0] is None)
+check("every function's Role is a role of this template (its statements are checked)", not unknown, ", ".join(unknown))
+LAMBDA_TRUST = [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]
+for rname, r in sorted(roles.items()):
+    p = r.get("Properties", {})
+    users = sorted(n for n, f in functions.items() if role_of(f)[0] == rname)
+    check(f"{rname}: the role of exactly one function ({', '.join(users) or 'none'})", len(users) == 1)
+    check(f"{rname}: only Lambda may assume it", p.get("AssumeRolePolicyDocument", {}).get("Statement") == LAMBDA_TRUST,
+          json.dumps(p.get("AssumeRolePolicyDocument")))
+    check(f"{rname}: no managed policy, no other policy resource (every grant is an inline statement checked here)",
+          not p.get("ManagedPolicyArns") and not any(
+              ref_name(x) == rname for o in res.values() if o.get("Type") in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+              for x in as_list(o.get("Properties", {}).get("Roles", []))),
+          json.dumps(p.get("ManagedPolicyArns")))
+glob_tracing = template.get("Globals", {}).get("Function", {}).get("Tracing")
+for name, f in sorted(functions.items()):
+    rname, role = role_of(f)
+    if role is None:
+        continue
+    sts = statements(f)
+    # Lambda writes the function's logs with the role: to the LoggingConfig group only.
+    group = ref_name(f.get("Properties", {}).get("LoggingConfig", {}).get("LogGroup"))
+    logs = [(a, json.dumps(r, sort_keys=True)) for st in sts for a in as_list(st.get("Action", [])) if str(a).startswith("logs:")
+            for r in as_list(st.get("Resource", []))]
+    want = {(a, json.dumps({"Fn::GetAtt": [group, "Arn"]}, sort_keys=True)) for a in ["logs:CreateLogStream", "logs:PutLogEvents"]}
+    check(f"{name} ({rname}): logs:CreateLogStream and logs:PutLogEvents on its own log group ({group}), no other logs grant",
+          set(logs) == want, json.dumps(sorted(logs)))
+    tracing = f.get("Properties", {}).get("Tracing", glob_tracing)
+    xray = {a for st in sts if as_list(st.get("Resource", [])) == ["*"] for a in as_list(st.get("Action", []))
+            if str(a).startswith("xray:")}
+    check(f"{name} ({rname}): Tracing {tracing}: X-Ray's two writes on * (and no other X-Ray action)",
+          xray == (XRAY_WRITES if tracing == "Active" else set()), str(sorted(xray)))
+
+# What IAM cannot scope is the only thing any function may have on "*"; an SQS or DynamoDB
+# action never is (every queue and table of the account).
+UNSCOPABLE = XRAY_WRITES | {"ses:GetAccount"}
+
+
+def unscoped(r):
+    """Whether a Resource is "*" or an ARN naming every queue or table (…:sqs:…:*, …:table/*)."""
+    text = r.get("Fn::Sub") if isinstance(r, dict) and isinstance(r.get("Fn::Sub"), str) else r
+    return text == "*" or (isinstance(text, str) and re.search(r":(sqs|dynamodb):[^:]*:[^:]*:(\*|table/\*)$", text) is not None)
+
+
+data_on_star, other_on_star = [], []
+for name, f in sorted(functions.items()):
+    for st in statements(f):
+        if st.get("Effect") != "Allow" or not any(unscoped(r) for r in as_list(st.get("Resource", []))):
+            continue
+        acts = as_list(st.get("Action", []))
+        data_on_star += [f"{name}: {a}" for a in acts if str(a).startswith(("sqs:", "dynamodb:"))]
+        other_on_star += [f"{name}: {a}" for a in acts if a not in UNSCOPABLE]
+check("no statement of any function grants an sqs: or dynamodb: action on * (or on every queue or table)",
+      not data_on_star, ", ".join(sorted(set(data_on_star))))
+check(f"nothing on * but what IAM cannot scope ({', '.join(sorted(UNSCOPABLE))})", not other_on_star, ", ".join(sorted(set(other_on_star))))
+
+# --- 18. The provider token's customer-managed KMS key -----------------------------------------
+kms_param = parameters.get("ProviderTokenKmsKeyArn", {})
+check("ProviderTokenKmsKeyArn is optional (default empty)", "ProviderTokenKmsKeyArn" in parameters and kms_param.get("Default") == "",
+      json.dumps(kms_param.get("Default")))
+check_pattern(
+    "ProviderTokenKmsKeyArn",
+    "accepts only a KMS key ARN or empty (not an alias, a bare key id or a wildcard)",
+    ["", "arn:aws:kms:eu-west-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+     "arn:aws-us-gov:kms:us-gov-west-1:123456789012:key/mrk-1234abcd12ab34cd56ef1234567890ab"],
+    ["1234abcd-12ab-34cd-56ef-1234567890ab", "arn:aws:kms:eu-west-1:123456789012:alias/provider",
+     "arn:aws:kms:eu-west-1:123456789012:key/*", "arn:aws:kms:*:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+     "alias/aws/secretsmanager", "arn:aws:secretsmanager:eu-west-1:123456789012:secret:prod/provider-token-AbC123"],
+)
+VIA_SECRETS_MANAGER = {"StringEquals": {"kms:ViaService": {"Fn::Sub": "secretsmanager.${AWS::Region}.amazonaws.com"}}}
+kms_wrong = set()
+for ps in SCENARIOS:
+    kind, key = ps.get("ProviderKind"), ps.get("ProviderTokenKmsKeyArn", "")
+    tag = f"kind={kind} key={key or '-'}"
+    for name, f in sorted(functions.items()):
+        kms = [st for st in statements(f, ps) if any(str(a).startswith("kms:") for a in as_list(st.get("Action", [])))]
+        want = name == "SenderFunction" and kind == "http" and bool(key)
+        if len(kms) != (1 if want else 0):
+            kms_wrong.add(f"{tag}: {name} has {len(kms)} KMS statements, want {1 if want else 0}")
+        for st in kms:
+            if (as_list(st.get("Action")) != ["kms:Decrypt"] or as_list(st.get("Resource")) != [{"Ref": "ProviderTokenKmsKeyArn"}]
+                    or st.get("Condition") != VIA_SECRETS_MANAGER):
+                kms_wrong.add(f"{tag}: {name}: {json.dumps(st)}")
+check("sender: kms:Decrypt on ProviderTokenKmsKeyArn only when it is given (ProviderKind http), only via Secrets Manager in this region "
+      "(kms:ViaService); no other KMS grant anywhere", not kms_wrong, "; ".join(sorted(kms_wrong)))
+
+# --- 19. Ledger reads by key prefix (dynamodb:LeadingKeys on GetItem) --------------------------
+# The ledger table holds the idempotency ledger, the shared limiter's schedule, the pause switch
+# and the operators' audit records. Each function may GetItem exactly the keys its composition
+# root's adapters read: the adapters over the ledger table are read from crates/<fn>/src/app.rs,
+# and the key each adapter reads from its source (the key builder or constant its GetItem call
+# uses). A conditional write's refused item is read back by its own key (dynamodb.rs
+# refused_item): a key the function writes, which is one of these.
+control_src = rust("crates/aws/src/control.rs")
+
+
+def key_builder(text, fn):
+    """"prefix:*" of `fn name(…) -> String { format!("prefix:{…}") }` in `text`, else None."""
+    m = re.search(r"fn " + fn + r"\([^)]*\) -> String \{\s*format!\(\"([a-z_]+:)\{", text)
+    return m.group(1) + "*" if m else None
+
+
+pause_pk = (re.findall(r'const PAUSE_PK: &str = "([^"]+)";', control_src) or [None])[0]
+# adapter: (its source, the key pattern it reads, the key argument of its GetItem calls)
+LEDGER_READS = {
+    "DynamoLedger": ("crates/aws/src/ledger.rs", key_builder(rust("crates/aws/src/ledger.rs"), "key"), "&key(id)"),
+    "DynamoSlotStore": ("crates/aws/src/limiter.rs", key_builder(rust("crates/aws/src/limiter.rs"), "pk"), "&Self::pk(key)"),
+    "DynamoControl": ("crates/aws/src/control.rs", pause_pk, "PAUSE_PK"),
+}
+for adapter, (rel, pattern, arg) in sorted(LEDGER_READS.items()):
+    src = rust(rel)
+    # Every GetItem of the adapter's file (dynamodb.rs get(client, table, KEY)) reads through
+    # that key; control.rs's audit() also reads redrive:{id}, for the tests and operators: no
+    # function calls it (checked below). Direct .get_item() calls would escape this: none.
+    calls = re.findall(r"\bget\(&self\.client, &self\.table, (.+?)\)\.await", src)
+    others = [c for c in calls if c != arg and not (adapter == "DynamoControl" and c == '&format!("redrive:{id}")')]
+    check(f"{adapter} reads the ledger with GetItem under {pattern} only ({rel})",
+          pattern and arg in calls and not others and ".get_item()" not in src,
+          f"pattern {pattern}, reads {calls}")
+audit_callers = [b for b in ["sender", "scheduler", "redrive"]
+                 if any(".audit(" in (ROOT / "crates" / b / "src" / f).read_text() for f in ["app.rs", "handler.rs", "main.rs"]
+                        if (ROOT / "crates" / b / "src" / f).exists())]
+check("no function reads a redrive audit record (DynamoControl::audit is for tests and operators)", not audit_callers, ", ".join(audit_callers))
+for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
+    app = rust(f"crates/{binary}/src/app.rs")
+    adapters = sorted(set(re.findall(r"(Dynamo\w+)::new\(\s*\w+(?:\.clone\(\))?,\s*&config\.ledger_table\s*\)", app)))
+    unknown_adapters = [a for a in adapters if a not in LEDGER_READS]
+    want = {LEDGER_READS[a][1] for a in adapters if a in LEDGER_READS}
+    gets = [st for st in statements(f) if st.get("Effect") == "Allow" and "dynamodb:GetItem" in as_list(st.get("Action", []))
+            and "LedgerTable" in [ref_name(r) for r in as_list(st.get("Resource", []))]]
+    wrong = []
+    for st in gets:
+        keys = st.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+        if set(as_list(st.get("Action", []))) != {"dynamodb:GetItem"}:
+            wrong.append(f"GetItem shares its statement with {sorted(set(as_list(st['Action'])) - {'dynamodb:GetItem'})}")
+        if keys is None or set(as_list(keys)) != want or len(st.get("Condition", {})) != 1:
+            wrong.append(f"condition {json.dumps(st.get('Condition'))}")
+    check(f"{binary}: GetItem on the ledger only under the keys its adapters read ({', '.join(sorted(want)) or 'none'}; "
+          f"{', '.join(adapters) or 'no adapter'} in crates/{binary}/src/app.rs)",
+          adapters and not unknown_adapters and bool(gets) == bool(want) and not wrong,
+          "; ".join(wrong + [f"unknown adapter {a}" for a in unknown_adapters] + ([] if gets or not want else ["no GetItem statement"])))
+
+# --- 20. Outputs: every name an operator needs --------------------------------------------------
+# Generated names (functions, log groups, alarms) and the mappings' UUIDs are found nowhere else
+# without the console. SAM names an SQS event's mapping <function logical id><event logical id>,
+# and its Ref is the mapping's UUID (what update-event-source-mapping --uuid takes).
+def outputs_of(logical_id):
+    """(output name, output) pairs whose Value is exactly !Ref logical_id."""
+    return [(n, o) for n, o in outputs.items() if o.get("Value") == {"Ref": logical_id}]
+
+
+missing_out, wrong_cond = [], []
+for name, r in sorted({**everything, **functions, **log_groups}.items()):
+    outs = outputs_of(name)
+    if not outs:
+        missing_out.append(name)
+    wrong_cond += [f"{o}: Condition {x.get('Condition')} for {name} ({r.get('Condition')})" for o, x in outs if x.get("Condition") != r.get("Condition")]
+check("an output gives every alarm's and composite alarm's name, every function's and every log group's",
+      not missing_out, ", ".join(missing_out))
+check("each of those outputs has its resource's Condition (none where the resource has none)", not wrong_cond, "; ".join(wrong_cond))
+mapping_outputs = {}
+for fname, f in sorted(functions.items()):
+    for ev, e in sorted(f.get("Properties", {}).get("Events", {}).items()):
+        if e.get("Type") == "SQS":
+            outs = outputs_of(f"{fname}{ev}")
+            mapping_outputs[f"{fname}{ev}"] = [o for o, _ in outs]
+no_mapping_out = sorted(m for m, outs in mapping_outputs.items() if not outs)
+check("an output gives each SQS event source mapping's UUID (!Ref <function><event>, SAM's name for it)",
+      mapping_outputs and not no_mapping_out, ", ".join(no_mapping_out))
+# The runbook's stalled-lane section shows the command that takes that UUID, by the output's name.
+lane_section = re.search(r"^### lane-stalled\n(.*?)(?=^#{1,3} )", runbook_text, re.S | re.M)
+lane_text = lane_section.group(1) if lane_section else ""
+unnamed = sorted(o for outs in mapping_outputs.values() for o in outs if o not in lane_text)
+check("docs/operations.md#lane-stalled shows update-event-source-mapping with each mapping output's name",
+      lane_section and "update-event-source-mapping" in lane_text and not unnamed, ", ".join(unnamed) or "no section")
+
+# --- 21. The stack policy: no update replaces or removes a table or a queue ---------------------
+# infra/stack-policy.json, set by `make deploy` after `sam deploy` (tools/stack_policy.py). A
+# stack policy denies every update it does not allow, so it allows Update:* on everything and
+# denies exactly Update:Replace and Update:Delete on exactly the template's tables and queues,
+# by logical id: a data resource added to the template without it, or a stale name, fails here.
+policy_path = ROOT / "infra" / "stack-policy.json"
+try:
+    stack_policy = json.loads(policy_path.read_text())
+except (OSError, ValueError) as e:
+    stack_policy = {}
+    check("infra/stack-policy.json is JSON", False, str(e))
+sp_statements = stack_policy.get("Statement", []) if isinstance(stack_policy, dict) else []
+allow_all = [s for s in sp_statements if s.get("Effect") == "Allow" and s.get("Principal") == "*"
+             and as_list(s.get("Action")) == ["Update:*"] and as_list(s.get("Resource")) == ["*"] and set(s) <= {"Effect", "Principal", "Action", "Resource"}]
+check("the stack policy allows Update:* on * (a stack policy refuses every update it does not allow)", len(allow_all) == 1,
+      json.dumps(sp_statements))
+denies = [s for s in sp_statements if s.get("Effect") == "Deny"]
+denied = {}
+odd_deny = []
+for s in denies:
+    if s.get("Principal") != "*" or not set(s) <= {"Effect", "Principal", "Action", "Resource"}:
+        odd_deny.append(json.dumps(s))  # NotResource, NotAction, Condition: not this policy's shape
+    for r in as_list(s.get("Resource", [])):
+        denied.setdefault(str(r), set()).update(as_list(s.get("Action", [])))
+data_ids = sorted(set(tables) | set(queues))
+want_denied = {f"LogicalResourceId/{n}": {"Update:Replace", "Update:Delete"} for n in data_ids}
+check(f"the stack policy refuses exactly Update:Replace and Update:Delete on exactly the tables and queues ({', '.join(data_ids)})",
+      denied == want_denied and not odd_deny and len(sp_statements) == len(allow_all) + len(denies),
+      f"denied {json.dumps({k: sorted(v) for k, v in sorted(denied.items())})}; {'; '.join(odd_deny)}")
+makefile = (ROOT / "Makefile").read_text() if (ROOT / "Makefile").exists() else ""
+deploy_recipe = re.search(r"^deploy:.*\n((?:\t.*\n|[ \t]+.*\n)*)", makefile, re.M)
+recipe = deploy_recipe.group(1) if deploy_recipe else ""
+sam_at, policy_at = recipe.find("$(SAM) deploy"), recipe.find("tools/stack_policy.py")
+check("make deploy sets infra/stack-policy.json after sam deploy (tools/stack_policy.py)",
+      0 <= sam_at < policy_at and "infra/stack-policy.json" in recipe[policy_at:], recipe[-300:])
+
+# --- 22. infra/samconfig.toml: what `sam build` and `sam deploy` are told ----------------------
+samconfig_path = ROOT / "infra" / "samconfig.toml"
+try:
+    samconfig = tomllib.loads(samconfig_path.read_text())
+except (OSError, ValueError) as e:
+    samconfig = {}
+    check("infra/samconfig.toml is TOML", False, str(e))
+deploy_params = samconfig.get("default", {}).get("deploy", {}).get("parameters", {})
+build_params = samconfig.get("default", {}).get("build", {}).get("parameters", {})
+size = pathlib.Path(path).stat().st_size
+# CreateStack/UpdateStack take at most 51,200 bytes inline (TemplateBody); above that the
+# template must go by TemplateURL from S3, which sam deploy does only with a bucket.
+check(f"sam deploy uploads the template to S3 (resolve_s3 or s3_bucket): it is {size:,} bytes, over the 51,200-byte TemplateBody limit",
+      size <= 51200 or deploy_params.get("resolve_s3") is True or bool(deploy_params.get("s3_bucket")),
+      json.dumps({k: deploy_params.get(k) for k in ["resolve_s3", "s3_bucket"]}))
+# The build cache hashes CodeUri (the repository root, target/ included): it never hits.
+check("sam build is not told cached = true (it hashes target/ under CodeUri and never hits)",
+      build_params.get("cached") is not True, json.dumps(build_params))
 
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:

@@ -824,7 +824,7 @@ class Run:
         groups = [g["logGroupName"] for g in self.aws("logs").describe_log_groups(logGroupNamePrefix=prefix)["logGroups"]]
         roles = [x["RoleName"] for x in self.aws("iam").list_roles()["Roles"] if x["RoleName"].startswith(prefix)]
         say(f"{step}: a create without function code ended {status}; LocalStack rolled nothing back: left "
-            f"{len(queues)} queues {queues}, {len(tables)} tables, {len(groups)} log groups (all DeletionPolicy Retain) "
+            f"{len(queues)} queues {queues}, {len(tables)} tables, {len(groups)} log groups (queues and log groups RetainExceptOnCreate, tables Retain) "
             f"and {len(roles)} IAM roles (not Retain) — so it cannot show Retain vs RetainExceptOnCreate on a failed create")
         # The template's Rules: ProviderKind http without ProviderUrl must be refused before
         # anything is created. Probed with the template's own Parameters, Rules and Conditions
