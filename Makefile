@@ -231,7 +231,7 @@ CHECK_ARCH := import sys; \
   want = {"x86_64": 62, "arm64": 183}[sys.argv[1]]; \
   heads = {p: open(p, "rb").read(20) for p in sys.argv[2:]}; \
   bad = [p for p, h in heads.items() if h[:4] != bytes([127, 69, 76, 70]) or int.from_bytes(h[18:20], "little") != want]; \
-  sys.exit("built for the wrong architecture (want " + sys.argv[1] + "; a cached build? rm -rf infra/.aws-sam): " + ", ".join(bad) if bad else 0)
+  sys.exit("built for the wrong architecture (want " + sys.argv[1] + "; an old build in infra/.aws-sam? rm -rf it): " + ", ".join(bad) if bad else 0)
 deploy: build-tools
 	@case "$(ARCH)" in x86_64|arm64) ;; *) echo "ARCH must be x86_64 or arm64, not '$(ARCH)'" >&2; exit 2;; esac
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(SAM_CLI)
