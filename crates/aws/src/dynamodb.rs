@@ -236,7 +236,24 @@ pub async fn create_keyed_table(client: &Client, table: &str, key: &str) -> Resu
         .send()
         .await
         .map_err(classify)?;
-    Ok(())
+    wait_active(client, table).await
+}
+
+/// Waits until a table just created is `ACTIVE`: DynamoDB (and dynalite, even with no creation
+/// delay) answers `ResourceNotFoundException` to reads and writes while it is `CREATING`, and a
+/// test or `punctual local` that wrote at once failed now and then. Polls every 50 ms, for at
+/// most two minutes (DynamoDB's on-demand tables take seconds).
+pub async fn wait_active(client: &Client, table: &str) -> Result<(), DynamoError> {
+    use aws_sdk_dynamodb::types::TableStatus;
+    let give_up = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let out = client.describe_table().table_name(table).send().await.map_err(classify)?;
+        let status = out.table.and_then(|t| t.table_status);
+        if status == Some(TableStatus::Active) || std::time::Instant::now() >= give_up {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// `S` attribute.

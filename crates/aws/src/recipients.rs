@@ -152,5 +152,5 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), DynamoErro
         .send()
         .await
         .map_err(classify)?;
-    Ok(())
+    crate::dynamodb::wait_active(client, table).await
 }
