@@ -333,3 +333,83 @@ async fn unknown_outcome_letters_are_resent_only_by_name_and_cleaned_up_when_del
     let sent = ReminderMessage::decode(&dlq.sent_back()[0]).unwrap();
     assert!(sent.redrive.as_ref().is_some_and(|r| r.resend_unknown), "{sent:?}");
 }
+
+/// The sender a [`ServedDlq`] hands its copies to.
+type InlineSender = Sender<
+    MemoryLedger,
+    punctual_core::testing::MemoryRenewals,
+    SharedLimiter<MemorySlotStore, ManualClock>,
+    ScriptedProvider<ManualClock>,
+    MemoryQueue,
+    ManualClock,
+>;
+
+/// A DLQ whose redriven copies a sender picks up at once (the send queue's poller, inline).
+#[derive(Clone)]
+struct ServedDlq {
+    inner: Dlq,
+    sender: Arc<InlineSender>,
+    clock: ManualClock,
+}
+
+impl DeadLetters for ServedDlq {
+    async fn receive(&self, hold: std::time::Duration) -> Result<Vec<DeadLetter>, DeadLettersError> {
+        self.inner.receive(hold).await
+    }
+    async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), DeadLettersError> {
+        self.inner.send_back(body, lane).await?;
+        let deadline = self.clock.now() + TimeDelta::seconds(30);
+        self.sender.process(Received { message_id: "redriven", body }, deadline).await.unwrap();
+        Ok(())
+    }
+    async fn delete(&self, handle: &str) -> Result<(), DeadLettersError> {
+        self.inner.delete(handle).await
+    }
+    async fn release(&self, handles: &[String]) -> Result<(), DeadLettersError> {
+        self.inner.release(handles).await
+    }
+}
+
+/// R4: a renewal paid after its reminder was dead-lettered is the happy ending, not a failure.
+/// Its canary copy is cancelled by the sender; the canary watch must count that settled, and a
+/// strict redrive (`failure_ratio 0.0`) must go on to the rest.
+#[tokio::test]
+async fn a_canary_whose_renewal_was_paid_meanwhile_is_settled_not_failed() {
+    use punctual_core::decision::RenewalView;
+    let clock = ManualClock::new(t0());
+    let ledger = MemoryLedger::new();
+    let renewals = punctual_core::testing::MemoryRenewals::new();
+    let mut letters = Vec::new();
+    for i in 0..3 {
+        let m = punctual_core::testing::message(&format!("paid-{i}"), t0(), t0() + TimeDelta::hours(5));
+        dead_lettered(&ledger, &m, 1, clock.now()).await;
+        // Every one of them was paid after it was dead-lettered.
+        renewals.set(&m.tenant_id, &m.renewal_id, RenewalView::Paid);
+        letters.push(DeadLetter { handle: format!("h-{i}"), ..letter(m.encode(), ReasonCode::AttemptLimit) });
+    }
+    let limiter = SharedLimiter::new(MemorySlotStore::default(), clock.clone(), LimiterSettings::new(100.0), 1);
+    let provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]);
+    let sender = Sender::new(
+        ledger.clone(),
+        renewals,
+        limiter,
+        provider.clone(),
+        MemoryQueue::new(),
+        clock.clone(),
+        SenderSettings::default(),
+        3,
+    );
+    let dlq = ServedDlq { inner: Dlq::holding(letters), sender: Arc::new(sender), clock: clock.clone() };
+    let redriver = Redriver::new(ledger.clone(), dlq, MemoryControl::default(), clock.clone());
+    let req = RedriveRequest {
+        canary: 1,
+        canary_timeout: Some(Duration::from_secs(60)),
+        abort_if: AbortIf { failure_ratio: 0.0, ..AbortIf::default() },
+        ..request()
+    };
+    let sum = redriver.run(&req, clock.now() + TimeDelta::minutes(5)).await.unwrap();
+    assert_eq!(sum.canary_failed, 0, "a paid renewal's canary was counted failed: {sum:?}");
+    assert_eq!(sum.aborted, None, "{sum:?}");
+    assert_eq!(sum.moved, 3, "{sum:?}");
+    assert!(provider.calls().is_empty(), "a paid renewal was reminded");
+}

@@ -375,6 +375,9 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                 };
                 match rec.state {
                     ReminderState::Delivered => one.settled = 1,
+                    // Paid or cancelled after it was dead-lettered (the normal happy ending),
+                    // or moved to another due date: nothing more is owed, nothing failed.
+                    ReminderState::Cancelled if !ours.is_empty() => one.settled = 1,
                     ReminderState::DeadLettered | ReminderState::Expired if !ours.is_empty() => {
                         one.settled = 1;
                         one.failed = 1;
