@@ -6,8 +6,12 @@
 //! - an ambiguous local time (fall-back overlap) takes the **earlier** instant — 01:30 on a
 //!   New York fall-back day is 01:30 EDT, not EST.
 //!
-//! Zones are IANA names (case-sensitive, as in the tz database); offsets such as `+05:45`
-//! and abbreviations such as `EST` are refused because they carry no DST rules.
+//! Zones are IANA `Area/Location` names (case-sensitive, as in the tz database), or `UTC`;
+//! offsets such as `+05:45` and abbreviations such as `EST` are refused because they carry no
+//! DST rules. The tz database itself holds some such names — `EST`, `MST` and `HST` are fixed
+//! offsets there, `EST5EDT`, `CET` or `GMT` are legacy rules named by abbreviation, and
+//! `Etc/GMT+5` is a fixed offset with its sign inverted — and they are refused too: a New York
+//! row imported as `EST` would go out an hour late all summer (S7).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -21,6 +25,12 @@ pub enum ZoneError {
     /// The name is not an IANA zone.
     #[error("unknown time zone {0:?}: expected an IANA name such as Europe/London or America/New_York")]
     UnknownZone(String),
+    /// An abbreviation or a fixed offset the tz database happens to hold (`EST`, `CET`,
+    /// `Etc/GMT+5`): no daylight-saving rules of a place.
+    #[error(
+        "time zone {0:?} is an abbreviation or a fixed offset, without a place's daylight-saving rules: use an IANA Area/Location name such as America/New_York or Europe/Paris (or UTC)"
+    )]
+    NotAPlace(String),
     /// No valid local time follows within a day (only a corrupt tz database could do this).
     #[error("local time {local} in {zone} has no valid instant within 24 hours")]
     NoInstant { zone: String, local: NaiveDateTime },
@@ -28,7 +38,12 @@ pub enum ZoneError {
 
 /// Parses an IANA zone name.
 pub fn parse_zone(name: &str) -> Result<Tz, ZoneError> {
-    Tz::from_str(name).map_err(|_| ZoneError::UnknownZone(name.to_owned()))
+    let tz = Tz::from_str(name).map_err(|_| ZoneError::UnknownZone(name.to_owned()))?;
+    let utc = matches!(name, "UTC" | "Etc/UTC");
+    if !utc && (!name.contains('/') || name.starts_with("Etc/")) {
+        return Err(ZoneError::NotAPlace(name.to_owned()));
+    }
+    Ok(tz)
 }
 
 /// How the DST policy changed the requested local time.
@@ -175,6 +190,19 @@ mod tests {
             let e = resolve_local_named(bad, d(2026, 12, 1), t(9, 0)).unwrap_err();
             assert_eq!(e, ZoneError::UnknownZone(bad.to_owned()));
             assert!(e.to_string().contains("IANA"), "{e}");
+        }
+    }
+
+    /// S7: names the tz database holds that are not places (fixed offsets, abbreviations).
+    #[test]
+    fn abbreviations_and_fixed_offsets_from_the_tz_database_are_refused() {
+        for bad in ["EST", "MST", "HST", "EST5EDT", "CET", "GMT", "Etc/GMT+5", "Etc/GMT-14"] {
+            let e = resolve_local_named(bad, d(2026, 7, 1), t(9, 0)).unwrap_err();
+            assert_eq!(e, ZoneError::NotAPlace(bad.to_owned()), "{bad} was accepted");
+            assert!(e.to_string().contains("America/New_York"), "{e}");
+        }
+        for good in ["UTC", "Etc/UTC", "US/Eastern", "America/Argentina/Buenos_Aires"] {
+            assert!(resolve_local_named(good, d(2026, 7, 1), t(9, 0)).is_ok(), "{good} refused");
         }
     }
 }
