@@ -47,8 +47,21 @@ fn is_slug_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')
 }
 
+const TENANT_ALLOWED: &str =
+    "ASCII letters, digits and . _ - (no `:`: it separates the tenant from the renewal in keys)";
+
+/// A tenant id has no `:` (S1): keys such as `renewal:{tenant}:{renewal}` put the tenant first,
+/// so with a `:`-free tenant the first `:` after the prefix ends it, and tenant `acme` with
+/// renewal `eu:42` can never share a key with tenant `acme:eu` and renewal `42`.
+fn is_tenant_char(c: char) -> bool {
+    c != ':' && is_slug_char(c)
+}
+
 macro_rules! slug_id {
     ($(#[$doc:meta])* $name:ident, $max:expr) => {
+        slug_id!($(#[$doc])* $name, $max, is_slug_char, SLUG_ALLOWED);
+    };
+    ($(#[$doc:meta])* $name:ident, $max:expr, $allowed_char:expr, $allowed:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[serde(try_from = "String", into = "String")]
@@ -58,10 +71,11 @@ macro_rules! slug_id {
             /// Longest accepted id, in characters.
             pub const MAX_LEN: usize = $max;
 
-            /// Validates `s` (1 to `MAX_LEN` characters of ASCII letters, digits and `. _ : -`).
+            /// Validates `s` (1 to `MAX_LEN` characters of ASCII letters, digits and `. _ : -`;
+            /// no `:` in a tenant id).
             pub fn parse(s: impl Into<String>) -> Result<Self, IdError> {
                 let s = s.into();
-                check_slug(&s, Self::MAX_LEN, is_slug_char, SLUG_ALLOWED)?;
+                check_slug(&s, Self::MAX_LEN, $allowed_char, $allowed)?;
                 Ok(Self(s))
             }
 
@@ -95,7 +109,9 @@ macro_rules! slug_id {
 slug_id!(
     /// A tenant (customer account) of the platform team running punctual.
     TenantId,
-    64
+    64,
+    is_tenant_char,
+    TENANT_ALLOWED
 );
 slug_id!(
     /// A renewal in the renewals table (the system of record).
@@ -336,8 +352,14 @@ mod tests {
 
     #[test]
     fn slug_ids_name_the_offending_character() {
-        let e = TenantId::parse("acme corp").unwrap_err();
+        let e = RenewalId::parse("acme corp").unwrap_err();
         assert_eq!(e, IdError::BadCharacter { found: ' ', position: 4, allowed: SLUG_ALLOWED });
+        // S1: `acme:eu` / `42` and `acme` / `eu:42` would share the key renewal:acme:eu:42.
+        assert_eq!(
+            TenantId::parse("acme:eu").unwrap_err(),
+            IdError::BadCharacter { found: ':', position: 4, allowed: TENANT_ALLOWED }
+        );
+        assert!(RenewalId::parse("eu:42").is_ok(), "a renewal id may keep its `:`");
         assert!(e.to_string().contains("' ' at position 4"));
         assert_eq!(TenantId::parse(""), Err(IdError::Empty));
         assert_eq!(TenantId::parse("x".repeat(65)), Err(IdError::TooLong { len: 65, max: 64 }));
