@@ -499,8 +499,9 @@ impl Ledger for DynamoLedger {
             "ttl_epoch_s = :ttl",
         ];
         let mut remove = vec!["#owner", "lease_until_ms"];
-        // The mark of an unknown call outlives only the quarantine that is about it.
-        if x.reason != Some(ReasonCode::ProviderIndeterminate) {
+        // The mark of an unknown call outlives only the quarantine that is about it, and a
+        // rescheduled copy's release (which made no call).
+        if !punctual_core::ports::keeps_call_mark(x.reason) {
             remove.push("call_owner");
             remove.push("call_release");
         }
@@ -661,5 +662,5 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), DynamoErro
         .send()
         .await
         .map_err(crate::dynamodb::classify)?;
-    Ok(())
+    crate::dynamodb::wait_active(client, table).await
 }

@@ -28,7 +28,7 @@
 use aws_sdk_dynamodb::Client;
 use punctual_core::decision::RenewalView;
 use punctual_core::ids::{RenewalId, TenantId};
-use punctual_core::ports::{RenewalLookup, Renewals, RenewalsError};
+use punctual_core::ports::{RenewalLookup, RenewalVersion, Renewals, RenewalsError};
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -124,7 +124,7 @@ impl Renewals for DynamoRenewals {
             }
         })?;
         let Some(item) = item else {
-            return Ok(RenewalLookup { view: RenewalView::Missing, recipient_ref: None, channel: None });
+            return Ok(RenewalLookup { view: RenewalView::Missing, recipient_ref: None, channel: None, version: None });
         };
         let view = match get_s(&item, "status") {
             Some("active") => RenewalView::Active,
@@ -138,10 +138,19 @@ impl Renewals for DynamoRenewals {
                 });
             }
         };
+        // The version the row holds (an imported row has all three; a bare row has none).
+        let version = (|| {
+            Some(RenewalVersion {
+                reminder_id: ReminderId::parse(get_s(&item, "reminder_id")?).ok()?,
+                deliver_after: DateTime::<Utc>::from_timestamp_millis(get_i64(&item, "deliver_after_ms")?)?,
+                deliver_by: DateTime::<Utc>::from_timestamp_millis(get_i64(&item, "deliver_by_ms")?)?,
+            })
+        })();
         Ok(RenewalLookup {
             view,
             recipient_ref: get_s(&item, "recipient_ref").map(str::to_owned),
             channel: get_s(&item, "channel").map(str::to_owned),
+            version,
         })
     }
 }
@@ -226,6 +235,11 @@ const CONTENT: &[&str] = &[
     "status",
 ];
 
+/// The columns that make a row's version (see [`RenewalVersion`]): the reminder and the times
+/// computed from the row (a released copy carries them; the scheduler's mark is conditioned on
+/// them).
+const VERSION: &[&str] = &["reminder_id", "deliver_after_ms", "deliver_by_ms"];
+
 /// What an import read before deciding (see [`DynamoRenewals::read_for_import`]).
 #[derive(Debug, Clone, Default)]
 pub struct ImportRead {
@@ -238,7 +252,10 @@ enum RowWrite {
     /// A new renewal: only if still absent.
     Insert(Item),
     /// A pending renewal with new content: only if still `scheduled` and not updated since.
-    Replace { item: Item, seen_updated: Option<AttributeValue> },
+    /// Also a released renewal with a new version (rescheduled: another due date, other
+    /// times): re-armed as pending, only if still in the released state read and not updated
+    /// since.
+    Replace { item: Item, seen_state: String, seen_updated: Option<AttributeValue> },
     /// A released renewal's status change (and its `by_day` key, for a row imported before
     /// the index): only if still in the released state read.
     Status { status: String, seen_state: String, day_shard: String },
@@ -246,6 +263,28 @@ enum RowWrite {
 
 /// Decides one row against the item `old` (as read, or as it is now after a refused write).
 fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Option<RowWrite>) {
+    let (outcome, write) = plan_row(r, old, now);
+    // A window already over when the row arrives (S9): a new or moved renewal whose deliver_by
+    // has passed would only be expired at release and burn the SLO for a reminder nobody could
+    // send. It is refused, with its times; a re-import of the same row, a status change, or a
+    // cancelled or paid row (never sent, kept as a record) is still accepted.
+    let arms = r.status == RenewalStatus::Active
+        && matches!(outcome, RowOutcome::Inserted | RowOutcome::Updated | RowOutcome::Rescheduled)
+        && matches!(write, Some(RowWrite::Insert(_) | RowWrite::Replace { .. }));
+    if arms && r.deliver_by <= now {
+        return (
+            RowOutcome::Conflict(format!(
+                "its window is already over: deliver_by {} passed before the import ({}); nothing could be sent, so it is not imported",
+                punctual_core::contract::format_instant(r.deliver_by),
+                punctual_core::contract::format_instant(now)
+            )),
+            None,
+        );
+    }
+    (outcome, write)
+}
+
+fn plan_row(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Option<RowWrite>) {
     let item = row_item(r, now);
     let Some(old) = old else { return (RowOutcome::Inserted, Some(RowWrite::Insert(item))) };
     let state = get_s(old, "sched_state");
@@ -259,7 +298,7 @@ fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Opt
         return match state {
             Some("scheduled") => {
                 let seen_updated = old.get("updated_ms").cloned();
-                (RowOutcome::Updated, Some(RowWrite::Replace { item, seen_updated }))
+                (RowOutcome::Updated, Some(RowWrite::Replace { item, seen_state: "scheduled".into(), seen_updated }))
             }
             Some(seen) => (
                 RowOutcome::Updated,
@@ -274,7 +313,20 @@ fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Opt
     }
     if state == Some("scheduled") {
         let seen_updated = old.get("updated_ms").cloned();
-        return (RowOutcome::Updated, Some(RowWrite::Replace { item, seen_updated }));
+        return (RowOutcome::Updated, Some(RowWrite::Replace { item, seen_state: "scheduled".into(), seen_updated }));
+    }
+    // Released (or expired at release) and now another version: the customer moved the
+    // renewal (R1b). The row is re-armed with the new version, pending release at its new
+    // time; the copy released from the old version is stale, and its sender drops it
+    // (`rescheduled`, no attempt spent) when it reads this row. A copy already delivered stays
+    // delivered: for the same reminder (same due date, other times) the new copy is then a
+    // duplicate; for a new due date it is a new reminder.
+    let version_changed = VERSION.iter().any(|c| old.get(*c) != item.get(*c));
+    if let Some(seen) = state
+        && version_changed
+    {
+        let seen_updated = old.get("updated_ms").cloned();
+        return (RowOutcome::Rescheduled, Some(RowWrite::Replace { item, seen_state: seen.to_owned(), seen_updated }));
     }
     let only_status = CONTENT.iter().filter(|c| **c != "status").all(|c| old.get(*c) == item.get(*c));
     match state {
@@ -288,7 +340,7 @@ fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Opt
         ),
         _ => (
             RowOutcome::Conflict(format!(
-                "renewal already {}; only its status may change now (import it under a new renewal_id to reschedule)",
+                "renewal already {}; only its status or its schedule (due date, send time, zone, window) may change now",
                 state.unwrap_or("released")
             )),
             None,
@@ -303,6 +355,9 @@ pub enum RowOutcome {
     Inserted,
     /// Existing renewal not yet released, rewritten with new content.
     Updated,
+    /// Released renewal with a new version (due date or times): re-armed, pending release at
+    /// its new time; the copy released from the old version is dropped by its sender.
+    Rescheduled,
     /// Already present with the same content: nothing written (re-import is idempotent).
     Unchanged,
     /// Already released; only a status change may follow it. The text says why not.
@@ -359,7 +414,7 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), DynamoErro
         .send()
         .await
         .map_err(|e| DynamoError::Unknown(Box::new(e)))?;
-    Ok(())
+    crate::dynamodb::wait_active(client, table).await
 }
 
 impl DynamoRenewals {
@@ -465,14 +520,14 @@ impl DynamoRenewals {
                         ConditionalPut::ConditionFailed { existing } => existing,
                     }
                 }
-                RowWrite::Replace { item, seen_updated } => {
-                    let mut values: Item = [(":scheduled".to_owned(), s("scheduled"))].into();
+                RowWrite::Replace { item, seen_state, seen_updated } => {
+                    let mut values: Item = [(":state".to_owned(), s(seen_state))].into();
                     let condition = match seen_updated {
                         Some(seen) => {
                             values.insert(":seen".into(), seen);
-                            "sched_state = :scheduled AND updated_ms = :seen"
+                            "sched_state = :state AND updated_ms = :seen"
                         }
-                        None => "sched_state = :scheduled AND attribute_not_exists(updated_ms)",
+                        None => "sched_state = :state AND attribute_not_exists(updated_ms)",
                     };
                     match put_if(&self.client, &self.table, item, condition, None, Some(values))
                         .await
@@ -513,13 +568,21 @@ impl DynamoRenewals {
         state: &str,
         reason: Option<&str>,
     ) -> Result<Marked, DueStoreError> {
+        // Only the version the tick read (R1): a row re-imported meanwhile with another reminder
+        // or other times is left pending, so the next tick releases the current version; the
+        // copy this tick may already have sent is stale, and its sender drops it.
         let mut update = self
             .client
             .update_item()
             .table_name(&self.table)
             .key("pk", s(renewal_key(&p.tenant_id, &p.renewal_id)))
-            .condition_expression("sched_state = :scheduled")
+            .condition_expression(
+                "sched_state = :scheduled AND reminder_id = :rid AND deliver_after_ms = :da AND deliver_by_ms = :db",
+            )
             .expression_attribute_values(":scheduled", s("scheduled"))
+            .expression_attribute_values(":rid", s(p.reminder_id.as_str()))
+            .expression_attribute_values(":da", ms(p.deliver_after))
+            .expression_attribute_values(":db", ms(p.deliver_by))
             .expression_attribute_values(":state", s(state))
             .expression_attribute_values(":at", ms(at));
         let expr = match reason {
@@ -762,7 +825,9 @@ mod tests {
     #[test]
     fn found_by_review_a_row_imported_before_the_day_index_is_backfilled_by_reimport() {
         let r = renewal("active");
-        let now = Utc::now();
+        // An import the evening before the due date (a fixed instant: the row's window is over
+        // in wall-clock time soon after 2026-12-02).
+        let now = r.deliver_after - chrono::TimeDelta::hours(12);
         let mut old = row_item(&r, now);
         old.remove("day_shard");
         // Still pending: rewritten whole, with its key.

@@ -127,6 +127,17 @@ pub enum RenewalView {
     Paid,
     /// Deleted from the renewals table.
     Missing,
+    /// Still due, but as another version than the copy in hand (re-imported with other times
+    /// or another due date after the copy was released): the copy is stale.
+    Rescheduled {
+        /// The current version is for the same reminder (only its times changed), which is
+        /// therefore still owed; otherwise the copy's reminder is owed no more.
+        same_reminder: bool,
+        /// The current version's `deliver_after`.
+        deliver_after: DateTime<Utc>,
+        /// The current version's `deliver_by`.
+        deliver_by: DateTime<Utc>,
+    },
 }
 
 /// What the shared rate limiter answered.
@@ -249,6 +260,23 @@ pub enum Disposition {
         /// What the system of record said.
         renewal: RenewalView,
     },
+    /// The copy belongs to a version of the renewal the table no longer holds (`rescheduled`),
+    /// and is not sent: no attempt spent. When the current version is another reminder, the
+    /// copy's reminder is recorded cancelled (`rescheduled`) and the copy dropped: the row,
+    /// re-armed, releases the new reminder. When it is the same reminder (other times), the
+    /// copy is requeued *as the current version* — its times replaced, visible at the new
+    /// `deliver_after` — and a claim it holds is released: the current version's own release
+    /// may already have come and gone (a duplicate of a dead-lettered reminder, say), so this
+    /// copy may be the reminder's only carrier. Two carriers are harmless: the ledger delivers
+    /// one reminder once.
+    Rescheduled {
+        /// The current version is the same reminder.
+        same_reminder: bool,
+        /// The current version's `deliver_after`.
+        deliver_after: DateTime<Utc>,
+        /// The current version's `deliver_by`.
+        deliver_by: DateTime<Utc>,
+    },
 }
 
 impl Disposition {
@@ -261,6 +289,7 @@ impl Disposition {
             }
             Self::Expire { .. } => Some(ReasonCode::BusinessDeadlineExpired),
             Self::Cancel { .. } => Some(ReasonCode::Cancelled),
+            Self::Rescheduled { .. } => Some(ReasonCode::Rescheduled),
         }
     }
 }
@@ -276,6 +305,22 @@ pub enum Decision {
 
 /// Step 3: what a copy received at or after `deliver_by` comes to.
 fn past_deadline(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision {
+    match past_deadline_ledger(msg, inputs) {
+        // Before a copy expires its reminder, the renewal is read: a copy of a version the
+        // table no longer holds is stale, not late (its renewal was moved after release, and
+        // the current version is released at its own time). One read per would-be expiry.
+        Decision::Done(Disposition::Expire { attempts_made }) => match inputs.renewal {
+            None => Decision::Next(Step::CheckRenewal),
+            Some(RenewalView::Rescheduled { same_reminder, deliver_after, deliver_by }) => {
+                Decision::Done(Disposition::Rescheduled { same_reminder, deliver_after, deliver_by })
+            }
+            Some(_) => Decision::Done(Disposition::Expire { attempts_made }),
+        },
+        other => other,
+    }
+}
+
+fn past_deadline_ledger(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision {
     let duplicate = Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
     match (inputs.claim, inputs.recorded) {
         // An earlier call's outcome is unknown (a provider without keys): the reminder may have
@@ -402,10 +447,13 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             format!("{prior_attempts} of {limit} provider attempts already made"),
         );
     }
-    // 5. Still wanted?
+    // 5. Still wanted, and still this version?
     match inputs.renewal {
         None => return Decision::Next(Step::CheckRenewal),
         Some(RenewalView::Active) => {}
+        Some(RenewalView::Rescheduled { same_reminder, deliver_after, deliver_by }) => {
+            return Decision::Done(Disposition::Rescheduled { same_reminder, deliver_after, deliver_by });
+        }
         Some(renewal) => return Decision::Done(Disposition::Cancel { renewal }),
     }
     // 5b. An earlier call whose outcome is unknown, at a provider that would apply a resend as

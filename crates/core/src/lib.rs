@@ -15,6 +15,7 @@ pub mod limiter;
 pub mod metrics;
 pub mod pause;
 pub mod ports;
+pub mod progress;
 pub mod provider;
 pub mod reason;
 pub mod reconcile;

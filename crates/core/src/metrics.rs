@@ -30,6 +30,8 @@ pub mod name {
     pub const SUPPRESSED: &str = "SuppressedDuplicates";
     /// Reminders cancelled before sending.
     pub const CANCELLED: &str = "Cancelled";
+    /// Copies dropped because their renewal was moved after they were released (`rescheduled`).
+    pub const RESCHEDULED: &str = "Rescheduled";
     /// Messages whose processing failed on infrastructure (retried by SQS).
     pub const INFRA_FAILURES: &str = "InfrastructureFailures";
     /// Delivery − `deliver_after`, milliseconds.
@@ -380,13 +382,17 @@ pub mod sender {
                 m.count_reason(name::DLQ_INGRESS, ReasonCode::BusinessDeadlineExpired.as_str(), 1.0);
             }
             Disposition::Cancel { .. } => m.count(name::CANCELLED, 1.0),
+            Disposition::Rescheduled { .. } => m.count(name::RESCHEDULED, 1.0),
         }
     }
 
     /// A call that ended without a settling answer: not accepted, not refused for good.
     fn failed_call(d: &Disposition) -> bool {
         match d {
-            Disposition::Delivered { .. } | Disposition::Cancel { .. } | Disposition::Acknowledge { .. } => false,
+            Disposition::Delivered { .. }
+            | Disposition::Cancel { .. }
+            | Disposition::Rescheduled { .. }
+            | Disposition::Acknowledge { .. } => false,
             Disposition::Defer { reason, .. } | Disposition::Quarantine { reason, .. } => !matches!(
                 reason,
                 ReasonCode::ClassifiedPermanent

@@ -139,6 +139,10 @@ closed_enum! {
         /// The renewal's `recipient_ref` resolves to no address (recipients table), or the renewal
         /// has none: nothing was sent; fix the recipient, then redrive.
         RecipientUnknown => "recipient_unknown",
+        /// The renewal was rescheduled (re-imported with other times or another due date) after
+        /// this copy was released: the copy belongs to a version the table no longer holds and
+        /// was dropped without an attempt; the current version is released at its own time.
+        Rescheduled => "rescheduled",
     }
 }
 

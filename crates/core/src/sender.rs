@@ -111,6 +111,10 @@ impl SenderError {
     }
 }
 
+/// The oldest renewal read a provider call may go out on: past it, the renewal is read again
+/// after the limiter's token and before the call.
+pub const RENEWAL_FRESH_FOR: Duration = Duration::from_secs(1);
+
 /// What a handler needs of the sender service: process one received message within an
 /// invocation (see [`Sender::process`]). Handlers and the local event source are generic over
 /// this one bound instead of the service's six ports.
@@ -310,6 +314,7 @@ where
         let mut claim = None;
         let mut recorded = None;
         let mut renewal: Option<RenewalLookup> = None;
+        let mut renewal_read_at: Option<DateTime<Utc>> = None;
         let mut limiter = None;
         let mut provider: Option<ProviderOutcome> = None;
         let mut provider_calls = 0;
@@ -318,6 +323,28 @@ where
         let mut call_latency = None;
         let mut now = self.clock.now();
         let disposition = loop {
+            // A renewal read before this copy's deadline is read again before the copy expires:
+            // the renewal may have been moved meanwhile (a limiter wait can be long), and a copy
+            // of a moved renewal is stale, not late — another copy may carry it to a later
+            // deadline, and an expiry here would put a delivered reminder in the DLQ.
+            if let (Some(at), Ok(m)) = (renewal_read_at, decoded.as_ref())
+                && at < m.deliver_by
+                && now >= m.deliver_by
+                && provider.is_none()
+            {
+                renewal = None;
+                renewal_read_at = None;
+            }
+            // Likewise before a call, when the token took a while: the renewal read then may be
+            // stale (moved, cancelled or paid while the reminder waited for the limiter). One
+            // more read, only after a wait: a call goes out on a read at most this old.
+            if limiter == Some(crate::decision::LimiterAnswer::Granted)
+                && provider.is_none()
+                && renewal_read_at.is_some_and(|at| until(at, now) > RENEWAL_FRESH_FOR)
+            {
+                renewal = None;
+                renewal_read_at = None;
+            }
             let inputs = Inputs {
                 message: decoded.as_ref(),
                 now,
@@ -325,7 +352,7 @@ where
                 observed: self.observed(),
                 claim,
                 recorded,
-                renewal: renewal.as_ref().map(|r| r.view),
+                renewal: renewal.as_ref().zip(decoded.as_ref().ok()).map(|(r, m)| r.view_for(m)),
                 limiter,
                 call_marked,
                 provider: provider.as_ref(),
@@ -356,6 +383,7 @@ where
                 }
                 Decision::Next(Step::CheckRenewal) => {
                     renewal = Some(self.renewals.lookup(&msg.tenant_id, &msg.renewal_id).await?);
+                    renewal_read_at = Some(now);
                 }
                 Decision::Next(Step::TakeToken { max_wait }) => {
                     let class = LimiterClass::of(msg, now, self.settings.deadline_near);
@@ -554,6 +582,50 @@ where
                     },
                 )
                 .await?;
+            }
+            Disposition::Rescheduled { same_reminder, deliver_after, deliver_by } => {
+                let attempts = match claim {
+                    Some(ClaimView::Claimed { prior_attempts, .. }) => prior_attempts,
+                    _ => 0,
+                };
+                if *same_reminder {
+                    // Still owed, now at the current version's times: this copy carries it
+                    // there (the current version's own copy may have come and gone already).
+                    if let Some(m) = msg {
+                        let copy =
+                            ReminderMessage { deliver_after: *deliver_after, deliver_by: *deliver_by, ..m.clone() };
+                        let at = (*deliver_after).max(now);
+                        self.queue.requeue(&copy, until(now, at), self.lane_at(&copy, at)).await?;
+                    }
+                    if held.is_some() {
+                        settle(
+                            held,
+                            Settlement {
+                                state: ReminderState::Deferred,
+                                reason: Some(ReasonCode::Rescheduled),
+                                attempts,
+                                receipt: None,
+                                provider_status: None,
+                                next_at: Some(*deliver_after),
+                            },
+                        )
+                        .await?;
+                    }
+                } else {
+                    // The copy's reminder is owed no more: the current version is another.
+                    settle(
+                        held,
+                        Settlement {
+                            state: ReminderState::Cancelled,
+                            reason: Some(ReasonCode::Rescheduled),
+                            attempts,
+                            receipt: None,
+                            provider_status: None,
+                            next_at: None,
+                        },
+                    )
+                    .await?;
+                }
             }
             Disposition::Cancel { .. } => {
                 let attempts = match claim {

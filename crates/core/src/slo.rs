@@ -112,7 +112,8 @@ pub fn verdict_of(
         }
         Disposition::Expire { .. } | Disposition::Quarantine { .. } => Some(Verdict::Breached),
         Disposition::Cancel { .. } => Some(Verdict::Excluded),
-        Disposition::Defer { .. } | Disposition::Acknowledge { .. } => None,
+        // A stale copy: the renewal's current version is the one judged.
+        Disposition::Defer { .. } | Disposition::Acknowledge { .. } | Disposition::Rescheduled { .. } => None,
     }
 }
 
@@ -120,6 +121,8 @@ pub fn verdict_of(
 pub fn judge(e: &Ending, policy: &SloPolicy, as_of: DateTime<Utc>) -> Verdict {
     let met_by = e.deliver_after.map(|after| policy.met_by(after, e.deliver_by));
     match &e.outcome {
+        // Sent before it was due (a copy of an earlier version, say) is not a met reminder.
+        Outcome::Delivered { at } if e.deliver_after.is_some_and(|after| *at < after) => Verdict::Breached,
         Outcome::Delivered { at } => match met_by {
             Some(by) if *at <= by && *at < e.deliver_by => Verdict::Met,
             None if *at < e.deliver_by => Verdict::Met,
@@ -320,6 +323,8 @@ mod tests {
         let p = SloPolicy::default();
         let at = |s| judge(&ending(Outcome::Delivered { at: t(s) }), &p, t(9999));
         assert_eq!((at(0), at(300), at(301)), (Verdict::Met, Verdict::Met, Verdict::Breached));
+        // Before deliver_after is not in time: it is early (R1: a copy of an earlier version).
+        assert_eq!(at(-3600), Verdict::Breached, "a reminder sent an hour early was judged met");
         // A deadline tighter than `within` bounds the SLO too: accepted at deliver_by is late.
         let tight = Ending { deliver_by: t(120), ..ending(Outcome::Delivered { at: t(120) }) };
         assert_eq!(judge(&tight, &p, t(9999)), Verdict::Breached);

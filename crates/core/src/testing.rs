@@ -303,7 +303,7 @@ impl Ledger for MemoryLedger {
         r.attempts = s.attempts;
         r.owner = None;
         r.lease_until = None;
-        if s.reason != Some(ReasonCode::ProviderIndeterminate) {
+        if !crate::ports::keeps_call_mark(s.reason) {
             r.call_owner = None;
             r.call_release = None;
         }
@@ -531,12 +531,28 @@ impl MemoryRenewals {
 
     /// Sets one renewal's view.
     pub fn set(&self, tenant: &TenantId, renewal: &RenewalId, view: RenewalView) {
+        let mut rows = lock(&self.rows);
+        let version = rows.get(&(tenant.clone(), renewal.clone())).and_then(|r| r.version.clone());
         let lookup = RenewalLookup {
             view,
             recipient_ref: Some(format!("recipient:{tenant}:{renewal}")),
             channel: Some("email".to_owned()),
+            version,
         };
-        lock(&self.rows).insert((tenant.clone(), renewal.clone()), lookup);
+        rows.insert((tenant.clone(), renewal.clone()), lookup);
+    }
+
+    /// Sets the version a renewal's row holds (an import computed its reminder and times);
+    /// an unknown renewal becomes active.
+    pub fn set_version(&self, tenant: &TenantId, renewal: &RenewalId, version: crate::ports::RenewalVersion) {
+        let mut rows = lock(&self.rows);
+        let row = rows.entry((tenant.clone(), renewal.clone())).or_insert_with(|| RenewalLookup {
+            view: RenewalView::Active,
+            recipient_ref: Some(format!("recipient:{tenant}:{renewal}")),
+            channel: Some("email".to_owned()),
+            version: None,
+        });
+        row.version = Some(version);
     }
 
     /// A table where every renewal is active.
@@ -551,6 +567,7 @@ impl Renewals for MemoryRenewals {
             view: RenewalView::Missing,
             recipient_ref: None,
             channel: None,
+            version: None,
         }))
     }
 }
@@ -565,6 +582,7 @@ impl Renewals for AllActive {
             view: RenewalView::Active,
             recipient_ref: Some(format!("recipient:{tenant}:{renewal}")),
             channel: Some("email".to_owned()),
+            version: None,
         })
     }
 }
@@ -1262,10 +1280,28 @@ impl MemoryDueStore {
         h % shards
     }
 
+    /// Replaces a renewal's row with a new version (an import of the same renewal with another
+    /// due date or other times), pending release whatever state the old one was in: the
+    /// import's re-arm (`DynamoRenewals::write_import`).
+    pub fn reschedule(&self, p: crate::ports::Pending) {
+        self.insert(p);
+    }
+
+    /// The version a renewal's row holds now.
+    pub fn current(&self, tenant: &TenantId, renewal: &RenewalId) -> Option<crate::ports::Pending> {
+        lock(&self.inner).rows.get(&(tenant.clone(), renewal.clone())).map(|(p, _)| p.clone())
+    }
+
+    /// Marks the row, only while it is pending and still the version `p` was read as (like
+    /// the DynamoDB adapter's condition: a row re-imported under a tick is left pending).
     fn mark(&self, p: &crate::ports::Pending, to: &'static str) -> crate::ports::Marked {
         let mut s = lock(&self.inner);
         match s.rows.get_mut(&(p.tenant_id.clone(), p.renewal_id.clone())) {
-            Some((_, state)) if *state == "scheduled" => {
+            Some((row, state))
+                if *state == "scheduled"
+                    && (&row.reminder_id, row.deliver_after, row.deliver_by)
+                        == (&p.reminder_id, p.deliver_after, p.deliver_by) =>
+            {
                 *state = to;
                 crate::ports::Marked::Done
             }

@@ -161,7 +161,7 @@ fn each_malformed_class_gets_its_own_message() {
         (
             with("tenant_id", json!("acme corp")),
             err(&with("tenant_id", json!("acme corp"))),
-            "field `tenant_id` contains ' ' at position 4; allowed: ASCII letters, digits and . _ : -",
+            "field `tenant_id` contains ' ' at position 4; allowed: ASCII letters, digits and . _ - (no `:`: it separates the tenant from the renewal in keys)",
         ),
         (with("kind", json!("")), err(&with("kind", json!(""))), "field `kind` must not be empty"),
         (

@@ -163,13 +163,41 @@ fn decision_table_covers_every_branch() {
             Decision::Next(Step::ReadLedger),
         ),
         (
-            "at deliver_by, with no record, is expired",
+            "at deliver_by, with no record, the renewal is read before anything expires",
             World {
                 now: t(BY),
                 recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false }),
                 ..World::fresh()
             },
+            Decision::Next(Step::CheckRenewal),
+        ),
+        (
+            "at deliver_by, with no record, is expired",
+            World {
+                now: t(BY),
+                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false }),
+                renewal: Some(RenewalView::Active),
+                ..World::fresh()
+            },
             Decision::Done(Disposition::Expire { attempts_made: 0 }),
+        ),
+        (
+            "past deliver_by, a copy of a renewal moved since is rescheduled, not expired",
+            World {
+                now: t(BY) + secs(1),
+                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false }),
+                renewal: Some(RenewalView::Rescheduled {
+                    same_reminder: true,
+                    deliver_after: t(BY) + secs(3600),
+                    deliver_by: t(BY) + secs(7200),
+                }),
+                ..World::fresh()
+            },
+            Decision::Done(Disposition::Rescheduled {
+                same_reminder: true,
+                deliver_after: t(BY) + secs(3600),
+                deliver_by: t(BY) + secs(7200),
+            }),
         ),
         (
             "past deliver_by, a delivered reminder's copy is a suppressed duplicate, not expired",
@@ -188,7 +216,12 @@ fn decision_table_covers_every_branch() {
         ),
         (
             "past deliver_by, a deferred reminder expires with the ledger's attempt count",
-            World { now: t(BY) + secs(1), recorded: Some(late(Some(ReminderState::Deferred), 3)), ..World::fresh() },
+            World {
+                now: t(BY) + secs(1),
+                recorded: Some(late(Some(ReminderState::Deferred), 3)),
+                renewal: Some(RenewalView::Active),
+                ..World::fresh()
+            },
             Decision::Done(Disposition::Expire { attempts_made: 3 }),
         ),
         (
@@ -196,6 +229,7 @@ fn decision_table_covers_every_branch() {
             World {
                 now: t(BY) + secs(1),
                 recorded: Some(late(Some(ReminderState::DeadLettered), 2)),
+                renewal: Some(RenewalView::Cancelled),
                 ..World::fresh()
             },
             Decision::Done(Disposition::Expire { attempts_made: 2 }),
@@ -209,6 +243,22 @@ fn decision_table_covers_every_branch() {
             "after deliver_by is expired",
             World { now: t(BY) + secs(1), ..World::ready() },
             Decision::Done(Disposition::Expire { attempts_made: 0 }),
+        ),
+        (
+            "a claimed copy of a renewal moved to another day is dropped as rescheduled, no call",
+            World {
+                renewal: Some(RenewalView::Rescheduled {
+                    same_reminder: false,
+                    deliver_after: t(BY) + secs(86_400),
+                    deliver_by: t(BY) + secs(90_000),
+                }),
+                ..World::ready()
+            },
+            Decision::Done(Disposition::Rescheduled {
+                same_reminder: false,
+                deliver_after: t(BY) + secs(86_400),
+                deliver_by: t(BY) + secs(90_000),
+            }),
         ),
         // 4. claim
         (

@@ -9,7 +9,6 @@ use std::io::BufRead;
 use std::path::Path;
 
 use chrono::Utc;
-use indicatif::{ProgressBar, ProgressStyle};
 use punctual_aws::renewals::{DynamoRenewals, RowOutcome};
 use punctual_core::renewal::{Renewal, RenewalInput, RowError};
 use serde::Serialize;
@@ -79,6 +78,9 @@ pub struct ImportSummary {
     pub inserted: usize,
     /// Changed renewals not yet released.
     pub updated: usize,
+    /// Released renewals moved to another due date or time: re-armed for their new time (the
+    /// copy released from the old version is dropped by its sender, `rescheduled`).
+    pub rescheduled: usize,
     /// Already present and identical.
     pub unchanged: usize,
     /// Rejected lines (validation or conflict), with reasons.
@@ -94,10 +96,15 @@ impl ImportSummary {
     /// Human report.
     pub fn render(&self) -> String {
         let mut out = format!(
-            "{} rows: {} inserted, {} updated, {} unchanged, {} rejected{}\n",
+            "{} rows: {} inserted, {} updated, {}{} unchanged, {} rejected{}\n",
             self.rows,
             self.inserted,
             self.updated,
+            if self.rescheduled > 0 {
+                format!("{} rescheduled after release, ", self.rescheduled)
+            } else {
+                String::new()
+            },
             self.unchanged,
             self.rejected.len(),
             if self.recipients > 0 {
@@ -399,11 +406,9 @@ async fn run_with(
                 .map_err(|e| ImportError::Recipients(format!("{} addresses", book.len()), e))?;
         }
     }
-    let bar = if progress { ProgressBar::new(valid.len() as u64) } else { ProgressBar::hidden() };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} importing [{bar:30}] {pos}/{len} rows  {per_sec}  eta {eta}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let mut bar = punctual_core::progress::Progress::new(valid.len() as u64);
+    let started = std::time::Instant::now();
+    let mut done = 0u64;
     let mut summary = ImportSummary { rows: total, ignored_columns: ignored, ..ImportSummary::default() };
     for chunk in valid.chunks(CHUNK) {
         let renewals: Vec<Renewal> = chunk.iter().map(|(_, r)| r.clone()).collect();
@@ -412,6 +417,7 @@ async fn run_with(
             match outcome {
                 RowOutcome::Inserted => summary.inserted += 1,
                 RowOutcome::Updated => summary.updated += 1,
+                RowOutcome::Rescheduled => summary.rescheduled += 1,
                 RowOutcome::Unchanged => summary.unchanged += 1,
                 RowOutcome::Conflict(reason) => {
                     rejected.push(Reject { line: *line, reason });
@@ -422,9 +428,13 @@ async fn run_with(
                 summary.recipients += 1;
             }
         }
-        bar.inc(chunk.len() as u64);
+        done += chunk.len() as u64;
+        if progress {
+            let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-3);
+            bar.update(done, || format!("importing {done}/{} rows  {rate:.0} rows/s", valid.len()));
+        }
     }
-    bar.finish_and_clear();
+    bar.finish();
     rejected.sort_by_key(|r| r.line);
     summary.rejected = rejected;
     Ok(summary)

@@ -47,6 +47,7 @@ fn log(message_id: &str, result: &Result<Processed, SenderError>) {
                 Disposition::Quarantine { .. } => "dead_lettered",
                 Disposition::Expire { .. } => "expired",
                 Disposition::Cancel { .. } => "cancelled",
+                Disposition::Rescheduled { .. } => "rescheduled",
             };
             tracing::info!(
                 message_id,

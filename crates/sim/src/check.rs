@@ -16,6 +16,7 @@
 //! | I5 | bounded work: provider requests per reminder ≤ attempt budget × (1 + redrives) + lost answers; ledger history ≤ its bound; SQS copies per reminder ≤ 64 |
 //! | I6 | throttling sends no healthy reminder to the DLQ (a reminder the provider only ever throttled, with a long window, never ends `attempt_limit`) |
 //! | I7 | the DLQ never holds a delivered reminder, and every DLQ message carries a known reason |
+//! | I8 | nothing is delivered for a version of a renewal the table no longer holds, nor before the current `deliver_after`: no provider call for a copy whose version (reminder, `deliver_after`, `deliver_by`) is not the one its sender read from the renewals table, nor before that version's `deliver_after` (beyond the skew bound); and every renewal's current version ends (I3 over the versions the table holds at the end) |
 //!
 //! Fault classes (each counted in `faults_injected`): a crash at every step boundary (after the
 //! claim — its answer lost; during the call — a timeout; after the call before the settle;
@@ -24,7 +25,9 @@
 //! applied-but-answer-lost writes, provider 429 with `Retry-After` in seconds, as an HTTP date
 //! and absurd (a day), 503, 5xx, timeouts, accept-then-drop, 3xx, clock skew between
 //! instances, an import racing a tick, a redrive racing live traffic, pause and resume at
-//! random points.
+//! random points, an import moving renewals (later the same day, to another due date, a new
+//! deadline alone, or cancelled) while ticks hold them and their copies are queued, and a
+//! population spread over the whole lookahead (after a pause, one catch-up group spans it).
 //!
 //! A run is a pure function of its seed: `punctual check --seeds 1 --first-seed S` replays
 //! seed S exactly.
@@ -50,7 +53,8 @@ use punctual_core::limiter::{LimiterSettings, SharedLimiter};
 use punctual_core::pause::PauseGate;
 use punctual_core::ports::{
     Control, DeadLetter, DeadLetters, DeadLettersError, Ledger, Pause, Pending, Provider, ProviderError,
-    ProviderRequest, Quarantine, QueueError, Release, ReleaseQueue, SendQueue,
+    ProviderRequest, Quarantine, QueueError, Release, ReleaseQueue, RenewalLookup, RenewalVersion, Renewals,
+    RenewalsError, SendQueue,
 };
 use punctual_core::provider::{IndeterminatePolicy, ProviderOutcome, ProviderProfile, RetryAfter};
 use punctual_core::reason::{ReasonCode, ReminderState};
@@ -84,10 +88,10 @@ const OVERHEAD: Duration = Duration::from_millis(20);
 const HORIZON: Duration = Duration::from_secs(40 * 60);
 
 /// The invariants, by name.
-pub const INVARIANTS: [&str; 7] = ["I1", "I2", "I3", "I4", "I5", "I6", "I7"];
+pub const INVARIANTS: [&str; 8] = ["I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8"];
 
 /// The fault classes, by name (every one appears in `faults_injected`).
-pub const FAULT_CLASSES: [&str; 23] = [
+pub const FAULT_CLASSES: [&str; 25] = [
     "crash_after_claim",
     "crash_during_call",
     "crash_after_call_before_settle",
@@ -111,6 +115,8 @@ pub const FAULT_CLASSES: [&str; 23] = [
     "import_racing_tick",
     "redrive_racing_traffic",
     "pause_resume",
+    "renewal_moved_under_tick",
+    "catch_up_over_the_lookahead",
 ];
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -292,6 +298,14 @@ struct Plan {
     import_at: Option<Duration>,
     /// Reminders the provider always refuses with a transient answer (an outage of theirs).
     outage: f64,
+    /// When an import moves renewals (later the same day, another due date, a new deadline,
+    /// or cancelled) while ticks hold them and copies of them are on the queue.
+    reschedule_at: Option<Duration>,
+    /// The share of renewals that import moves.
+    reschedule: f64,
+    /// The population's due times spread over the whole lookahead (else over 20 s): with a
+    /// pause, the first tick after the resume catches up one group spanning the lookahead.
+    spread: bool,
 }
 
 impl Plan {
@@ -318,6 +332,10 @@ impl Plan {
         let pause_at = (rng.next_unit() < 0.5).then(|| (secs(rng, 120.0), secs(rng, 60.0)));
         let redrive_at = (rng.next_unit() < 0.7).then(|| secs(rng, 240.0) + Duration::from_secs(20));
         let import_at = (rng.next_unit() < 0.5).then(|| secs(rng, 30.0));
+        // Drawn last, so the draws above are what they were for every seed.
+        let reschedule_at = (rng.next_unit() < 0.5).then(|| secs(rng, 60.0));
+        let reschedule = rng.next_unit() * 0.4;
+        let spread = rng.next_unit() < 0.3;
         Self {
             provider_fault,
             ledger,
@@ -329,6 +347,9 @@ impl Plan {
             redrive_at,
             import_at,
             outage,
+            reschedule_at,
+            reschedule,
+            spread,
         }
     }
 }
@@ -466,6 +487,9 @@ impl SendQueue for Sqs {
 
 impl ReleaseQueue for Sqs {
     async fn release(&self, batch: &[Release]) -> Result<Vec<bool>, QueueError> {
+        // A SendMessageBatch takes a round trip: a tick holds what it read across it, so an
+        // import can move a renewal between the tick's read and its mark.
+        tokio::time::sleep(LATENCY).await;
         for r in batch {
             // As the SQS adapter sends it: whole seconds, rounded up.
             let secs = (r.delay.as_secs() + u64::from(r.delay.subsec_nanos() > 0)).min(900);
@@ -593,12 +617,30 @@ struct ChaosProvider {
 
 impl ChaosProvider {
     /// One request at the provider: checks I1/I2 at arrival, then answers.
-    fn call(&self, msg: &ReminderMessage, delivered_in_ledger: bool) -> ProviderOutcome {
+    fn call(&self, msg: &ReminderMessage, delivered_in_ledger: bool, seen: Option<&str>) -> ProviderOutcome {
         let now = self.clock.truth();
         let now_ms = now.timestamp_millis();
         let rid = msg.reminder_id.to_string();
         let mut s = lock(&self.state);
         let skew = TimeDelta::from_std(SKEW).unwrap_or_default();
+        // I8: the version the sender read from the renewals table (TableRenewals passes it in
+        // the recipient reference) is the copy's, and its deliver_after has come.
+        if let Some(seen) = seen.and_then(SeenVersion::parse) {
+            let copy = SeenVersion::of(msg);
+            if seen != copy {
+                s.violations.push((
+                    "I8",
+                    rid.clone(),
+                    format!("called for version {copy:?} after its sender read {seen:?} from the table"),
+                ));
+            } else if now < seen.deliver_after - skew {
+                s.violations.push((
+                    "I8",
+                    rid.clone(),
+                    format!("called at {now}, before deliver_after {}", seen.deliver_after),
+                ));
+            }
+        }
         if now < msg.deliver_after - skew || now >= msg.deliver_by + skew {
             let detail = format!(
                 "called at {now}, window [{}, {}) (skew bound {} ms)",
@@ -731,9 +773,49 @@ impl Provider for ChaosProvider {
             .ok()
             .flatten()
             .is_some_and(|r| r.state == ReminderState::Delivered);
-        let outcome = self.call(req.message, delivered);
+        let outcome = self.call(req.message, delivered, req.recipient_ref);
         tokio::time::sleep(LATENCY.min(req.timeout)).await;
         Ok(outcome)
+    }
+}
+
+/// A version of a renewal as the checker writes it into the recipient reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SeenVersion {
+    reminder_id: String,
+    deliver_after: DateTime<Utc>,
+    deliver_by: DateTime<Utc>,
+}
+
+impl SeenVersion {
+    fn of(m: &ReminderMessage) -> Self {
+        Self { reminder_id: m.reminder_id.to_string(), deliver_after: m.deliver_after, deliver_by: m.deliver_by }
+    }
+
+    fn encode(v: &RenewalVersion) -> String {
+        format!("v|{}|{}|{}", v.reminder_id, v.deliver_after.timestamp_millis(), v.deliver_by.timestamp_millis())
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        let mut it = s.strip_prefix("v|")?.split('|');
+        let reminder_id = it.next()?.to_owned();
+        let at = |x: Option<&str>| x?.parse::<i64>().ok().and_then(DateTime::<Utc>::from_timestamp_millis);
+        Some(Self { reminder_id, deliver_after: at(it.next())?, deliver_by: at(it.next())? })
+    }
+}
+
+/// The renewals table as the senders read it: the in-memory table, with the version each read
+/// found passed on to the provider in the (opaque) recipient reference, for I8.
+#[derive(Debug, Clone, Default)]
+struct TableRenewals(MemoryRenewals);
+
+impl Renewals for TableRenewals {
+    async fn lookup(&self, tenant: &TenantId, renewal: &RenewalId) -> Result<RenewalLookup, RenewalsError> {
+        let mut l = self.0.lookup(tenant, renewal).await?;
+        if let Some(v) = &l.version {
+            l.recipient_ref = Some(SeenVersion::encode(v));
+        }
+        Ok(l)
     }
 }
 
@@ -748,7 +830,7 @@ pub fn run_seed(seed: u64, reminders: usize, honours_keys: bool, indeterminate: 
 
 type CheckSender = Sender<
     FaultyLedger<MemoryLedger>,
-    MemoryRenewals,
+    TableRenewals,
     SharedLimiter<MemorySlotStore, SkewedClock>,
     ChaosProvider,
     Sqs,
@@ -764,20 +846,26 @@ fn run_here(seed: u64, n: usize, honours_keys: bool, indeterminate: Indeterminat
     let faults = Faults::default();
     let truth = SkewedClock { start: tokio::time::Instant::now(), offset_ms: 0 };
 
-    // The population: renewals due within 20 s, windows of 20 s to 5 min, a few cancelled.
+    // The population: renewals due within 20 s (or, spread, within the 10-minute lookahead),
+    // windows of 20 s to 5 min, a few cancelled.
     let due = MemoryDueStore::new(2);
-    let renewals = MemoryRenewals::new();
+    let renewals = TableRenewals::default();
     let mut population = Vec::new();
+    let due_within = if plan.spread { 540_000.0 } else { 20_000.0 };
+    if plan.spread && plan.pause_at.is_some() {
+        faults.add("catch_up_over_the_lookahead");
+    }
     for i in 0..n {
         let (Ok(tenant), Ok(renewal)) = (TenantId::parse(format!("t{}", i % 3)), RenewalId::parse(format!("r-{i}")))
         else {
             continue;
         };
-        let after = t0() + TimeDelta::milliseconds((rng.next_unit() * 20_000.0) as i64);
+        let after = t0() + TimeDelta::milliseconds((rng.next_unit() * due_within) as i64);
         let by = after + TimeDelta::milliseconds(20_000 + (rng.next_unit() * 280_000.0) as i64);
         let view = if rng.next_unit() < 0.05 { RenewalView::Cancelled } else { RenewalView::Active };
-        renewals.set(&tenant, &renewal, view);
         let p = Pending::new(tenant, renewal, ReminderKind::renewal_due(), after, by);
+        renewals.0.set_version(&p.tenant_id, &p.renewal_id, version_of(&p));
+        renewals.0.set(&p.tenant_id, &p.renewal_id, view);
         due.insert(p.clone());
         population.push(p);
     }
@@ -1006,6 +1094,80 @@ fn run_here(seed: u64, n: usize, honours_keys: bool, indeterminate: Indeterminat
                 }
             }));
         }
+        // An import moving renewals while ticks hold them and their copies are queued: each
+        // chosen renewal at its own instant within a minute, to a later time the same day, to
+        // another due date (another reminder), to a new deadline alone, to now, or cancelled.
+        if let Some(at) = plan.reschedule_at {
+            let (due, renewals, population, faults, truth) =
+                (due.clone(), renewals.clone(), population.clone(), faults.clone(), truth.clone());
+            let mut rrng = SplitMix64::new(seed ^ 0x7e5c);
+            let share = plan.reschedule;
+            tasks.push(tokio::task::spawn_local(async move {
+                let mut moves: Vec<(Duration, &Pending, u64)> = Vec::new();
+                for p in &population {
+                    if rrng.next_unit() < share {
+                        let t = at + Duration::from_millis((rrng.next_unit() * 60_000.0) as u64);
+                        moves.push((t, p, rrng.next_u64()));
+                    }
+                }
+                moves.sort_by_key(|(t, _, _)| *t);
+                let start = truth.truth();
+                for (t, p, draw) in moves {
+                    let wait = (start + TimeDelta::from_std(t).unwrap_or_default() - truth.truth()).to_std();
+                    tokio::time::sleep(wait.unwrap_or_default()).await;
+                    let now = truth.truth();
+                    let Some(current) = due.current(&p.tenant_id, &p.renewal_id) else { continue };
+                    let window = current.deliver_by - current.deliver_after;
+                    let ms = |lo: u64, hi: u64, d: u64| TimeDelta::milliseconds((lo + d % (hi - lo)) as i64);
+                    let moved = match draw % 5 {
+                        // Later the same day: the same reminder, other times.
+                        0 => {
+                            let after = current.deliver_after.max(now) + ms(30_000, 180_000, draw >> 8);
+                            Pending { deliver_after: after, deliver_by: after + window, ..current.clone() }
+                        }
+                        // Another due date: another reminder (its times kept inside the run).
+                        1 => {
+                            let after = now + ms(10_000, 120_000, draw >> 8);
+                            let other_day =
+                                current.deliver_after.date_naive() + chrono::Days::new(1 + (draw >> 40) % 30);
+                            Pending {
+                                reminder_id: punctual_core::ids::ReminderId::derive(
+                                    &current.tenant_id,
+                                    &current.renewal_id,
+                                    &current.kind,
+                                    other_day,
+                                ),
+                                deliver_after: after,
+                                deliver_by: after + ms(20_000, 300_000, draw >> 20),
+                                ..current.clone()
+                            }
+                        }
+                        // A new deadline alone (never one already past: the import refuses those).
+                        2 => {
+                            let by = (current.deliver_after + ms(20_000, 300_000, draw >> 8))
+                                .max(now + TimeDelta::seconds(5));
+                            Pending { deliver_by: by, ..current.clone() }
+                        }
+                        // Due now.
+                        3 => Pending {
+                            deliver_after: now,
+                            deliver_by: now + window.max(TimeDelta::seconds(20)),
+                            ..current.clone()
+                        },
+                        // Cancelled.
+                        _ => {
+                            renewals.0.set(&p.tenant_id, &p.renewal_id, RenewalView::Cancelled);
+                            faults.add("renewal_moved_under_tick");
+                            continue;
+                        }
+                    };
+                    faults.add("renewal_moved_under_tick");
+                    trace_id(&current.reminder_id.to_string(), || format!("{now} moved to {moved:?}"));
+                    renewals.0.set_version(&p.tenant_id, &p.renewal_id, version_of(&moved));
+                    due.reschedule(moved);
+                }
+            }));
+        }
         // Until everything settled (or the horizon).
         let settled = {
             let (sqs, truth, due, population) = (sqs.clone(), truth.clone(), due.clone(), population.clone());
@@ -1039,6 +1201,10 @@ fn run_here(seed: u64, n: usize, honours_keys: bool, indeterminate: Indeterminat
     }
     let spread = plan.skew_ms.iter().max().copied().unwrap_or(0) - plan.skew_ms.iter().min().copied().unwrap_or(0);
     let spread = Duration::from_millis(u64::try_from(spread).unwrap_or(0));
+    // The versions the table holds at the end: a moved renewal is judged by its last version
+    // (its earlier versions' copies are I8's concern).
+    let population: Vec<Pending> =
+        population.iter().map(|p| due.current(&p.tenant_id, &p.renewal_id).unwrap_or_else(|| p.clone())).collect();
     let mut out = verify(seed, &population, &due, &ledger, &sqs, &provider, &errs.borrow(), &outage, spread);
     out.faults = lock(&faults.0).clone();
     out
@@ -1046,11 +1212,20 @@ fn run_here(seed: u64, n: usize, honours_keys: bool, indeterminate: Indeterminat
 
 /// With `PUNCTUAL_CHECK_TRACE=rem_…`, prints what happens to that reminder (replaying a seed).
 fn trace(body: &str, line: impl FnOnce() -> String) {
-    if let Ok(want) = std::env::var("PUNCTUAL_CHECK_TRACE")
-        && reminder_of(body).is_some_and(|r| r == want)
-    {
+    if let Some(r) = reminder_of(body) {
+        trace_id(&r, line);
+    }
+}
+
+fn trace_id(reminder: &str, line: impl FnOnce() -> String) {
+    if std::env::var("PUNCTUAL_CHECK_TRACE").is_ok_and(|want| want == reminder) {
         eprintln!("trace {}", line());
     }
+}
+
+/// The version a row holds, as the renewals table gives it to the sender.
+fn version_of(p: &Pending) -> RenewalVersion {
+    RenewalVersion { reminder_id: p.reminder_id.clone(), deliver_after: p.deliver_after, deliver_by: p.deliver_by }
 }
 
 /// The invocation deadline a sender sees for a batch: 60 s from now.
@@ -1092,6 +1267,14 @@ fn verify(
     let live = { q.msgs.values().filter_map(|m| reminder_of(&m.body)).collect::<HashSet<_>>() };
     let in_dlq: HashMap<String, Option<String>> =
         q.dlq.iter().filter_map(|(_, body, reason)| reminder_of(body).map(|r| (r, reason.clone()))).collect();
+    // The deadline each letter carried: a renewal moved after release was dead-lettered under
+    // the deadline of the version its copy was (I6 judges the sender by what it knew).
+    let letter_deadline: HashMap<(String, Option<String>), DateTime<Utc>> = q
+        .dlq
+        .iter()
+        .filter_map(|(_, body, reason)| ReminderMessage::decode(body).ok().map(|m| (m, reason.clone())))
+        .map(|(m, reason)| ((m.reminder_id.to_string(), reason), m.deliver_by))
+        .collect();
     let mut calls_of: HashMap<&str, Vec<&Call>> = HashMap::new();
     for c in &p.calls {
         calls_of.entry(c.reminder.as_str()).or_default().push(c);
@@ -1180,7 +1363,11 @@ fn verify(
                 .as_ref()
                 .and_then(|r| r.history.iter().rev().find(|h| h.state == ReminderState::DeadLettered))
                 .map_or(0, |h| h.at.timestamp_millis());
-            let slack_ms = pending.deliver_by.timestamp_millis() - dead_at;
+            let deadline = letter_deadline
+                .get(&(rid.clone(), dead_for.map(|r| r.as_str().to_owned())))
+                .copied()
+                .unwrap_or(pending.deliver_by);
+            let slack_ms = deadline.timestamp_millis() - dead_at;
             let fitted =
                 slack_ms > (punctual_core::provider::MAX_RETRY_AFTER + Duration::from_secs(10)).as_millis() as i64;
             match dead_for {

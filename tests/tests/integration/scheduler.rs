@@ -203,7 +203,8 @@ async fn a_two_hour_pause_is_caught_up_and_what_missed_its_window_expires() {
     let paused_at = minute(r.clock.now()) - TimeDelta::hours(2);
     let missed: Vec<Renewal> = (0..40).map(|n| row_at(n, ZONES[n % 5], paused_at, 60)).collect();
     let live: Vec<Renewal> = (40..100).map(|n| row_at(n, ZONES[n % 5], paused_at, 240)).collect();
-    r.renewals.import(&[missed.clone(), live.clone()].concat(), r.clock.now()).await.unwrap();
+    // Imported before the pause (an import refuses a row whose window is already over).
+    r.renewals.import(&[missed.clone(), live.clone()].concat(), paused_at - TimeDelta::minutes(1)).await.unwrap();
 
     let report = r.scheduler().tick(r.deadline()).await.unwrap();
     assert_eq!((report.released, report.expired_missed, report.finished), (60, 40, true));
@@ -216,7 +217,7 @@ async fn a_two_hour_pause_is_caught_up_and_what_missed_its_window_expires() {
 }
 
 #[tokio::test]
-async fn reimporting_the_same_rows_changes_nothing_and_a_released_row_only_takes_a_status_change() {
+async fn reimporting_the_same_rows_changes_nothing_and_a_released_row_takes_a_status_or_schedule_change() {
     let r = rig("sched-reimport").await;
     let now = r.clock.now();
     let rows: Vec<Renewal> =
@@ -227,13 +228,21 @@ async fn reimporting_the_same_rows_changes_nothing_and_a_released_row_only_takes
     assert!(again.iter().all(|o| *o == RowOutcome::Unchanged));
     let mut cancelled = rows[0].clone();
     cancelled.status = punctual_core::renewal::RenewalStatus::Cancelled;
-    let mut moved = rows[1].clone();
-    moved.window_minutes = 30;
-    let out = r.renewals.import(&[cancelled, moved], now).await.unwrap();
+    // Built again, not edited: a renewal's deadline is derived from its window at validation.
+    let moved = row_at(1, ZONES[1], minute(now) + TimeDelta::minutes(3), 30);
+    let mut recipient = rows[2].clone();
+    recipient.recipient_ref = "someone-else".into();
+    let out = r.renewals.import(&[cancelled, moved.clone(), recipient], now).await.unwrap();
     assert_eq!(out[0], RowOutcome::Updated);
-    assert!(matches!(&out[1], RowOutcome::Conflict(why) if why.contains("already enqueued")), "{:?}", out[1]);
+    // A new window is a new version: re-armed, pending release with its new deadline (the
+    // copy already released is stale, and its sender drops it).
+    assert_eq!(out[1], RowOutcome::Rescheduled);
+    assert_eq!(r.sched_state(&moved).await.0.as_deref(), Some("scheduled"));
+    assert!(matches!(&out[2], RowOutcome::Conflict(why) if why.contains("already enqueued")), "{:?}", out[2]);
     let report = r.scheduler().tick(r.deadline()).await.unwrap();
-    assert_eq!(report.released, 0, "nothing is re-released by a re-import");
+    assert_eq!(report.released, 1, "only the rescheduled renewal is released again");
+    let again = r.scheduler().tick(r.deadline()).await.unwrap();
+    assert_eq!(again.released, 0);
     r.stack.destroy().await;
 }
 
@@ -248,8 +257,7 @@ async fn an_import_racing_a_tick_never_rearms_a_released_renewal() {
     r.renewals.import(&rows, now).await.unwrap();
     // The operator re-imports with a changed window (allowed while scheduled) and, for a
     // brand-new renewal, a first import: both read first…
-    let mut changed = rows[0].clone();
-    changed.window_minutes = 60;
+    let changed = row_at(0, ZONES[0], minute(now) + TimeDelta::minutes(3), 60);
     let fresh = row_at(7, ZONES[2], minute(now) + TimeDelta::minutes(3), 120);
     let batch = [changed.clone(), fresh.clone()];
     let read = r.renewals.read_for_import(&batch).await.unwrap();
@@ -259,11 +267,96 @@ async fn an_import_racing_a_tick_never_rearms_a_released_renewal() {
     assert_eq!(report.released, 4);
     // …then the first import writes what it decided before the release.
     let out = r.renewals.write_import(&batch, read, now).await.unwrap();
-    assert_eq!(r.sched_state(&changed).await.0.as_deref(), Some("enqueued"), "re-armed after release: {out:?}");
     assert_eq!(r.sched_state(&fresh).await.0.as_deref(), Some("enqueued"), "re-armed after release: {out:?}");
-    assert!(matches!(&out[0], RowOutcome::Conflict(why) if why.contains("already enqueued")), "{out:?}");
     assert_eq!(out[1], RowOutcome::Unchanged, "the same content was inserted meanwhile: {out:?}");
+    // The changed window is another version of `changed`: decided again against the released
+    // row, it is rescheduled (re-armed with its new deadline), not lost and not refused.
+    assert_eq!(out[0], RowOutcome::Rescheduled, "{out:?}");
     let again = r.scheduler().tick(r.deadline()).await.unwrap();
-    assert_eq!(again.released, 0, "a released renewal was released twice");
+    assert_eq!(again.released, 1, "only the new version is released again, the unchanged row never twice");
+    r.stack.destroy().await;
+}
+
+/// R1: a tick reads a renewal, an import moves it (another due date: another reminder) while
+/// the tick holds it, and the tick then marks what it read. The mark must not stick to the
+/// new version: the new version stays pending, and the next tick releases it.
+#[tokio::test]
+async fn a_renewal_moved_while_a_tick_holds_it_is_left_pending_for_its_new_version() {
+    use punctual_core::ports::{DueStore, Marked};
+    let r = rig("sched-moved-under-tick").await;
+    let now = r.clock.now();
+    let v1 = row_at(1, ZONES[0], minute(now) + TimeDelta::minutes(3), 120);
+    let mut same_day = row_at(2, ZONES[1], minute(now) + TimeDelta::minutes(3), 120);
+    r.renewals.import(&[v1.clone(), same_day.clone()], now).await.unwrap();
+    // The tick's read.
+    let mut held = Vec::new();
+    for shard in 0..r.renewals.shards() {
+        held.extend(r.renewals.due_page(shard, now + TimeDelta::minutes(10), 100, None).await.unwrap().items);
+    }
+    assert_eq!(held.len(), 2);
+    // The import: v1 to tomorrow (a new reminder), the other to a later send time (the same
+    // reminder, other times).
+    let v2 = row_at(1, ZONES[0], minute(now) + TimeDelta::days(1), 120);
+    same_day = row_at(2, ZONES[1], minute(now) + TimeDelta::minutes(9), 120);
+    let out = r.renewals.import(&[v2.clone(), same_day.clone()], now).await.unwrap();
+    assert_eq!(out, [RowOutcome::Updated, RowOutcome::Updated]);
+    // The tick marks what it read.
+    for p in &held {
+        assert_eq!(r.renewals.mark_enqueued(p, now).await.unwrap(), Marked::NotPending, "marked over a new version");
+    }
+    assert_eq!(r.sched_state(&v2).await.0.as_deref(), Some("scheduled"));
+    assert_eq!(r.sched_state(&same_day).await.0.as_deref(), Some("scheduled"));
+    // The next tick releases the new versions, at their new times.
+    r.release.sent.lock().unwrap().clear();
+    let report = r.scheduler().tick(r.deadline()).await.unwrap();
+    assert_eq!(report.released, 1, "{report:?}");
+    let sent = r.release.sent.lock().unwrap().clone();
+    assert_eq!(sent[0].0.reminder_id, same_day.reminder_id);
+    assert_eq!(sent[0].0.deliver_after, same_day.deliver_after);
+    r.stack.destroy().await;
+}
+
+/// R1b: the customer moves the renewal after its reminder was released. The re-import is
+/// accepted (`rescheduled`), the row is pending again with its new version, and the sender's
+/// read of the row shows that version (the released copy is then stale: see
+/// crates/core/tests/reschedule.rs).
+#[tokio::test]
+async fn a_renewal_moved_after_release_is_rearmed_and_reads_as_its_new_version() {
+    use punctual_core::ports::Renewals;
+    let r = rig("sched-moved-after-release").await;
+    let now = r.clock.now();
+    let v1 = row_at(3, ZONES[2], minute(now) + TimeDelta::minutes(3), 120);
+    r.renewals.import(std::slice::from_ref(&v1), now).await.unwrap();
+    assert_eq!(r.scheduler().tick(r.deadline()).await.unwrap().released, 1);
+    let v2 = row_at(3, ZONES[2], minute(now) + TimeDelta::days(1), 120);
+    let out = r.renewals.import(std::slice::from_ref(&v2), now).await.unwrap();
+    assert_eq!(out, [RowOutcome::Rescheduled], "a released renewal could not be moved");
+    assert_eq!(r.sched_state(&v2).await.0.as_deref(), Some("scheduled"));
+    let seen = r.renewals.lookup(&v2.tenant_id, &v2.renewal_id).await.unwrap();
+    let version = seen.version.expect("an imported row has a version");
+    assert_eq!(
+        (version.reminder_id, version.deliver_after, version.deliver_by),
+        (v2.reminder_id, v2.deliver_after, v2.deliver_by)
+    );
+    // Tomorrow's version is not released today (it is beyond the lookahead).
+    assert_eq!(r.scheduler().tick(r.deadline()).await.unwrap().released, 0);
+    r.stack.destroy().await;
+}
+
+/// S9: a row whose window is already over when it is imported is refused with its times (it
+/// would only be expired at release and burn the SLO); the same row re-imported after its
+/// window ended, once imported in time, is still unchanged.
+#[tokio::test]
+async fn a_row_already_past_its_deadline_is_refused_and_an_old_file_still_reimports() {
+    let r = rig("sched-past").await;
+    let now = r.clock.now();
+    let over = row_at(4, ZONES[3], minute(now) - TimeDelta::hours(3), 60);
+    let out = r.renewals.import(std::slice::from_ref(&over), now).await.unwrap();
+    assert!(matches!(&out[0], RowOutcome::Conflict(why) if why.contains("already over")), "{out:?}");
+    assert!(r.scheduler().tick(r.deadline()).await.unwrap().expired_missed == 0);
+    let in_time = row_at(5, ZONES[3], minute(now) + TimeDelta::minutes(3), 60);
+    r.renewals.import(std::slice::from_ref(&in_time), now).await.unwrap();
+    let later = r.renewals.import(std::slice::from_ref(&in_time), now + TimeDelta::days(1)).await.unwrap();
+    assert_eq!(later, [RowOutcome::Unchanged]);
     r.stack.destroy().await;
 }

@@ -9,7 +9,12 @@ use punctual_aws::renewals::{DynamoRenewals, create_table};
 use punctual_ops::import::{self, Reject};
 use punctual_tests::{sdk_config, unique};
 
+/// Writes a fixture file. `@DUE@` and `@DUE1@` stand for the dates 30 and 31 days after today:
+/// an import refuses an active row whose window is already over, so fixed dates would turn
+/// these tests red on the day after them.
 fn write(name: &str, text: &str) -> PathBuf {
+    let day = |n| (chrono::Utc::now() + chrono::TimeDelta::days(n)).format("%Y-%m-%d").to_string();
+    let text = text.replace("@DUE1@", &day(31)).replace("@DUE@", &day(30));
     let dir = std::env::temp_dir().join(unique("punctual-import"));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
@@ -26,15 +31,15 @@ async fn table() -> (String, DynamoRenewals) {
 
 const CSV: &str = "\
 tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,local_send_time,window_minutes,status
-acme,ren-1,cust-1,email,America/New_York,2026-12-01,09:00,480,
-acme,ren-2,cust-2,email,Mars/Olympus,2026-12-01,09:00,480,
+acme,ren-1,cust-1,email,America/New_York,@DUE@,09:00,480,
+acme,ren-2,cust-2,email,Mars/Olympus,@DUE@,09:00,480,
 acme,ren-3,cust-3,sms,Europe/London,2026-02-30,09:00,480,
-acme,ren-4,cust-4,sms,Asia/Kathmandu,2026-12-01,09:00,0,
-acme,ren-5,cust-5,email,Australia/Lord_Howe,2026-12-01,9am,480,
-acme,ren-6,cust-6,email,Europe/London,2026-12-01,09:00,480,archived
-acme,ren-7,cust-7,email,Europe/London,2026-12-01,09:00,480,
-acme,ren-1,cust-1,email,America/New_York,2026-12-01,09:00,480,
-acme corp,ren-9,cust-9,email,Europe/London,2026-12-01,09:00,480,
+acme,ren-4,cust-4,sms,Asia/Kathmandu,@DUE@,09:00,0,
+acme,ren-5,cust-5,email,Australia/Lord_Howe,@DUE@,9am,480,
+acme,ren-6,cust-6,email,Europe/London,@DUE@,09:00,480,archived
+acme,ren-7,cust-7,email,Europe/London,@DUE@,09:00,480,
+acme,ren-1,cust-1,email,America/New_York,@DUE@,09:00,480,
+acme corp,ren-9,cust-9,email,Europe/London,@DUE@,09:00,480,
 acme,ren-10,cust-10,email,America/New_York,2026-03-08,02:30,60,cancelled
 acme,ren-11,cust-11,email
 ";
@@ -70,15 +75,15 @@ async fn a_mixed_csv_imports_every_valid_row_and_reports_each_invalid_line() {
 async fn json_lines_accept_numbers_and_report_bad_lines() {
     let (_, store) = table().await;
     let text = concat!(
-        r#"{"tenant_id":"acme","renewal_id":"j-1","recipient_ref":"c1","channel":"email","zone":"Europe/London","local_due_date":"2026-12-01","window_minutes":480}"#,
+        r#"{"tenant_id":"acme","renewal_id":"j-1","recipient_ref":"c1","channel":"email","zone":"Europe/London","local_due_date":"@DUE@","window_minutes":480}"#,
         "\n",
         "{not json\n",
         "\n",
-        r#"{"tenant_id":"acme","renewal_id":"j-2","recipient_ref":"c2","channel":"email","zone":"Europe/London","local_due_date":"2026-12-01","window_minutes":[1]}"#,
+        r#"{"tenant_id":"acme","renewal_id":"j-2","recipient_ref":"c2","channel":"email","zone":"Europe/London","local_due_date":"@DUE@","window_minutes":[1]}"#,
         "\n",
         r#"["an","array"]"#,
         "\n",
-        r#"{"tenant_id":"acme","renewal_id":"j-3","recipient_ref":"c3","channel":"sms","zone":"Asia/Kathmandu","local_due_date":"2026-12-02","local_send_time":"08:30","window_minutes":"120"}"#,
+        r#"{"tenant_id":"acme","renewal_id":"j-3","recipient_ref":"c3","channel":"sms","zone":"Asia/Kathmandu","local_due_date":"@DUE1@","local_send_time":"08:30","window_minutes":"120"}"#,
         "\n",
     );
     let path = write("renewals.jsonl", text);
@@ -133,12 +138,12 @@ async fn emails_go_to_the_recipients_table_only() {
     let path = write(
         "with-emails.csv",
         "tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,window_minutes,email\n\
-         acme,ren-1,cust-1,email,Europe/London,2026-12-01,480,ana@example.com\n\
-         acme,ren-2,cust-2,email,Europe/London,2026-12-01,480,not-an-address\n\
-         acme,ren-3,cust-1,email,Europe/London,2026-12-01,480,someone.else@example.com\n\
-         acme,ren-4,cust-4,email,Europe/London,2026-12-01,480,\n\
-         acme,ren-5,cust-1,email,Europe/London,2026-12-01,480,ana@example.com\n\
-         acme,ren-6,bob@example.com,email,Europe/London,2026-12-01,480,\n",
+         acme,ren-1,cust-1,email,Europe/London,@DUE@,480,ana@example.com\n\
+         acme,ren-2,cust-2,email,Europe/London,@DUE@,480,not-an-address\n\
+         acme,ren-3,cust-1,email,Europe/London,@DUE@,480,someone.else@example.com\n\
+         acme,ren-4,cust-4,email,Europe/London,@DUE@,480,\n\
+         acme,ren-5,cust-1,email,Europe/London,@DUE@,480,ana@example.com\n\
+         acme,ren-6,bob@example.com,email,Europe/London,@DUE@,480,\n",
     );
     let refused = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
         .args(["import", path.to_str().unwrap(), "--table", &name])
@@ -168,7 +173,7 @@ async fn emails_go_to_the_recipients_table_only() {
     let typo = write(
         "typo.csv",
         "tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,window_minutes,Email\n\
-         acme,ren-9,cust-9,email,Europe/London,2026-12-01,480,zoe@example.com\n",
+         acme,ren-9,cust-9,email,Europe/London,@DUE@,480,zoe@example.com\n",
     );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
         .args(["import", typo.to_str().unwrap(), "--table", &name, "--recipients-table", &recipients, "--json"])
@@ -204,13 +209,11 @@ async fn two_tenants_with_one_recipient_ref_keep_their_own_addresses() {
     let recipients = unique("punctual-recipients");
     punctual_aws::recipients::create_table(&ddb, &recipients).await.unwrap();
     let header = "tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,window_minutes,email\n";
-    let a = write(
-        "tenant-a.csv",
-        &format!("{header}acme,ren-1,cust-1,email,Europe/London,2026-12-01,480,ana@acme.example\n"),
-    );
+    let a =
+        write("tenant-a.csv", &format!("{header}acme,ren-1,cust-1,email,Europe/London,@DUE@,480,ana@acme.example\n"));
     let b = write(
         "tenant-b.csv",
-        &format!("{header}globex,ren-1,cust-1,email,Europe/London,2026-12-01,480,bo@globex.example\n"),
+        &format!("{header}globex,ren-1,cust-1,email,Europe/London,@DUE@,480,bo@globex.example\n"),
     );
     for path in [&a, &b] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))

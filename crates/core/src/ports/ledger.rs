@@ -37,7 +37,15 @@ use crate::decision::ClaimView;
 use crate::ids::ReminderId;
 use crate::reason::{ReasonCode, ReminderState};
 
-/// Whether a mark left by a copy of `mark_release` is covered by the operator's decision that
+/// Whether a settlement with `reason` leaves the mark of an unknown provider call in place: the
+/// quarantine that is about that call, and a rescheduled copy's release (it made no call; the
+/// earlier one stays unknown for the copy that carries the reminder on). Every other
+/// settlement records the outcome of a call, or ends the reminder.
+pub fn keeps_call_mark(reason: Option<ReasonCode>) -> bool {
+    matches!(reason, Some(ReasonCode::ProviderIndeterminate | ReasonCode::Rescheduled))
+}
+
+/// Whether an unknown call's mark was decided about by an operator's redrive, which the copy
 /// `msg` carries: `msg` is stamped `resend_unknown` by a redrive whose id sorts after the mark's
 /// release (redrive ids sort by time; "" is the scheduler's). A mark made by a copy of the same
 /// redrive, or a later one, is a new unknown call nobody decided about.

@@ -37,13 +37,13 @@ pub use control::{Control, ControlError, Pause};
 pub use due::{DueStore, DueStoreError, Marked, Page, Pending};
 pub use ledger::{
     HISTORY_MAX, HISTORY_RECENT, HistoryEntry, Ledger, LedgerError, LedgerRecord, OwnerToken, SettleOutcome,
-    Settlement, compact_history, covered_by_operator,
+    Settlement, compact_history, covered_by_operator, keeps_call_mark,
 };
 pub use limiter::{Book, Booked, Lane, Limiter, LimiterClass, LimiterError, LimiterRequest, SlotStore, SlotView};
 pub use provider::{Provider, ProviderError, ProviderRequest};
 pub use queue::{DeadLetter, DeadLetters, DeadLettersError, Quarantine, QueueError, Release, ReleaseQueue, SendQueue};
 pub use recipients::{EmailAddress, InvalidAddress, Recipients, RecipientsError};
-pub use renewals::{RenewalLookup, Renewals, RenewalsError};
+pub use renewals::{RenewalLookup, RenewalVersion, Renewals, RenewalsError};
 
 /// A boxed error source kept by the catch-all cases.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -2,9 +2,33 @@
 
 use std::future::Future;
 
+use chrono::{DateTime, Utc};
+
 use super::{BoxError, Certainty};
+use crate::contract::ReminderMessage;
 use crate::decision::RenewalView;
-use crate::ids::{RenewalId, TenantId};
+use crate::ids::{ReminderId, RenewalId, TenantId};
+
+/// Which version of a renewal a row holds: the reminder and the times the import computed. A
+/// released copy carries the version it was released from; a re-import that changes any of the
+/// three makes that copy stale (I8: nothing is delivered for a version the table no longer
+/// holds).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenewalVersion {
+    /// The reminder the row is for (its due date is in the id).
+    pub reminder_id: ReminderId,
+    /// Not before.
+    pub deliver_after: DateTime<Utc>,
+    /// Not at or after.
+    pub deliver_by: DateTime<Utc>,
+}
+
+impl RenewalVersion {
+    /// The version a message was released from.
+    pub fn of(m: &ReminderMessage) -> Self {
+        Self { reminder_id: m.reminder_id.clone(), deliver_after: m.deliver_after, deliver_by: m.deliver_by }
+    }
+}
 
 /// What the sender needs from the system of record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +39,24 @@ pub struct RenewalLookup {
     pub recipient_ref: Option<String>,
     /// `email`, `sms`, ...
     pub channel: Option<String>,
+    /// The version the row holds now; `None` for a row written without computed times (tests'
+    /// and local runs' bare rows), which no copy can be stale against.
+    pub version: Option<RenewalVersion>,
+}
+
+impl RenewalLookup {
+    /// The row as the sender of `m` must see it: an active row whose version is not the one
+    /// `m` was released from is [`RenewalView::Rescheduled`].
+    pub fn view_for(&self, m: &ReminderMessage) -> RenewalView {
+        match (&self.view, &self.version) {
+            (RenewalView::Active, Some(v)) if *v != RenewalVersion::of(m) => RenewalView::Rescheduled {
+                same_reminder: v.reminder_id == m.reminder_id,
+                deliver_after: v.deliver_after,
+                deliver_by: v.deliver_by,
+            },
+            (view, _) => *view,
+        }
+    }
 }
 
 /// The renewals table failed as machinery.

@@ -1,0 +1,201 @@
+//! A renewal moved after its reminder was released (R1b): the copy on the queue belongs to a
+//! version the renewals table no longer holds. Its sender does not send it — no provider call,
+//! no attempt spent, `rescheduled` in the ledger — and the current version goes out at its own
+//! time (I8: nothing is delivered for a version the table no longer holds, nor before the
+//! current `deliver_after`). Moved to another day, the copy's reminder is recorded cancelled
+//! and the copy dropped; moved within the day (the same reminder), the copy is requeued with
+//! the current times.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use punctual_core::clock::{Clock, ManualClock};
+use punctual_core::decision::{Disposition, RenewalView};
+use punctual_core::limiter::{LimiterSettings, SharedLimiter};
+use punctual_core::ports::{Ledger, RenewalVersion};
+use punctual_core::sender::{Received, Sender, SenderSettings};
+use punctual_core::testing::{MemoryLedger, MemoryQueue, MemoryRenewals, MemorySlotStore, ScriptedProvider};
+use punctual_core::{ReasonCode, ReminderMessage, ReminderState};
+
+type TestSender = Sender<
+    MemoryLedger,
+    MemoryRenewals,
+    SharedLimiter<MemorySlotStore, ManualClock>,
+    ScriptedProvider<ManualClock>,
+    MemoryQueue,
+    ManualClock,
+>;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-12-01T14:00:00Z").unwrap().with_timezone(&Utc)
+}
+
+struct Rig {
+    clock: ManualClock,
+    renewals: MemoryRenewals,
+    ledger: MemoryLedger,
+    queue: MemoryQueue,
+    provider: ScriptedProvider<ManualClock>,
+    sender: TestSender,
+}
+
+fn rig() -> Rig {
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let renewals = MemoryRenewals::new();
+    let ledger = MemoryLedger::new();
+    let queue = MemoryQueue::new();
+    let provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]);
+    let limiter = SharedLimiter::new(MemorySlotStore::default(), clock.clone(), LimiterSettings::new(100.0), 1);
+    let sender = Sender::new(
+        ledger.clone(),
+        renewals.clone(),
+        limiter,
+        provider.clone(),
+        queue.clone(),
+        clock.clone(),
+        SenderSettings::default(),
+        7,
+    );
+    Rig { clock, renewals, ledger, queue, provider, sender }
+}
+
+impl Rig {
+    async fn process(&self, m: &ReminderMessage) -> Disposition {
+        let deadline = self.clock.now() + TimeDelta::seconds(30);
+        self.sender.process(Received { message_id: "m-1", body: &m.encode() }, deadline).await.unwrap().disposition
+    }
+
+    /// The row now holds `m` (an import of its renewal).
+    fn holds(&self, m: &ReminderMessage) {
+        self.renewals.set_version(&m.tenant_id, &m.renewal_id, RenewalVersion::of(m));
+    }
+}
+
+/// The copy released at 14:00 for a window until 16:00.
+fn released() -> ReminderMessage {
+    punctual_core::testing::message("1", t0(), t0() + TimeDelta::hours(2))
+}
+
+#[tokio::test]
+async fn a_copy_of_a_renewal_moved_to_another_day_is_dropped_and_its_reminder_recorded_rescheduled() {
+    let r = rig();
+    let old = released();
+    // The customer moved the renewal to tomorrow after the copy was released: another due
+    // date, so another reminder.
+    let new = punctual_core::testing::message(
+        "1",
+        t0() + TimeDelta::days(1),
+        t0() + TimeDelta::days(1) + TimeDelta::hours(2),
+    );
+    assert_ne!(old.reminder_id, new.reminder_id);
+    r.holds(&new);
+
+    let d = r.process(&old).await;
+    assert!(matches!(d, Disposition::Rescheduled { same_reminder: false, .. }), "{d:?}");
+    assert!(r.provider.calls().is_empty(), "the old version reached the provider");
+    assert!(r.queue.dead().is_empty(), "a rescheduled copy is not a dead letter");
+    assert!(r.queue.requeued().is_empty(), "a rescheduled copy is dropped, not requeued");
+    let rec = r.ledger.get(&old.reminder_id).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.state, rec.last_reason, rec.attempts),
+        (ReminderState::Cancelled, Some(ReasonCode::Rescheduled), 0)
+    );
+
+    // Tomorrow's copy goes out tomorrow.
+    r.clock.set(new.deliver_after + TimeDelta::seconds(1));
+    assert!(matches!(r.process(&new).await, Disposition::Delivered { .. }));
+    assert_eq!(r.provider.calls().len(), 1);
+}
+
+/// `old`'s renewal moved three hours later the same day (the same reminder, other times).
+fn later_same_day(old: &ReminderMessage) -> ReminderMessage {
+    ReminderMessage { deliver_after: t0() + TimeDelta::hours(3), deliver_by: t0() + TimeDelta::hours(5), ..old.clone() }
+}
+
+#[tokio::test]
+async fn a_copy_of_a_renewal_moved_later_the_same_day_is_dropped_and_the_new_time_delivers_it() {
+    let r = rig();
+    let old = released();
+    // Same due date, a later send time: the same reminder, other times.
+    let new = later_same_day(&old);
+    r.holds(&new);
+
+    let d = r.process(&old).await;
+    assert_eq!(
+        d,
+        Disposition::Rescheduled { same_reminder: true, deliver_after: new.deliver_after, deliver_by: new.deliver_by }
+    );
+    assert!(r.provider.calls().is_empty(), "delivered hours before the current deliver_after");
+    let rec = r.ledger.get(&old.reminder_id).await.unwrap().unwrap();
+    assert!(!rec.state.is_terminal(), "the reminder is still owed, by the new version: {:?}", rec.state);
+    assert_eq!(rec.last_reason, Some(ReasonCode::Rescheduled));
+    assert_eq!(rec.attempts, 0, "no attempt spent");
+    // The copy itself carries the reminder to its new time, as the current version.
+    let requeued = r.queue.requeued();
+    assert_eq!(requeued.len(), 1, "{requeued:?}");
+    let (copy, delay) = &requeued[0];
+    assert_eq!((copy.deliver_after, copy.deliver_by), (new.deliver_after, new.deliver_by));
+    assert_eq!(*delay, (new.deliver_after - r.clock.now()).to_std().unwrap());
+
+    // The new version's copy, at its time, claims the reminder at once and delivers it.
+    r.clock.set(new.deliver_after + TimeDelta::seconds(1));
+    assert!(matches!(r.process(&new).await, Disposition::Delivered { attempt: 1, .. }));
+    assert_eq!(r.provider.calls().len(), 1);
+}
+
+/// Only `deliver_by` changed (the window was widened or narrowed): the copy carries the old
+/// deadline, which the sender would enforce (an early expiry, or a send past the new one). It
+/// is not sent as it is: it is requeued at once with the new deadline (its `deliver_after` has
+/// come), and the row, re-armed by the import, is released again at the next tick too; the
+/// ledger delivers the reminder once.
+#[tokio::test]
+async fn a_copy_whose_deadline_alone_moved_is_dropped_for_the_current_one() {
+    let r = rig();
+    let old = released();
+    let new = ReminderMessage { deliver_by: t0() + TimeDelta::minutes(30), ..old.clone() };
+    r.holds(&new);
+    let d = r.process(&old).await;
+    assert_eq!(
+        d,
+        Disposition::Rescheduled { same_reminder: true, deliver_after: new.deliver_after, deliver_by: new.deliver_by }
+    );
+    let requeued = r.queue.requeued();
+    assert_eq!((requeued[0].0.deliver_by, requeued[0].1), (new.deliver_by, Duration::ZERO));
+    assert!(matches!(r.process(&requeued[0].0).await, Disposition::Delivered { .. }));
+    assert!(matches!(r.process(&new).await, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }));
+    assert_eq!(r.provider.calls().len(), 1);
+}
+
+/// A stale copy received after its own `deliver_by` is not a deadline miss: before it expires
+/// anything, the sender reads the renewal.
+#[tokio::test]
+async fn a_stale_copy_past_its_old_deadline_is_not_expired() {
+    let r = rig();
+    let old = released();
+    let new = later_same_day(&old);
+    r.holds(&new);
+    r.clock.set(old.deliver_by + TimeDelta::minutes(1));
+    let d = r.process(&old).await;
+    assert_eq!(d.reason(), Some(ReasonCode::Rescheduled), "{d:?}");
+    assert!(r.queue.dead().is_empty(), "a stale copy wrote a business_deadline_expired letter");
+    let rec = r.ledger.get(&old.reminder_id).await.unwrap();
+    assert!(
+        rec.as_ref().is_none_or(|rec| rec.state != ReminderState::Expired),
+        "expired a reminder still owed: {rec:?}"
+    );
+}
+
+/// The copy of the version the table holds is delivered; a cancelled renewal still cancels.
+#[tokio::test]
+async fn the_current_version_is_delivered_and_a_cancel_still_wins() {
+    let r = rig();
+    let m = released();
+    r.holds(&m);
+    assert!(matches!(r.process(&m).await, Disposition::Delivered { .. }));
+    let other = punctual_core::testing::message("2", t0(), t0() + TimeDelta::hours(2));
+    r.holds(&other);
+    r.renewals.set(&other.tenant_id, &other.renewal_id, RenewalView::Cancelled);
+    assert!(matches!(r.process(&other).await, Disposition::Cancel { .. }));
+}
