@@ -255,6 +255,7 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let started = Instant::now();
     let pollers =
         run_pollers(instances, urgent, queues.clone(), Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
+    let mut line = punctual_core::progress::Progress::timed(Duration::from_secs(10));
     let watch = async {
         let mut idle = 0;
         let mut last_tick = Instant::now() - Duration::from_secs(60);
@@ -270,13 +271,15 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
                 Err(e) => break Err(step("reading the queue depth")(e)),
             };
             if progress {
-                eprint!(
-                    "\rdraining  {:>5.1}s  in queue {:>6} normal {:>6} urgent  handled {:>6}   ",
-                    started.elapsed().as_secs_f64(),
-                    depth.normal,
-                    depth.urgent,
-                    stats.records.load(Ordering::Relaxed)
-                );
+                line.update(0, || {
+                    format!(
+                        "draining  {:>5.1}s  in queue {:>6} normal {:>6} urgent  handled {:>6}   ",
+                        started.elapsed().as_secs_f64(),
+                        depth.normal,
+                        depth.urgent,
+                        stats.records.load(Ordering::Relaxed)
+                    )
+                });
             }
             idle = if depth.total() == 0 { idle + 1 } else { 0 };
             if idle >= 3 {
@@ -289,9 +292,7 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     };
     let ((), watched) = tokio::join!(pollers, watch);
     watched?;
-    if progress {
-        eprintln!();
-    }
+    line.finish();
     let as_of = Utc::now();
     let records =
         DynamoLedger::new(ddb.clone(), &r.ledger_table).scan_all().await.map_err(step("reading the ledger"))?;

@@ -3,7 +3,6 @@
 //! pollers (playing the SQS event source mapping) → the sender handler → the provider double —
 //! with a live progress line and a final report.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -320,12 +319,15 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     let rows = generate(opts.reminders, Utc::now(), opts.tight_share.clamp(0.0, 1.0));
     let tight = rows.iter().filter(|r| r.window_minutes == TIGHT_WINDOW).count();
     let import_started = Instant::now();
+    let mut progress = punctual_core::progress::Progress::new(rows.len() as u64);
     for (i, chunk) in rows.chunks(500).enumerate() {
         renewals.import(chunk, Utc::now()).await.map_err(step("importing renewals"))?;
         if opts.progress {
-            eprint!("\rimporting      {}/{}", (i * 500 + chunk.len()).min(rows.len()), rows.len());
+            let done = (i * 500 + chunk.len()).min(rows.len());
+            progress.update(done as u64, || format!("importing      {done}/{}", rows.len()));
         }
     }
+    progress.finish();
     if ses {
         // Each customer's address, in the recipients table only (never in a renewal row).
         let book = punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &res.recipients_table);
@@ -340,7 +342,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         book.put_all(&entries, Utc::now().timestamp_millis()).await.map_err(step("writing the recipients"))?;
     }
     let import_seconds = import_started.elapsed().as_secs_f64();
-    say(format!("\rimported       {} renewals over {} zones in {import_seconds:.1} s", rows.len(), ZONES.len()));
+    say(format!("imported       {} renewals over {} zones in {import_seconds:.1} s", rows.len(), ZONES.len()));
 
     let queues = res.queues(sqs);
     let sender = sender_config(&res, opts.quota)?;
@@ -390,6 +392,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     let monitor = async {
         let limit = Duration::from_secs_f64(n as f64 / opts.quota * 4.0 + 120.0);
         let loop_started = Instant::now();
+        let mut progress = punctual_core::progress::Progress::new(n);
         let mut interrupted: Option<crate::env::Stop> = None;
         let mut last_depth_check = Instant::now() - Duration::from_secs(10);
         let mut depth: Option<(punctual_aws::sqs::Depth, punctual_aws::sqs::Depth)> = None;
@@ -434,19 +437,18 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
                         a.visible, a.in_flight, a.delayed, b.visible, b.in_flight, b.delayed
                     ),
                 };
-                eprint!(
-                    "\r{elapsed:6.1}s  delivered {:>6}/{n}  dlq {:>4}  {queue:<52}  429s {:>4}  {rate:6.1}/s of {}/s ",
-                    accepted, dlq, throttled, opts.quota
-                );
-                let _ = std::io::stderr().flush();
+                progress.update(handled, || {
+                    format!(
+                        "{elapsed:6.1}s  delivered {:>6}/{n}  dlq {:>4}  {queue:<52}  429s {:>4}  {rate:6.1}/s of {}/s ",
+                        accepted, dlq, throttled, opts.quota
+                    )
+                });
             }
             if (handled >= n && total == Some(0)) || loop_started.elapsed() > limit {
                 break;
             }
         }
-        if opts.progress {
-            eprintln!();
-        }
+        progress.finish();
         stop.store(true, Ordering::Relaxed);
         (interrupted, backlog)
     };

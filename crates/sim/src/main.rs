@@ -269,13 +269,14 @@ fn check_command(a: CheckArgs) -> ExitCode {
         ..CheckConfig::new(a.seeds, a.first_seed)
     };
     let every = (a.seeds / 100).max(1);
+    let mut progress = punctual_core::progress::Progress::new(a.seeds);
     let report = check(&config, |done, r| {
         if done % every == 0 || done == a.seeds {
             let broken: u64 = r.violations.values().sum();
-            eprint!("\rcheck  {done:>6}/{} seeds  violations {broken:<6}", a.seeds);
+            progress.update(done, || format!("check  {done:>6}/{} seeds  violations {broken:<6}", a.seeds));
         }
     });
-    eprintln!();
+    progress.finish();
     let broken: u64 = report.violations.values().sum();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
