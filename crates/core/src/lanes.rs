@@ -311,6 +311,74 @@ mod tests {
         );
     }
 
+    /// I9, the urgent lane is work-conserving: over random ticks (reminders visible now or up
+    /// to 12 minutes out, windows of 1 to 14 minutes, work already ahead), every reminder
+    /// becomes visible no later than its start under earliest-deadline-first with release
+    /// times (a reference schedule computed here the slow way), within one second; never
+    /// before its `deliver_after`, never more than 15 minutes out. With the monotone cursor of
+    /// the first pacing (R2 put back) the first case with a tight reminder due later than a
+    /// roomy one due now fails.
+    #[test]
+    fn i9_paced_reminders_are_visible_by_their_edf_start() {
+        use proptest::prelude::*;
+        let case = (0u64..200, proptest::collection::vec((0i64..720, 60i64..840), 1..60), 1u32..200);
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 1000,
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        });
+        runner
+            .run(&case, |(ahead, rows, rate)| {
+                let rate = f64::from(rate);
+                let msgs: Vec<ReminderMessage> = rows
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (after, window))| {
+                        let after = t0() + TimeDelta::seconds(*after);
+                        message(&format!("r{k:03}"), after, after + TimeDelta::seconds(*window))
+                    })
+                    .collect();
+                let refs: Vec<&ReminderMessage> = msgs.iter().collect();
+                let depths = LaneDepths { urgent: ahead, ..LaneDepths::default() };
+                let got = ReleasePlanner::new(LanePolicy::new(rate), t0(), depths).plan(&refs, t0());
+                // The reference: one server at `rate`, free after the work ahead; whenever free
+                // it takes the visible reminder with the earliest deadline, else waits.
+                let step = 1.0 / rate;
+                let mut free = ahead as f64 / rate;
+                let mut start = vec![f64::NAN; msgs.len()];
+                let mut left: Vec<usize> = (0..msgs.len()).collect();
+                let vis = |m: &ReminderMessage| (m.deliver_after - t0()).num_milliseconds().max(0) as f64 / 1000.0;
+                while !left.is_empty() {
+                    let earliest = left.iter().map(|&i| vis(&msgs[i])).fold(f64::INFINITY, f64::min);
+                    free = free.max(earliest);
+                    let pick = *left
+                        .iter()
+                        .filter(|&&i| vis(&msgs[i]) <= free)
+                        .min_by_key(|&&i| (msgs[i].deliver_by, msgs[i].reminder_id.clone()))
+                        .expect("one is visible");
+                    start[pick] = free;
+                    free += step;
+                    left.retain(|&i| i != pick);
+                }
+                for (i, m) in msgs.iter().enumerate() {
+                    let at = (got[i] - t0()).num_milliseconds() as f64 / 1000.0;
+                    prop_assert!(got[i] >= m.deliver_after.max(t0()), "{}: visible before deliver_after", i);
+                    prop_assert!(at <= 900.0 + 1e-9, "{}: more than 15 minutes out", i);
+                    prop_assert!(
+                        at <= start[i] + 1.0,
+                        "reminder {} (visible {:.1} s, due by {:.1} s) becomes visible at {:.1} s, its EDF start is {:.1} s",
+                        i,
+                        vis(m),
+                        (m.deliver_by - t0()).num_milliseconds() as f64 / 1000.0,
+                        at,
+                        start[i]
+                    );
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+
     /// R2: A is visible in 10 minutes with a 1-minute window, B is due now with 12 minutes.
     /// By deadline A comes first, but B is the only work there is now: earliest-deadline-first
     /// over visible time serves B at once, never idling the lane for ten minutes.
