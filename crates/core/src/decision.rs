@@ -114,6 +114,9 @@ pub struct RecordView {
     /// A provider call is marked and was never settled (a provider without keys): its outcome
     /// is unknown.
     pub unknown_call: bool,
+    /// While the reminder is leased: the lease's end. A lease still running belongs to a worker
+    /// that may be calling the provider right now.
+    pub lease_until: Option<DateTime<Utc>>,
 }
 
 /// The renewal as the system of record has it now.
@@ -337,6 +340,20 @@ fn past_deadline_ledger(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision 
         (_, None) => Decision::Next(Step::ReadLedger),
         (_, Some(rec)) => match rec.state {
             Some(ReminderState::Delivered) => duplicate,
+            // Another worker holds a live lease (it claimed before the deadline and may be in
+            // its provider call right now): its answer decides. Neither an unknown earlier call
+            // nor an expiry: the copy comes back when the lease ends, and finds the reminder
+            // delivered, expired, or with an unknown call. (Seen by the checker: a stale copy
+            // arriving during the current version's call dead-lettered a reminder its holder
+            // then delivered.)
+            Some(ReminderState::Leased) if rec.lease_until.is_some_and(|l| l > inputs.now) => {
+                Decision::Done(Disposition::Defer {
+                    until: rec.lease_until.unwrap_or(inputs.now),
+                    reason: ReasonCode::ClaimedElsewhere,
+                    attempts_made: rec.attempts.max(msg.attempt),
+                    provider_status: None,
+                })
+            }
             // Maybe delivered: never an expiry (see above).
             Some(ReminderState::Leased | ReminderState::Deferred | ReminderState::DeadLettered) if rec.unknown_call => {
                 unknown_earlier_call(rec.attempts.max(msg.attempt), "deliver_by passed")

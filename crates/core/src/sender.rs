@@ -379,6 +379,10 @@ where
                         state: rec.as_ref().map(|r| r.state),
                         attempts: rec.as_ref().map_or(0, |r| r.attempts),
                         unknown_call: rec.as_ref().is_some_and(|r| r.call_owner.is_some()),
+                        lease_until: rec
+                            .as_ref()
+                            .filter(|r| r.state == ReminderState::Leased)
+                            .and_then(|r| r.lease_until),
                     });
                 }
                 Decision::Next(Step::CheckRenewal) => {

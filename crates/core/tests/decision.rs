@@ -114,7 +114,12 @@ impl World {
 }
 
 fn late(state: Option<ReminderState>, attempts: u32) -> RecordView {
-    RecordView { state, attempts, unknown_call: false }
+    RecordView { state, attempts, unknown_call: false, lease_until: None }
+}
+
+/// Leased until `until` by a worker whose call is marked and not settled.
+fn leased_with_a_call(until: DateTime<Utc>) -> RecordView {
+    RecordView { state: Some(ReminderState::Leased), attempts: 1, unknown_call: true, lease_until: Some(until) }
 }
 
 fn defer(until: DateTime<Utc>, reason: ReasonCode, attempts_made: u32, provider_status: Option<u16>) -> Decision {
@@ -166,7 +171,7 @@ fn decision_table_covers_every_branch() {
             "at deliver_by, with no record, the renewal is read before anything expires",
             World {
                 now: t(BY),
-                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false }),
+                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false, lease_until: None }),
                 ..World::fresh()
             },
             Decision::Next(Step::CheckRenewal),
@@ -175,17 +180,34 @@ fn decision_table_covers_every_branch() {
             "at deliver_by, with no record, is expired",
             World {
                 now: t(BY),
-                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false }),
+                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false, lease_until: None }),
                 renewal: Some(RenewalView::Active),
                 ..World::fresh()
             },
             Decision::Done(Disposition::Expire { attempts_made: 0 }),
         ),
         (
+            "past deliver_by, a live lease elsewhere (its holder may be calling) defers to its end",
+            World { now: t(BY) + secs(1), recorded: Some(leased_with_a_call(t(BY) + secs(20))), ..World::fresh() },
+            defer(t(BY) + secs(20), ReasonCode::ClaimedElsewhere, 1, None),
+        ),
+        (
+            "past deliver_by, a lease that ended with its call unknown is an unknown earlier call",
+            World { now: t(BY) + secs(21), recorded: Some(leased_with_a_call(t(BY) + secs(20))), ..World::fresh() },
+            Decision::Done(Disposition::Quarantine {
+                reason: ReasonCode::ProviderIndeterminate,
+                attempts_made: 1,
+                provider_status: None,
+                detail:
+                    "an earlier call's outcome is unknown (its worker stopped before recording it); deliver_by passed"
+                        .into(),
+            }),
+        ),
+        (
             "past deliver_by, a copy of a renewal moved since is rescheduled, not expired",
             World {
                 now: t(BY) + secs(1),
-                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false }),
+                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false, lease_until: None }),
                 renewal: Some(RenewalView::Rescheduled {
                     same_reminder: true,
                     deliver_after: t(BY) + secs(3600),
@@ -592,6 +614,7 @@ fn drive(run: &Run) -> (World, Disposition, Option<(DateTime<Utc>, Duration)>) {
                     state: delivered.then_some(ReminderState::Delivered),
                     attempts: 0,
                     unknown_call: false,
+                    lease_until: None,
                 });
             }
             Decision::Next(Step::CheckRenewal) => world.renewal = Some(run.renewal),

@@ -91,7 +91,7 @@ const HORIZON: Duration = Duration::from_secs(40 * 60);
 pub const INVARIANTS: [&str; 8] = ["I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8"];
 
 /// The fault classes, by name (every one appears in `faults_injected`).
-pub const FAULT_CLASSES: [&str; 25] = [
+pub const FAULT_CLASSES: [&str; 26] = [
     "crash_after_claim",
     "crash_during_call",
     "crash_after_call_before_settle",
@@ -115,6 +115,7 @@ pub const FAULT_CLASSES: [&str; 25] = [
     "import_racing_tick",
     "redrive_racing_traffic",
     "pause_resume",
+    "renewal_moved",
     "renewal_moved_under_tick",
     "catch_up_over_the_lookahead",
 ];
@@ -306,6 +307,9 @@ struct Plan {
     /// The population's due times spread over the whole lookahead (else over 20 s): with a
     /// pause, the first tick after the resume catches up one group spanning the lookahead.
     spread: bool,
+    /// The share of each release batch whose renewals an import moves while the tick holds
+    /// them: after the tick read the rows and sent their copies, before it marks them.
+    under_tick: f64,
 }
 
 impl Plan {
@@ -336,6 +340,7 @@ impl Plan {
         let reschedule_at = (rng.next_unit() < 0.5).then(|| secs(rng, 60.0));
         let reschedule = rng.next_unit() * 0.4;
         let spread = rng.next_unit() < 0.3;
+        let under_tick = if rng.next_unit() < 0.5 { rng.next_unit() * 0.3 } else { 0.0 };
         Self {
             provider_fault,
             ledger,
@@ -350,6 +355,7 @@ impl Plan {
             reschedule_at,
             reschedule,
             spread,
+            under_tick,
         }
     }
 }
@@ -386,6 +392,9 @@ struct QueueState {
     copies: HashMap<String, u64>,
     /// Reminders a redrive sent back (reminder id → times).
     redriven: HashMap<String, u32>,
+    /// Every letter the senders wrote, kept when a redrive deletes it: (reminder id, reason)
+    /// → the deadline its copy carried (I6 judges the sender by what it knew).
+    letters: HashMap<(String, Option<String>), DateTime<Utc>>,
 }
 
 /// An SQS standard queue and its DLQ: visibility timeouts, delays, receive counts, random
@@ -481,6 +490,9 @@ impl SendQueue for Sqs {
         let id = s.next_id;
         s.next_id += 1;
         s.dlq.push((id, q.body.to_owned(), Some(q.reason.as_str().to_owned())));
+        if let Ok(m) = ReminderMessage::decode(q.body) {
+            s.letters.insert((m.reminder_id.to_string(), Some(q.reason.as_str().to_owned())), m.deliver_by);
+        }
         Ok(())
     }
 }
@@ -500,6 +512,51 @@ impl ReleaseQueue for Sqs {
 
     async fn depth(&self) -> Result<LaneDepths, QueueError> {
         Ok(LaneDepths { normal: lock(&self.state).msgs.len() as u64, ..LaneDepths::default() })
+    }
+}
+
+/// The scheduler's release queue: the SQS model, and an import that moves a share of each
+/// batch's renewals while the tick holds them (after its read and its send, before its mark):
+/// where R1 lived, which moves at random instants almost never hit.
+#[derive(Debug, Clone)]
+struct MovingRelease {
+    sqs: Sqs,
+    share: f64,
+    rng: Arc<Mutex<SplitMix64>>,
+    due: MemoryDueStore,
+    renewals: MemoryRenewals,
+    faults: Faults,
+}
+
+impl ReleaseQueue for MovingRelease {
+    async fn release(&self, batch: &[Release]) -> Result<Vec<bool>, QueueError> {
+        let sent = self.sqs.release(batch).await?;
+        for r in batch {
+            let draw = {
+                let mut rng = lock(&self.rng);
+                (rng.next_unit() < self.share).then(|| rng.next_u64())
+            };
+            let m = &r.message;
+            if let Some(draw) = draw
+                && let Some(current) = self.due.current(&m.tenant_id, &m.renewal_id)
+                && version_of(&current).reminder_id == m.reminder_id
+            {
+                move_renewal(
+                    &current,
+                    draw,
+                    self.sqs.clock.truth(),
+                    &self.due,
+                    &self.renewals,
+                    &self.faults,
+                    "renewal_moved_under_tick",
+                );
+            }
+        }
+        Ok(sent)
+    }
+
+    async fn depth(&self) -> Result<LaneDepths, QueueError> {
+        self.sqs.depth().await
     }
 }
 
@@ -923,9 +980,17 @@ fn run_here(seed: u64, n: usize, honours_keys: bool, indeterminate: Indeterminat
             )
         })
         .collect();
+    let release = MovingRelease {
+        sqs: sqs.clone(),
+        share: plan.under_tick,
+        rng: Arc::new(Mutex::new(SplitMix64::new(seed ^ 0x71c4))),
+        due: due.clone(),
+        renewals: renewals.0.clone(),
+        faults: faults.clone(),
+    };
     let scheduler = Scheduler::new(
         due.clone(),
-        sqs.clone(),
+        release,
         truth.clone(),
         SchedulerSettings {
             lookahead: Duration::from_secs(600),
@@ -1115,56 +1180,8 @@ fn run_here(seed: u64, n: usize, honours_keys: bool, indeterminate: Indeterminat
                 for (t, p, draw) in moves {
                     let wait = (start + TimeDelta::from_std(t).unwrap_or_default() - truth.truth()).to_std();
                     tokio::time::sleep(wait.unwrap_or_default()).await;
-                    let now = truth.truth();
                     let Some(current) = due.current(&p.tenant_id, &p.renewal_id) else { continue };
-                    let window = current.deliver_by - current.deliver_after;
-                    let ms = |lo: u64, hi: u64, d: u64| TimeDelta::milliseconds((lo + d % (hi - lo)) as i64);
-                    let moved = match draw % 5 {
-                        // Later the same day: the same reminder, other times.
-                        0 => {
-                            let after = current.deliver_after.max(now) + ms(30_000, 180_000, draw >> 8);
-                            Pending { deliver_after: after, deliver_by: after + window, ..current.clone() }
-                        }
-                        // Another due date: another reminder (its times kept inside the run).
-                        1 => {
-                            let after = now + ms(10_000, 120_000, draw >> 8);
-                            let other_day =
-                                current.deliver_after.date_naive() + chrono::Days::new(1 + (draw >> 40) % 30);
-                            Pending {
-                                reminder_id: punctual_core::ids::ReminderId::derive(
-                                    &current.tenant_id,
-                                    &current.renewal_id,
-                                    &current.kind,
-                                    other_day,
-                                ),
-                                deliver_after: after,
-                                deliver_by: after + ms(20_000, 300_000, draw >> 20),
-                                ..current.clone()
-                            }
-                        }
-                        // A new deadline alone (never one already past: the import refuses those).
-                        2 => {
-                            let by = (current.deliver_after + ms(20_000, 300_000, draw >> 8))
-                                .max(now + TimeDelta::seconds(5));
-                            Pending { deliver_by: by, ..current.clone() }
-                        }
-                        // Due now.
-                        3 => Pending {
-                            deliver_after: now,
-                            deliver_by: now + window.max(TimeDelta::seconds(20)),
-                            ..current.clone()
-                        },
-                        // Cancelled.
-                        _ => {
-                            renewals.0.set(&p.tenant_id, &p.renewal_id, RenewalView::Cancelled);
-                            faults.add("renewal_moved_under_tick");
-                            continue;
-                        }
-                    };
-                    faults.add("renewal_moved_under_tick");
-                    trace_id(&current.reminder_id.to_string(), || format!("{now} moved to {moved:?}"));
-                    renewals.0.set_version(&p.tenant_id, &p.renewal_id, version_of(&moved));
-                    due.reschedule(moved);
+                    move_renewal(&current, draw, truth.truth(), &due, &renewals.0, &faults, "renewal_moved");
                 }
             }));
         }
@@ -1224,6 +1241,63 @@ fn trace_id(reminder: &str, line: impl FnOnce() -> String) {
 }
 
 /// The version a row holds, as the renewals table gives it to the sender.
+/// An import moving one renewal (`current`, its version in the table): by `draw`, to a later
+/// time the same day, to another due date (another reminder), to a new deadline alone, to now,
+/// or cancelled. The renewals table and the due index change together, as the import writes
+/// one row.
+fn move_renewal(
+    current: &Pending,
+    draw: u64,
+    now: DateTime<Utc>,
+    due: &MemoryDueStore,
+    renewals: &MemoryRenewals,
+    faults: &Faults,
+    class: &'static str,
+) {
+    let window = current.deliver_by - current.deliver_after;
+    let ms = |lo: u64, hi: u64, d: u64| TimeDelta::milliseconds((lo + d % (hi - lo)) as i64);
+    let moved = match draw % 5 {
+        // Later the same day: the same reminder, other times.
+        0 => {
+            let after = current.deliver_after.max(now) + ms(30_000, 180_000, draw >> 8);
+            Pending { deliver_after: after, deliver_by: after + window, ..current.clone() }
+        }
+        // Another due date: another reminder (its times kept inside the run).
+        1 => {
+            let after = now + ms(10_000, 120_000, draw >> 8);
+            let other_day = current.deliver_after.date_naive() + chrono::Days::new(1 + (draw >> 40) % 30);
+            Pending {
+                reminder_id: punctual_core::ids::ReminderId::derive(
+                    &current.tenant_id,
+                    &current.renewal_id,
+                    &current.kind,
+                    other_day,
+                ),
+                deliver_after: after,
+                deliver_by: after + ms(20_000, 300_000, draw >> 20),
+                ..current.clone()
+            }
+        }
+        // A new deadline alone (never one already past: the import refuses those).
+        2 => {
+            let by = (current.deliver_after + ms(20_000, 300_000, draw >> 8)).max(now + TimeDelta::seconds(5));
+            Pending { deliver_by: by, ..current.clone() }
+        }
+        // Due now.
+        3 => Pending { deliver_after: now, deliver_by: now + window.max(TimeDelta::seconds(20)), ..current.clone() },
+        // Cancelled.
+        _ => {
+            renewals.set(&current.tenant_id, &current.renewal_id, RenewalView::Cancelled);
+            faults.add(class);
+            return;
+        }
+    };
+    faults.add(class);
+    trace_id(&current.reminder_id.to_string(), || format!("{now} moved to {moved:?}"));
+    renewals.set_version(&current.tenant_id, &current.renewal_id, version_of(&moved));
+    due.reschedule(moved);
+}
+
 fn version_of(p: &Pending) -> RenewalVersion {
     RenewalVersion { reminder_id: p.reminder_id.clone(), deliver_after: p.deliver_after, deliver_by: p.deliver_by }
 }
@@ -1269,12 +1343,8 @@ fn verify(
         q.dlq.iter().filter_map(|(_, body, reason)| reminder_of(body).map(|r| (r, reason.clone()))).collect();
     // The deadline each letter carried: a renewal moved after release was dead-lettered under
     // the deadline of the version its copy was (I6 judges the sender by what it knew).
-    let letter_deadline: HashMap<(String, Option<String>), DateTime<Utc>> = q
-        .dlq
-        .iter()
-        .filter_map(|(_, body, reason)| ReminderMessage::decode(body).ok().map(|m| (m, reason.clone())))
-        .map(|(m, reason)| ((m.reminder_id.to_string(), reason), m.deliver_by))
-        .collect();
+    let letter_deadline = &q.letters;
+
     let mut calls_of: HashMap<&str, Vec<&Call>> = HashMap::new();
     for c in &p.calls {
         calls_of.entry(c.reminder.as_str()).or_default().push(c);
