@@ -80,7 +80,8 @@ pub const MAX_ATTEMPTS: u32 = 4;
 pub const MAX_COPIES: u64 = 128;
 /// The most history entries a ledger record may keep: the ledger's stated bound.
 pub const MAX_HISTORY: usize = punctual_core::ports::HISTORY_MAX;
-const SENDERS: usize = 3;
+/// Sender instances per seed by default (`--senders` for a larger world).
+pub const SENDERS: usize = 3;
 const VISIBILITY: Duration = Duration::from_secs(30);
 const MAX_RECEIVES: u32 = 5;
 const LATENCY: Duration = Duration::from_millis(40);
@@ -145,12 +146,21 @@ pub struct CheckConfig {
     /// keys: under `at_most_once` I1 must hold; under `at_least_once` the double effects are
     /// counted (as I1 violations: the policy trades them for never losing a reminder).
     pub indeterminate: IndeterminatePolicy,
+    /// Sender instances per seed (each with its own clock skew).
+    pub senders: usize,
 }
 
 impl CheckConfig {
     /// `seeds` seeds from `first_seed`, 40 reminders each, a provider that honours keys.
     pub fn new(seeds: u64, first_seed: u64) -> Self {
-        Self { seeds, first_seed, reminders: 40, honours_keys: true, indeterminate: IndeterminatePolicy::AtMostOnce }
+        Self {
+            seeds,
+            first_seed,
+            reminders: 40,
+            honours_keys: true,
+            indeterminate: IndeterminatePolicy::AtMostOnce,
+            senders: SENDERS,
+        }
     }
 }
 
@@ -182,6 +192,8 @@ pub struct CheckReport {
     pub first_seed: u64,
     /// Reminders per seed.
     pub reminders: usize,
+    /// Sender instances per seed.
+    pub senders: usize,
     /// Reminders the provider applied more than once (the cost of `at_least_once` without
     /// keys; each is also an I1 violation).
     pub double_effects: u64,
@@ -221,6 +233,7 @@ pub fn check(config: &CheckConfig, mut progress: impl FnMut(u64, &CheckReport)) 
         seeds: config.seeds,
         first_seed: config.first_seed,
         reminders: config.reminders,
+        senders: config.senders,
         violations: INVARIANTS.iter().map(|i| ((*i).to_owned(), 0)).collect(),
         faults_injected: FAULT_CLASSES.iter().map(|c| ((*c).to_owned(), 0)).collect(),
         skew_bound_ms: SKEW.as_millis() as u64,
@@ -229,7 +242,7 @@ pub fn check(config: &CheckConfig, mut progress: impl FnMut(u64, &CheckReport)) 
         ..CheckReport::default()
     };
     for (done, seed) in (config.first_seed..config.first_seed.saturating_add(config.seeds)).enumerate() {
-        let o = run_seed(seed, config.reminders, config.honours_keys, config.indeterminate);
+        let o = run_seed_with(seed, config.reminders, config.senders, config.honours_keys, config.indeterminate);
         for v in &o.violations {
             *report.violations.entry(v.invariant.to_owned()).or_default() += 1;
         }
@@ -293,7 +306,8 @@ struct Plan {
     crash_before_ack: f64,
     duplicate: f64,
     redrive_crash: f64,
-    skew_ms: [i64; SENDERS],
+    /// One clock offset per sender instance.
+    skew_ms: Vec<i64>,
     pause_at: Option<(Duration, Duration)>,
     redrive_at: Option<Duration>,
     import_at: Option<Duration>,
@@ -313,7 +327,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn draw(rng: &mut SplitMix64) -> Self {
+    fn draw(rng: &mut SplitMix64, senders: usize) -> Self {
         let mut p = |max: f64| rng.next_unit() * max;
         let provider_fault = p(0.3);
         let ledger = vec![
@@ -327,11 +341,8 @@ impl Plan {
         let redrive_crash = p(0.3);
         let outage = p(0.15);
         let skew = SKEW.as_millis() as f64;
-        let skew_ms = [
-            ((rng.next_unit() * 2.0 - 1.0) * skew) as i64,
-            ((rng.next_unit() * 2.0 - 1.0) * skew) as i64,
-            ((rng.next_unit() * 2.0 - 1.0) * skew) as i64,
-        ];
+        // The first three drawn here, as they always were (seeds replay across versions).
+        let mut skew_ms: Vec<i64> = (0..SENDERS).map(|_| ((rng.next_unit() * 2.0 - 1.0) * skew) as i64).collect();
         let secs = |rng: &mut SplitMix64, max: f64| Duration::from_millis((rng.next_unit() * max * 1000.0) as u64);
         let pause_at = (rng.next_unit() < 0.5).then(|| (secs(rng, 120.0), secs(rng, 60.0)));
         let redrive_at = (rng.next_unit() < 0.7).then(|| secs(rng, 240.0) + Duration::from_secs(20));
@@ -341,6 +352,11 @@ impl Plan {
         let reschedule = rng.next_unit() * 0.4;
         let spread = rng.next_unit() < 0.3;
         let under_tick = if rng.next_unit() < 0.5 { rng.next_unit() * 0.3 } else { 0.0 };
+        // A larger world's further senders, drawn after everything else.
+        while skew_ms.len() < senders {
+            skew_ms.push(((rng.next_unit() * 2.0 - 1.0) * skew) as i64);
+        }
+        skew_ms.truncate(senders.max(1));
         Self {
             provider_fault,
             ledger,
@@ -880,8 +896,19 @@ impl Renewals for TableRenewals {
 
 /// Runs one seed (on its own thread: it drives its own virtual-time runtime).
 pub fn run_seed(seed: u64, reminders: usize, honours_keys: bool, indeterminate: IndeterminatePolicy) -> SeedOutcome {
+    run_seed_with(seed, reminders, SENDERS, honours_keys, indeterminate)
+}
+
+/// [`run_seed`] with `senders` sender instances.
+pub fn run_seed_with(
+    seed: u64,
+    reminders: usize,
+    senders: usize,
+    honours_keys: bool,
+    indeterminate: IndeterminatePolicy,
+) -> SeedOutcome {
     std::thread::scope(|sc| {
-        sc.spawn(|| run_here(seed, reminders, honours_keys, indeterminate)).join().unwrap_or_default()
+        sc.spawn(|| run_here(seed, reminders, senders, honours_keys, indeterminate)).join().unwrap_or_default()
     })
 }
 
@@ -894,12 +921,12 @@ type CheckSender = Sender<
     SkewedClock,
 >;
 
-fn run_here(seed: u64, n: usize, honours_keys: bool, indeterminate: IndeterminatePolicy) -> SeedOutcome {
+fn run_here(seed: u64, n: usize, senders: usize, honours_keys: bool, indeterminate: IndeterminatePolicy) -> SeedOutcome {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
     let Ok(runtime) = runtime else { return SeedOutcome::default() };
     let _entered = runtime.enter();
     let mut rng = SplitMix64::new(seed ^ 0x0c4e_c4e5);
-    let plan = Arc::new(Plan::draw(&mut rng));
+    let plan = Arc::new(Plan::draw(&mut rng, senders));
     let faults = Faults::default();
     let truth = SkewedClock { start: tokio::time::Instant::now(), offset_ms: 0 };
 
@@ -956,7 +983,7 @@ fn run_here(seed: u64, n: usize, honours_keys: bool, indeterminate: Indeterminat
         ..SenderSettings::default()
     };
     let faulty = FaultyLedger::with_chances(ledger.clone(), &plan.ledger, seed ^ 0x1ed9);
-    let senders: Vec<Rc<CheckSender>> = (0..SENDERS)
+    let senders: Vec<Rc<CheckSender>> = (0..plan.skew_ms.len())
         .map(|i| {
             let clock = SkewedClock { start: truth.start, offset_ms: plan.skew_ms[i] };
             if plan.skew_ms[i] != 0 {

@@ -79,6 +79,9 @@ struct CheckArgs {
     /// Reminders per seed.
     #[arg(long, default_value_t = 40)]
     reminders: usize,
+    /// Sender instances per seed (a larger world: `make soak` runs 1,000 reminders and 10).
+    #[arg(long, default_value_t = punctual_sim::check::SENDERS)]
+    senders: usize,
     /// Print the report as JSON (progress still goes to stderr).
     #[arg(long)]
     json: bool,
@@ -258,12 +261,13 @@ fn drill_command(a: DrillArgs) -> ExitCode {
 
 fn check_command(a: CheckArgs) -> ExitCode {
     use punctual_sim::check::{CheckConfig, check};
-    if a.seeds == 0 || a.reminders == 0 {
-        eprintln!("punctual check: --seeds and --reminders must be positive");
+    if a.seeds == 0 || a.reminders == 0 || a.senders == 0 {
+        eprintln!("punctual check: --seeds, --reminders and --senders must be positive");
         return ExitCode::from(2);
     }
     let config = CheckConfig {
         reminders: a.reminders,
+        senders: a.senders,
         honours_keys: !a.no_keys,
         indeterminate: a.indeterminate,
         ..CheckConfig::new(a.seeds, a.first_seed)
@@ -282,8 +286,13 @@ fn check_command(a: CheckArgs) -> ExitCode {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         println!(
-            "punctual check: {} seeds from {} ({} reminders each, skew bound {} ms) in {:.1} s",
-            report.seeds, report.first_seed, report.reminders, report.skew_bound_ms, report.wall_seconds
+            "punctual check: {} seeds from {} ({} reminders and {} senders each, skew bound {} ms) in {:.1} s",
+            report.seeds,
+            report.first_seed,
+            report.reminders,
+            report.senders,
+            report.skew_bound_ms,
+            report.wall_seconds
         );
         let v: Vec<String> = report.violations.iter().map(|(k, n)| format!("{k}={n}")).collect();
         println!("violations       {}", v.join(" "));
