@@ -521,10 +521,27 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         return Decision::Next(Step::CallProvider { timeout, attempt });
     };
     // 8. Classify.
+    // A fleet refusal that cannot wait for the operator is dead-lettered as what it is, never
+    // as `classified_permanent` (a 4xx about the request): at the attempt limit with its own
+    // reason (`provider_credentials` / `provider_account`, which a redrive selects once the
+    // credential or the account is fixed); with no time left for the pause's recheck as a
+    // missed window (`no_safe_retry_window`, counted late like every deadline miss).
     let fleet_refusal = |reason: ReasonCode, status: Option<u16>, last: String| {
+        let limit = attempt_limit(policy, msg);
+        if attempt >= limit {
+            return quarantine(reason, attempt, status, format!("{last}; {attempt} of {limit} provider attempts made"));
+        }
         let next = add(now, crate::pause::PAUSE_RECHECK);
-        if add(next, inputs.observed.queue_delay) >= msg.deliver_by || attempt >= attempt_limit(policy, msg) {
-            return quarantine(ReasonCode::ClassifiedPermanent, attempt, status, last);
+        if add(next, inputs.observed.queue_delay) >= msg.deliver_by {
+            return quarantine(
+                ReasonCode::NoSafeRetryWindow,
+                attempt,
+                status,
+                format!(
+                    "{last}; the pause's recheck at {} would be at or after deliver_by",
+                    crate::contract::format_instant(next)
+                ),
+            );
         }
         Decision::Done(Disposition::Defer { until: next, reason, attempts_made: attempt, provider_status: status })
     };
@@ -542,7 +559,7 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             return fleet_refusal(
                 ReasonCode::ProviderCredentials,
                 Some(*status),
-                format!("provider refused the credentials ({status}) with a fresh token; no attempt or time left"),
+                format!("provider refused the credentials ({status}) with a fresh token"),
             );
         }
         // The same for a refusal of the whole account (SES suspended, sending paused).
@@ -550,7 +567,7 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             return fleet_refusal(
                 ReasonCode::ProviderAccount,
                 None,
-                format!("provider refused the account ({detail}); no attempt or time left"),
+                format!("provider refused the account ({detail})"),
             );
         }
         // Nothing was sent (no address): not a provider attempt.

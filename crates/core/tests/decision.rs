@@ -765,3 +765,44 @@ fn an_answer_from_before_the_deadline_is_classified_even_if_handled_after_it() {
         .called(ProviderOutcome::Transient { status: Some(503), retry_after: None });
     assert!(matches!(w.decide(), Decision::Done(Disposition::Quarantine { .. })), "{:?}", w.decide());
 }
+
+// ---- issue 25 (edges): a fleet refusal that cannot wait for the operator (R7) -------------
+
+/// A confirmed 401 or an account refusal that cannot be deferred for an operator is not a
+/// "4xx that retrying cannot fix" (`classified_permanent`): near the deadline it is a missed
+/// window (`no_safe_retry_window`, counted late), and at the attempt limit it is dead-lettered
+/// as what it is (`provider_credentials` / `provider_account`), so a redrive can select it once
+/// the credential or the account is fixed.
+#[test]
+fn a_fleet_refusal_that_cannot_wait_is_dead_lettered_for_what_it_is() {
+    let limit = policy().max_attempts;
+    let refusals = [
+        (ProviderOutcome::Permanent { status: 401 }, ReasonCode::ProviderCredentials, Some(401)),
+        (ProviderOutcome::AccountBlocked { detail: "SES AccountSuspended".into() }, ReasonCode::ProviderAccount, None),
+    ];
+    for (outcome, fleet_reason, status) in refusals {
+        // At the attempt limit, with hours left.
+        let at_limit = World {
+            claim: Some(ClaimView::Claimed { prior_attempts: limit - 1, unsettled_call: false }),
+            ..World::ready()
+        }
+        .called(outcome.clone());
+        assert_eq!(quarantined(&at_limit.decide()), Some((fleet_reason, limit, status)), "{:?}", at_limit.decide());
+        // Near the deadline: the pause's recheck would land past deliver_by.
+        let near = World { now: t(BY) - secs(30), invocation_deadline: t(BY) + secs(30), ..World::ready() }
+            .called(outcome.clone());
+        assert_eq!(
+            quarantined(&near.decide()),
+            Some((ReasonCode::NoSafeRetryWindow, 1, status)),
+            "{:?}",
+            near.decide()
+        );
+        // With time and attempts left it still waits for the operator (unchanged).
+        let w = World::ready().called(outcome);
+        assert!(
+            matches!(w.decide(), Decision::Done(Disposition::Defer { reason, attempts_made: 1, .. }) if reason == fleet_reason),
+            "{:?}",
+            w.decide()
+        );
+    }
+}

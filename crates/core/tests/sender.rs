@@ -576,3 +576,21 @@ async fn an_unknown_call_found_past_the_deadline_is_not_called_expired() {
         "{p:?}"
     );
 }
+
+// ---- issue 25 (edges) ----------------------------------------------------------------------
+
+/// R7: a confirmed 401 a minute before `deliver_by` cannot wait for the operator: its letter
+/// says the window was missed (counted late), never `classified_permanent`.
+#[tokio::test]
+async fn a_401_near_the_deadline_is_dead_lettered_as_a_missed_window() {
+    let r = rig(vec![ProviderOutcome::Permanent { status: 401 }]);
+    let m = punctual_core::testing::message("1", t0(), r.clock.now() + TimeDelta::seconds(50));
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::NoSafeRetryWindow, .. }), "{p:?}");
+    let dead = r.queue.dead();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].reason, dead[0].provider_status), (ReasonCode::NoSafeRetryWindow, Some(401)));
+    assert!(punctual_core::accounting::is_deadline_reason(dead[0].reason.as_str()), "counted late");
+    let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.last_reason), (ReminderState::DeadLettered, Some(ReasonCode::NoSafeRetryWindow)));
+}
