@@ -570,6 +570,30 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
                 format!("provider refused the account ({detail})"),
             );
         }
+        // Nothing reached the provider (its client failed before calling, or the call mark
+        // failed): not a provider attempt, so no attempt is spent and the attempt limit cannot
+        // be reached this way — only the deadline ends it.
+        ProviderOutcome::NotSent { detail } => {
+            let next = add(now, policy.backoff.delay(attempt, jitter));
+            let earliest_done = add(add(next, inputs.observed.queue_delay), inputs.observed.call_latency);
+            if earliest_done >= msg.deliver_by {
+                return quarantine(
+                    ReasonCode::NoSafeRetryWindow,
+                    prior_attempts,
+                    None,
+                    format!(
+                        "nothing was sent ({detail}); the next try at {} would finish at or after deliver_by",
+                        crate::contract::format_instant(next)
+                    ),
+                );
+            }
+            return Decision::Done(Disposition::Defer {
+                until: next,
+                reason: ReasonCode::ProviderTransient,
+                attempts_made: prior_attempts,
+                provider_status: None,
+            });
+        }
         // Nothing was sent (no address): not a provider attempt.
         ProviderOutcome::Undeliverable { reason: reason @ ReasonCode::RecipientUnknown, detail } => {
             return quarantine(*reason, prior_attempts, None, detail.clone());

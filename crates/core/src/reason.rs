@@ -100,7 +100,9 @@ closed_enum! {
         RateLimited => "rate_limited",
         /// The provider answered 429/503 with a `Retry-After` that set the next time.
         ProviderRetryAfter => "provider_retry_after",
-        /// The provider answered 429/503 or refused the connection, without `Retry-After`.
+        /// The provider answered 429/503 or refused the connection, without `Retry-After`; or,
+        /// with a provider without keys, nothing reached it (its client or the call mark failed
+        /// before the call: no attempt spent).
         ProviderTransient => "provider_transient",
         /// The request may have reached the provider (timeout, 5xx after send, a worker that
         /// died mid-call). Retried with the same key where the provider honours keys; without

@@ -668,7 +668,7 @@ pub struct ScriptedProvider<C> {
     latency: Duration,
     clock: C,
     honours_keys: bool,
-    fail_next: Arc<std::sync::atomic::AtomicBool>,
+    fail_next: Arc<AtomicU32>,
 }
 
 impl<C: Clock> ScriptedProvider<C> {
@@ -693,7 +693,12 @@ impl<C: Clock> ScriptedProvider<C> {
     /// The first call fails before calling (a `ProviderError`, like a failed recipients read);
     /// the call is still recorded, so tests can count it.
     pub fn failing_once(self) -> Self {
-        self.fail_next.store(true, Ordering::SeqCst);
+        self.failing(1)
+    }
+
+    /// The next `times` calls fail before calling (see [`ScriptedProvider::failing_once`]).
+    pub fn failing(self, times: u32) -> Self {
+        self.fail_next.store(times, Ordering::SeqCst);
         self
     }
 
@@ -711,7 +716,7 @@ impl<C: Clock> Provider for ScriptedProvider<C> {
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
         let key = req.message.reminder_id.idempotency_key().to_string();
         lock(&self.calls).push((key.clone(), req.timeout));
-        if self.fail_next.swap(false, Ordering::SeqCst) {
+        if self.fail_next.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
             return Err(ProviderError::Unknown("the client failed before calling".into()));
         }
         self.clock.sleep(self.latency).await;

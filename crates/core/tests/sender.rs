@@ -594,3 +594,140 @@ async fn a_401_near_the_deadline_is_dead_lettered_as_a_missed_window() {
     let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
     assert_eq!((rec.state, rec.last_reason), (ReminderState::DeadLettered, Some(ReasonCode::NoSafeRetryWindow)));
 }
+
+/// Processes `m` and every copy it requeues (advancing the clock by each delay), at most
+/// `rounds` times; the last processing's result.
+async fn until_settled<L: Ledger>(r: &Rig<L>, m: &ReminderMessage, rounds: usize) -> punctual_core::sender::Processed {
+    let mut body = m.encode();
+    let mut last = None;
+    for _ in 0..rounds {
+        let before = r.queue.requeued().len();
+        let p = r.process(&body).await.unwrap();
+        let done = !matches!(p.disposition, Disposition::Defer { .. });
+        last = Some(p);
+        if done {
+            break;
+        }
+        let requeued = r.queue.requeued();
+        assert_eq!(requeued.len(), before + 1, "a deferral requeues one copy");
+        let (copy, delay) = requeued.last().cloned().unwrap();
+        r.clock.advance(delay);
+        body = copy.encode();
+    }
+    last.unwrap()
+}
+
+/// R6: with a provider without keys, a failure of the client before it calls (the SES
+/// adapter's recipients read throttled, say) reaches no provider: it must not spend an
+/// attempt. Eight in a row must not dead-letter a reminder that was never sent.
+#[tokio::test]
+async fn without_keys_failures_before_the_call_spend_no_attempt() {
+    use punctual_core::provider::IndeterminatePolicy::AtMostOnce;
+    let ledger = MemoryLedger::new();
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]).without_keys().failing(8);
+    let mut settings = punctual_core::sender::SenderSettings::default();
+    settings.policy.indeterminate = AtMostOnce;
+    let (sender, queue, provider) =
+        punctual_core::testing::scripted_sender_over(ledger.clone(), &clock, provider, settings, 7);
+    let r = Rig { clock, queue, provider, sender };
+    let m = message();
+    let p = until_settled(&r, &m, 12).await;
+    assert!(r.queue.dead().is_empty(), "dead-lettered a reminder never sent: {:?}", r.queue.dead());
+    assert!(matches!(p.disposition, Disposition::Delivered { attempt: 1, .. }), "{p:?}");
+    assert_eq!(r.provider.calls().len(), 9, "eight failed before calling, one delivered");
+    let rec = ledger.get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.attempts), (ReminderState::Delivered, 1));
+}
+
+/// A ledger whose next `mark_call` writes the mark, then reports a failure (a timeout whose
+/// write happened).
+#[derive(Clone)]
+struct UncertainMark {
+    inner: MemoryLedger,
+    left: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Ledger for UncertainMark {
+    async fn claim(
+        &self,
+        msg: &ReminderMessage,
+        owner: &punctual_core::ports::OwnerToken,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<punctual_core::decision::ClaimView, punctual_core::ports::LedgerError> {
+        self.inner.claim(msg, owner, now, lease_until).await
+    }
+    async fn settle(
+        &self,
+        msg: &ReminderMessage,
+        owner: Option<&punctual_core::ports::OwnerToken>,
+        now: DateTime<Utc>,
+        s: &punctual_core::ports::Settlement,
+    ) -> Result<punctual_core::ports::SettleOutcome, punctual_core::ports::LedgerError> {
+        self.inner.settle(msg, owner, now, s).await
+    }
+    async fn mark_call(
+        &self,
+        msg: &ReminderMessage,
+        owner: &punctual_core::ports::OwnerToken,
+        now: DateTime<Utc>,
+    ) -> Result<bool, punctual_core::ports::LedgerError> {
+        let marked = self.inner.mark_call(msg, owner, now).await?;
+        if self
+            .left
+            .fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| {
+                n.checked_sub(1)
+            })
+            .is_ok()
+        {
+            return Err(punctual_core::ports::LedgerError::Unknown("mark timed out after writing".into()));
+        }
+        Ok(marked)
+    }
+    async fn get(
+        &self,
+        id: &punctual_core::ids::ReminderId,
+    ) -> Result<Option<punctual_core::ports::LedgerRecord>, punctual_core::ports::LedgerError> {
+        self.inner.get(id).await
+    }
+}
+
+/// R6: the ledger failing on the call mark is a failure before the call too: the worker knows
+/// it did not call, so the reminder must not end up quarantined as an unknown outcome
+/// (`provider_indeterminate` under `at_most_once`) nor spend an attempt.
+#[tokio::test]
+async fn without_keys_a_failed_call_mark_is_not_an_unknown_outcome() {
+    use punctual_core::provider::IndeterminatePolicy::AtMostOnce;
+    let inner = MemoryLedger::new();
+    let ledger = UncertainMark { inner: inner.clone(), left: std::sync::Arc::new(1.into()) };
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]).without_keys();
+    let mut settings = punctual_core::sender::SenderSettings::default();
+    settings.policy.indeterminate = AtMostOnce;
+    let (sender, queue, provider) = punctual_core::testing::scripted_sender_over(ledger, &clock, provider, settings, 7);
+    let r = Rig { clock, queue, provider, sender };
+    let m = message();
+    let mut body = m.encode();
+    let mut last = None;
+    for _ in 0..6 {
+        match r.process(&body).await {
+            // Left to SQS: the copy comes back after its visibility timeout and the lease.
+            Err(_) => r.clock.advance(Duration::from_secs(31)),
+            Ok(p) if matches!(p.disposition, Disposition::Defer { .. }) => {
+                let (copy, delay) = r.queue.requeued().last().cloned().unwrap();
+                r.clock.advance(delay);
+                body = copy.encode();
+            }
+            Ok(p) => {
+                last = Some(p);
+                break;
+            }
+        }
+    }
+    assert!(r.queue.dead().is_empty(), "dead-lettered a reminder never sent: {:?}", r.queue.dead());
+    let p = last.expect("settled");
+    assert!(matches!(p.disposition, Disposition::Delivered { attempt: 1, .. }), "{p:?}");
+    let rec = inner.get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.attempts), (ReminderState::Delivered, 1));
+}
