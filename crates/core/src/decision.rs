@@ -114,6 +114,10 @@ pub struct RecordView {
     /// A provider call is marked and was never settled (a provider without keys): its outcome
     /// is unknown.
     pub unknown_call: bool,
+    /// The reminder is dead-lettered and the copy in hand belongs to a redrive that has not run
+    /// on it yet ([`crate::ports::revives_dead_letter`]): the copy carries the reminder on.
+    /// Any other copy of a dead-lettered reminder is a duplicate (its letter is in the DLQ).
+    pub redrive_pending: bool,
 }
 
 /// The renewal as the system of record has it now.
@@ -337,6 +341,10 @@ fn past_deadline_ledger(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision 
         (_, None) => Decision::Next(Step::ReadLedger),
         (_, Some(rec)) => match rec.state {
             Some(ReminderState::Delivered) => duplicate,
+            // Its letter is in the DLQ already (the DLQ is written before the ledger): a second
+            // one, as an expiry, would be a letter no redrive takes (past `deliver_by`). Only a
+            // redrive's copy that has not run on it carries a dead-lettered reminder on.
+            Some(ReminderState::DeadLettered) if !rec.redrive_pending => duplicate,
             // Maybe delivered: never an expiry (see above).
             Some(ReminderState::Leased | ReminderState::Deferred | ReminderState::DeadLettered) if rec.unknown_call => {
                 unknown_earlier_call(rec.attempts.max(msg.attempt), "deliver_by passed")
@@ -347,7 +355,8 @@ fn past_deadline_ledger(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision 
             Some(ReminderState::Cancelled) => {
                 Decision::Done(Disposition::Acknowledge { reason: ReasonCode::Cancelled })
             }
-            // Never delivered (a dead-lettered one too: its DLQ copy may have been redriven).
+            // Never delivered (a dead-lettered one too, for a redrive's copy that reached a
+            // sender only after `deliver_by`: the ledger records the expiry over the quarantine).
             _ => Decision::Done(Disposition::Expire { attempts_made: rec.attempts.max(msg.attempt) }),
         },
     }

@@ -379,6 +379,10 @@ where
                         state: rec.as_ref().map(|r| r.state),
                         attempts: rec.as_ref().map_or(0, |r| r.attempts),
                         unknown_call: rec.as_ref().is_some_and(|r| r.call_owner.is_some()),
+                        redrive_pending: rec.as_ref().is_some_and(|r| {
+                            r.state == ReminderState::DeadLettered
+                                && crate::ports::revives_dead_letter(msg, r.release_id.as_deref())
+                        }),
                     });
                 }
                 Decision::Next(Step::CheckRenewal) => {

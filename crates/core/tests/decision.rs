@@ -114,7 +114,7 @@ impl World {
 }
 
 fn late(state: Option<ReminderState>, attempts: u32) -> RecordView {
-    RecordView { state, attempts, unknown_call: false }
+    RecordView { state, attempts, unknown_call: false, redrive_pending: false }
 }
 
 fn defer(until: DateTime<Utc>, reason: ReasonCode, attempts_made: u32, provider_status: Option<u16>) -> Decision {
@@ -166,7 +166,7 @@ fn decision_table_covers_every_branch() {
             "at deliver_by, with no record, the renewal is read before anything expires",
             World {
                 now: t(BY),
-                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false }),
+                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false, redrive_pending: false }),
                 ..World::fresh()
             },
             Decision::Next(Step::CheckRenewal),
@@ -175,7 +175,7 @@ fn decision_table_covers_every_branch() {
             "at deliver_by, with no record, is expired",
             World {
                 now: t(BY),
-                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false }),
+                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false, redrive_pending: false }),
                 renewal: Some(RenewalView::Active),
                 ..World::fresh()
             },
@@ -185,7 +185,7 @@ fn decision_table_covers_every_branch() {
             "past deliver_by, a copy of a renewal moved since is rescheduled, not expired",
             World {
                 now: t(BY) + secs(1),
-                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false }),
+                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false, redrive_pending: false }),
                 renewal: Some(RenewalView::Rescheduled {
                     same_reminder: true,
                     deliver_after: t(BY) + secs(3600),
@@ -225,10 +225,20 @@ fn decision_table_covers_every_branch() {
             Decision::Done(Disposition::Expire { attempts_made: 3 }),
         ),
         (
-            "past deliver_by, a dead-lettered reminder's copy still expires (to the DLQ)",
+            "past deliver_by, a duplicate of a dead-lettered reminder is acknowledged (its letter exists)",
             World {
                 now: t(BY) + secs(1),
                 recorded: Some(late(Some(ReminderState::DeadLettered), 2)),
+                renewal: Some(RenewalView::Cancelled),
+                ..World::fresh()
+            },
+            Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }),
+        ),
+        (
+            "past deliver_by, a redrive's copy of a dead-lettered reminder still expires (to the DLQ)",
+            World {
+                now: t(BY) + secs(1),
+                recorded: Some(RecordView { redrive_pending: true, ..late(Some(ReminderState::DeadLettered), 2) }),
                 renewal: Some(RenewalView::Cancelled),
                 ..World::fresh()
             },
@@ -592,6 +602,7 @@ fn drive(run: &Run) -> (World, Disposition, Option<(DateTime<Utc>, Duration)>) {
                     state: delivered.then_some(ReminderState::Delivered),
                     attempts: 0,
                     unknown_call: false,
+                    redrive_pending: false,
                 });
             }
             Decision::Next(Step::CheckRenewal) => world.renewal = Some(run.renewal),

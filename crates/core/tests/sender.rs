@@ -199,8 +199,9 @@ async fn a_late_copy_of_a_delivered_reminder_is_acknowledged_not_expired() {
 }
 
 /// A late copy of a reminder that ended otherwise: a cancelled one is acknowledged (nothing
-/// is owed), a dead-lettered one still goes to the DLQ (its earlier DLQ copy may have been
-/// moved by a redrive) — but neither terminal state is overwritten by an expiry.
+/// is owed), a dead-lettered one too (a duplicate: its letter is in the DLQ; a redrive's copy
+/// carries its own stamp, see `a_late_redriven_copy_records_the_expiry_it_dead_letters`) — and
+/// neither terminal state is overwritten by an expiry.
 #[tokio::test]
 async fn a_late_copy_never_overwrites_a_cancelled_or_dead_lettered_reminder() {
     use punctual_core::ports::{OwnerToken, Settlement};
@@ -232,11 +233,10 @@ async fn a_late_copy_never_overwrites_a_cancelled_or_dead_lettered_reminder() {
     assert_eq!(rec.state, ReminderState::Cancelled, "an expiry overwrote cancelled");
 
     let p = r.process(&dead.encode()).await.unwrap();
-    assert_eq!(p.disposition.reason(), Some(ReasonCode::BusinessDeadlineExpired), "{p:?}");
+    assert_eq!(p.disposition, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }, "{p:?}");
     let rec = r.sender.ledger().get(&dead.reminder_id).await.unwrap().unwrap();
     assert_eq!(rec.state, ReminderState::DeadLettered, "an expiry overwrote dead_lettered");
-    let dlq: Vec<_> = r.queue.dead().into_iter().map(|d| d.reason).collect();
-    assert_eq!(dlq, [ReasonCode::BusinessDeadlineExpired], "only the dead-lettered copy goes to the DLQ");
+    assert!(r.queue.dead().is_empty(), "a second letter: {:?}", r.queue.dead());
     assert!(r.provider.calls().is_empty());
 }
 
@@ -730,4 +730,55 @@ async fn without_keys_a_failed_call_mark_is_not_an_unknown_outcome() {
     assert!(matches!(p.disposition, Disposition::Delivered { attempt: 1, .. }), "{p:?}");
     let rec = inner.get(&m.reminder_id).await.unwrap().unwrap();
     assert_eq!((rec.state, rec.attempts), (ReminderState::Delivered, 1));
+}
+
+/// A reminder dead-lettered `no_safe_retry_window` by this rig (a 503 with 3 s left).
+async fn dead_lettered_no_safe_window(r: &Rig<MemoryLedger>) -> ReminderMessage {
+    let m = punctual_core::testing::message("1", t0(), r.clock.now() + TimeDelta::seconds(3));
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::NoSafeRetryWindow, .. }), "{p:?}");
+    assert_eq!(r.queue.dead().len(), 1);
+    m
+}
+
+/// R3: a duplicate of a quarantined reminder received after `deliver_by` (SQS at-least-once)
+/// is a duplicate: its letter is already in the DLQ. A second letter, as
+/// `business_deadline_expired`, would be one that redrive skips forever (past `deliver_by`).
+#[tokio::test]
+async fn a_late_duplicate_of_a_dead_lettered_reminder_writes_no_second_letter() {
+    let r = rig(vec![ProviderOutcome::Transient { status: Some(503), retry_after: None }]);
+    let m = dead_lettered_no_safe_window(&r).await;
+    r.clock.set(m.deliver_by + TimeDelta::seconds(1));
+    let p = r.process(&m.encode()).await.unwrap();
+    assert_eq!(p.disposition, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
+    let reasons: Vec<_> = r.queue.dead().into_iter().map(|d| d.reason).collect();
+    assert_eq!(reasons, [ReasonCode::NoSafeRetryWindow], "one letter per quarantine");
+    let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.last_reason), (ReminderState::DeadLettered, Some(ReasonCode::NoSafeRetryWindow)));
+    assert_eq!(r.provider.calls().len(), 1);
+}
+
+/// R3: a redrive's copy that reaches a sender only after `deliver_by` expires the reminder, and
+/// the ledger says so — expired, `business_deadline_expired`, a history entry naming the
+/// redrive — instead of keeping the old quarantine's reason beside the new letter. A second
+/// copy of the same redrive is then a duplicate.
+#[tokio::test]
+async fn a_late_redriven_copy_records_the_expiry_it_dead_letters() {
+    let r = rig(vec![ProviderOutcome::Transient { status: Some(503), retry_after: None }]);
+    let m = dead_lettered_no_safe_window(&r).await;
+    let copy = punctual_core::testing::redriven(&m, "rd-20261201T140000000-0001", 1, false);
+    r.clock.set(m.deliver_by + TimeDelta::seconds(1));
+    let p = r.process(&copy.encode()).await.unwrap();
+    assert_eq!(p.disposition, Disposition::Expire { attempts_made: 1 }, "{p:?}");
+    assert_eq!(p.settle_conflict, None, "the expiry was not recorded");
+    let reasons: Vec<_> = r.queue.dead().into_iter().map(|d| d.reason).collect();
+    assert_eq!(reasons, [ReasonCode::NoSafeRetryWindow, ReasonCode::BusinessDeadlineExpired]);
+    let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.last_reason), (ReminderState::Expired, Some(ReasonCode::BusinessDeadlineExpired)));
+    let last = rec.history.last().unwrap();
+    assert_eq!((last.state, last.redrive_id.as_deref()), (ReminderState::Expired, Some("rd-20261201T140000000-0001")));
+    // Another copy of the same redrive: a duplicate, no third letter.
+    let p = r.process(&copy.encode()).await.unwrap();
+    assert_eq!(p.disposition, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
+    assert_eq!(r.queue.dead().len(), 2);
 }
