@@ -556,15 +556,22 @@ impl Ledger for DynamoLedger {
                 .expression_attribute_values(":leased", s(ReminderState::Leased.as_str()));
             "#owner = :owner AND #state = :leased"
         } else {
-            // An expiry: never over a reminder that ended (delivered, dead-lettered, expired,
-            // cancelled), never under a live lease.
+            // An expiry: never over a reminder that ended (delivered, expired, cancelled; and
+            // dead-lettered, unless this copy belongs to a redrive that has not run on it —
+            // `revives_dead_letter`, the claim's own rule: the expiry then records over the
+            // quarantine, `dead_reason` included), never under a live lease.
             update = update
                 .expression_attribute_values(":delivered", delivered)
                 .expression_attribute_values(":dead", s(ReminderState::DeadLettered.as_str()))
                 .expression_attribute_values(":expired", s(ReminderState::Expired.as_str()))
-                .expression_attribute_values(":cancelled", s(ReminderState::Cancelled.as_str()));
-            "attribute_not_exists(pk) OR (#state <> :delivered AND #state <> :dead AND \
-             #state <> :expired AND #state <> :cancelled AND \
+                .expression_attribute_values(":cancelled", s(ReminderState::Cancelled.as_str()))
+                .expression_attribute_values(":redriven", AttributeValue::Bool(msg.redrive.is_some()))
+                .expression_attribute_values(":yes", AttributeValue::Bool(true))
+                .expression_attribute_values(":release", s(msg.redrive.as_ref().map_or("", |r| r.id.as_str())));
+            "attribute_not_exists(pk) OR (#state <> :delivered AND #state <> :expired AND \
+             #state <> :cancelled AND \
+             (#state <> :dead OR (:redriven = :yes AND \
+              (attribute_not_exists(release_id) OR release_id < :release))) AND \
              (attribute_not_exists(lease_until_ms) OR lease_until_ms <= :now))"
         };
         let entry = history_entry(msg, now, x.state, Some(x));

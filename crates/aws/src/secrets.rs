@@ -50,7 +50,9 @@ pub async fn provider_token(config: &SdkConfig) -> Result<Secret, TokenError> {
 }
 
 /// The token's secret in Secrets Manager as a [`TokenSource`]: the provider client reads it
-/// again after a 401/403 (a rotation), at most once per instance per interval.
+/// again after a 401/403 (a rotation): after a 403 at most once per instance per interval,
+/// after a 401 unless a read begun after that call already judged the token (a 401 pauses the
+/// fleet once confirmed, so it is never confirmed by an older read).
 #[derive(Debug, Clone)]
 pub struct SecretsManagerToken {
     config: SdkConfig,

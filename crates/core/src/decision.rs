@@ -117,6 +117,10 @@ pub struct RecordView {
     /// While the reminder is leased: the lease's end. A lease still running belongs to a worker
     /// that may be calling the provider right now.
     pub lease_until: Option<DateTime<Utc>>,
+    /// The reminder is dead-lettered and the copy in hand belongs to a redrive that has not run
+    /// on it yet ([`crate::ports::revives_dead_letter`]): the copy carries the reminder on.
+    /// Any other copy of a dead-lettered reminder is a duplicate (its letter is in the DLQ).
+    pub redrive_pending: bool,
 }
 
 /// The renewal as the system of record has it now.
@@ -354,6 +358,10 @@ fn past_deadline_ledger(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision 
                     provider_status: None,
                 })
             }
+            // Its letter is in the DLQ already (the DLQ is written before the ledger): a second
+            // one, as an expiry, would be a letter no redrive takes (past `deliver_by`). Only a
+            // redrive's copy that has not run on it carries a dead-lettered reminder on.
+            Some(ReminderState::DeadLettered) if !rec.redrive_pending => duplicate,
             // Maybe delivered: never an expiry (see above).
             Some(ReminderState::Leased | ReminderState::Deferred | ReminderState::DeadLettered) if rec.unknown_call => {
                 unknown_earlier_call(rec.attempts.max(msg.attempt), "deliver_by passed")
@@ -364,7 +372,8 @@ fn past_deadline_ledger(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision 
             Some(ReminderState::Cancelled) => {
                 Decision::Done(Disposition::Acknowledge { reason: ReasonCode::Cancelled })
             }
-            // Never delivered (a dead-lettered one too: its DLQ copy may have been redriven).
+            // Never delivered (a dead-lettered one too, for a redrive's copy that reached a
+            // sender only after `deliver_by`: the ledger records the expiry over the quarantine).
             _ => Decision::Done(Disposition::Expire { attempts_made: rec.attempts.max(msg.attempt) }),
         },
     }
@@ -538,10 +547,27 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         return Decision::Next(Step::CallProvider { timeout, attempt });
     };
     // 8. Classify.
+    // A fleet refusal that cannot wait for the operator is dead-lettered as what it is, never
+    // as `classified_permanent` (a 4xx about the request): at the attempt limit with its own
+    // reason (`provider_credentials` / `provider_account`, which a redrive selects once the
+    // credential or the account is fixed); with no time left for the pause's recheck as a
+    // missed window (`no_safe_retry_window`, counted late like every deadline miss).
     let fleet_refusal = |reason: ReasonCode, status: Option<u16>, last: String| {
+        let limit = attempt_limit(policy, msg);
+        if attempt >= limit {
+            return quarantine(reason, attempt, status, format!("{last}; {attempt} of {limit} provider attempts made"));
+        }
         let next = add(now, crate::pause::PAUSE_RECHECK);
-        if add(next, inputs.observed.queue_delay) >= msg.deliver_by || attempt >= attempt_limit(policy, msg) {
-            return quarantine(ReasonCode::ClassifiedPermanent, attempt, status, last);
+        if add(next, inputs.observed.queue_delay) >= msg.deliver_by {
+            return quarantine(
+                ReasonCode::NoSafeRetryWindow,
+                attempt,
+                status,
+                format!(
+                    "{last}; the pause's recheck at {} would be at or after deliver_by",
+                    crate::contract::format_instant(next)
+                ),
+            );
         }
         Decision::Done(Disposition::Defer { until: next, reason, attempts_made: attempt, provider_status: status })
     };
@@ -559,7 +585,7 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             return fleet_refusal(
                 ReasonCode::ProviderCredentials,
                 Some(*status),
-                format!("provider refused the credentials ({status}) with a fresh token; no attempt or time left"),
+                format!("provider refused the credentials ({status}) with a fresh token"),
             );
         }
         // The same for a refusal of the whole account (SES suspended, sending paused).
@@ -567,8 +593,32 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             return fleet_refusal(
                 ReasonCode::ProviderAccount,
                 None,
-                format!("provider refused the account ({detail}); no attempt or time left"),
+                format!("provider refused the account ({detail})"),
             );
+        }
+        // Nothing reached the provider (its client failed before calling, or the call mark
+        // failed): not a provider attempt, so no attempt is spent and the attempt limit cannot
+        // be reached this way — only the deadline ends it.
+        ProviderOutcome::NotSent { detail } => {
+            let next = add(now, policy.backoff.delay(attempt, jitter));
+            let earliest_done = add(add(next, inputs.observed.queue_delay), inputs.observed.call_latency);
+            if earliest_done >= msg.deliver_by {
+                return quarantine(
+                    ReasonCode::NoSafeRetryWindow,
+                    prior_attempts,
+                    None,
+                    format!(
+                        "nothing was sent ({detail}); the next try at {} would finish at or after deliver_by",
+                        crate::contract::format_instant(next)
+                    ),
+                );
+            }
+            return Decision::Done(Disposition::Defer {
+                until: next,
+                reason: ReasonCode::ProviderTransient,
+                attempts_made: prior_attempts,
+                provider_status: None,
+            });
         }
         // Nothing was sent (no address): not a provider attempt.
         ProviderOutcome::Undeliverable { reason: reason @ ReasonCode::RecipientUnknown, detail } => {

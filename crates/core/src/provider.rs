@@ -249,6 +249,14 @@ pub enum ProviderOutcome {
         /// What the provider said.
         detail: String,
     },
+    /// Determinate: nothing reached the provider — its client failed before calling (the SES
+    /// adapter's recipients read, a request that could not be built) or the ledger failed on
+    /// the call mark. Not a provider attempt: deferred without spending one. Made by the sender
+    /// from such a failure, never answered by an adapter (which returns a `ProviderError`).
+    NotSent {
+        /// What failed (never an address or message content).
+        detail: String,
+    },
 }
 
 impl ProviderOutcome {
@@ -274,7 +282,7 @@ impl ProviderOutcome {
         match self {
             Self::Accepted { status, .. } | Self::Permanent { status } => Some(*status),
             Self::Transient { status, .. } | Self::Indeterminate { status } => *status,
-            Self::Undeliverable { .. } | Self::AccountBlocked { .. } => None,
+            Self::Undeliverable { .. } | Self::AccountBlocked { .. } | Self::NotSent { .. } => None,
         }
     }
 }
@@ -377,7 +385,7 @@ mod tests {
         for (status, want) in cases {
             let got = match P::from_status(*status, None, None) {
                 P::Accepted { .. } => "accepted",
-                P::Transient { .. } => "transient",
+                P::Transient { .. } | P::NotSent { .. } => "transient",
                 P::Indeterminate { .. } => "indeterminate",
                 P::Permanent { .. } | P::Undeliverable { .. } | P::AccountBlocked { .. } => "permanent",
             };

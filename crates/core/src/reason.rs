@@ -100,7 +100,9 @@ closed_enum! {
         RateLimited => "rate_limited",
         /// The provider answered 429/503 with a `Retry-After` that set the next time.
         ProviderRetryAfter => "provider_retry_after",
-        /// The provider answered 429/503 or refused the connection, without `Retry-After`.
+        /// The provider answered 429/503 or refused the connection, without `Retry-After`; or,
+        /// with a provider without keys, nothing reached it (its client or the call mark failed
+        /// before the call: no attempt spent).
         ProviderTransient => "provider_transient",
         /// The request may have reached the provider (timeout, 5xx after send, a worker that
         /// died mid-call). Retried with the same key where the provider honours keys; without
@@ -131,10 +133,12 @@ closed_enum! {
         /// An operator paused delivery (`punctual pause`); deferred without spending an attempt.
         OperatorPause => "operator_pause",
         /// The provider refused the credentials (401) even with a freshly read token: the sender
-        /// paused the fleet (audited) and deferred the reminder for after an operator's fix.
+        /// paused the fleet (audited) and deferred the reminder for after an operator's fix; also
+        /// the DLQ reason of such a refusal met at the attempt limit.
         ProviderCredentials => "provider_credentials",
         /// The provider refused the whole account (SES: account suspended, sending paused, the
-        /// MAIL FROM domain not verified): the sender paused the fleet and deferred the reminder.
+        /// MAIL FROM domain not verified): the sender paused the fleet and deferred the reminder
+        /// (dead-lettered with this reason at the attempt limit, like `provider_credentials`).
         ProviderAccount => "provider_account",
         /// The renewal's `recipient_ref` resolves to no address (recipients table), or the renewal
         /// has none: nothing was sent; fix the recipient, then redrive.

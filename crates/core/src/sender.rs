@@ -383,6 +383,10 @@ where
                             .as_ref()
                             .filter(|r| r.state == ReminderState::Leased)
                             .and_then(|r| r.lease_until),
+                        redrive_pending: rec.as_ref().is_some_and(|r| {
+                            r.state == ReminderState::DeadLettered
+                                && crate::ports::revives_dead_letter(msg, r.release_id.as_deref())
+                        }),
                     });
                 }
                 Decision::Next(Step::CheckRenewal) => {
@@ -394,9 +398,17 @@ where
                     let req = LimiterRequest { class, tenant: &msg.tenant_id };
                     limiter = Some(self.limiter.acquire(req, max_wait).await?);
                 }
-                Decision::Next(Step::MarkCall) => {
-                    call_marked = Some(self.ledger.mark_call(msg, &owner, now).await?);
-                }
+                Decision::Next(Step::MarkCall) => match self.ledger.mark_call(msg, &owner, now).await {
+                    Ok(marked) => call_marked = Some(marked),
+                    // No call was made, whether or not the mark was written: a deferral that
+                    // spends no attempt, whose settle (under this worker's lease) clears a mark
+                    // the write may have left. Left to SQS instead, the next claim would find
+                    // that mark and take it for a call whose outcome is unknown.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the call mark failed; nothing was sent, deferred");
+                        provider = Some(ProviderOutcome::NotSent { detail: format!("the call mark failed: {e}") });
+                    }
+                },
                 Decision::Next(Step::CallProvider { timeout, .. }) => {
                     // A call after one whose outcome is unknown, to a provider that may apply it as
                     // a second effect (`at_least_once`): counted, never hidden.
@@ -414,11 +426,14 @@ where
                         Ok(o) => o,
                         // The client failed before calling (nothing reached the provider). With
                         // a marked call this must not look like an unknown outcome to the next
-                        // claim: it becomes a determinate transient, whose deferral settles and
-                        // clears the mark. Without a mark it is infrastructure, retried by SQS.
+                        // claim: it becomes a deferral that settles and clears the mark, and
+                        // spends no attempt (no call was made). Without a mark it is
+                        // infrastructure, retried by SQS.
                         Err(e) if call_marked == Some(true) => {
                             tracing::warn!(error = %e, "the provider client failed before calling; deferred");
-                            ProviderOutcome::Transient { status: None, retry_after: None }
+                            provider = Some(ProviderOutcome::NotSent { detail: e.to_string() });
+                            now = self.clock.now();
+                            continue;
                         }
                         Err(e) => return Err(e.into()),
                     };

@@ -244,7 +244,8 @@ impl Ledger for MemoryLedger {
         }
         let release = release_of(msg);
         if !claimable(r.state, msg)
-            || (r.state == ReminderState::DeadLettered && r.release_id.as_deref() >= Some(release))
+            || (r.state == ReminderState::DeadLettered
+                && !crate::ports::revives_dead_letter(msg, r.release_id.as_deref()))
         {
             // A dead-lettered reminder is revived only by a redrive that has not run on it yet:
             // a copy of a redrive whose own chain already ended it is a duplicate of that chain.
@@ -286,7 +287,9 @@ impl Ledger for MemoryLedger {
                 return Ok(SettleOutcome::AlreadyDelivered);
             }
             if s.state != ReminderState::Delivered {
-                if owner.is_none() && r.state.is_terminal() {
+                let revived = r.state == ReminderState::DeadLettered
+                    && crate::ports::revives_dead_letter(msg, r.release_id.as_deref());
+                if owner.is_none() && r.state.is_terminal() && !revived {
                     return Ok(SettleOutcome::AlreadyEnded(r.state));
                 }
                 let allowed = match owner {
@@ -668,7 +671,7 @@ pub struct ScriptedProvider<C> {
     latency: Duration,
     clock: C,
     honours_keys: bool,
-    fail_next: Arc<std::sync::atomic::AtomicBool>,
+    fail_next: Arc<AtomicU32>,
 }
 
 impl<C: Clock> ScriptedProvider<C> {
@@ -693,7 +696,12 @@ impl<C: Clock> ScriptedProvider<C> {
     /// The first call fails before calling (a `ProviderError`, like a failed recipients read);
     /// the call is still recorded, so tests can count it.
     pub fn failing_once(self) -> Self {
-        self.fail_next.store(true, Ordering::SeqCst);
+        self.failing(1)
+    }
+
+    /// The next `times` calls fail before calling (see [`ScriptedProvider::failing_once`]).
+    pub fn failing(self, times: u32) -> Self {
+        self.fail_next.store(times, Ordering::SeqCst);
         self
     }
 
@@ -711,7 +719,7 @@ impl<C: Clock> Provider for ScriptedProvider<C> {
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
         let key = req.message.reminder_id.idempotency_key().to_string();
         lock(&self.calls).push((key.clone(), req.timeout));
-        if self.fail_next.swap(false, Ordering::SeqCst) {
+        if self.fail_next.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
             return Err(ProviderError::Unknown("the client failed before calling".into()));
         }
         self.clock.sleep(self.latency).await;
@@ -1107,6 +1115,41 @@ pub mod ledger_contract {
                 assert_eq!(
                     must("a copy of the same redrive", ledger.claim(&later, &b, free + s(40), free + s(70))).await,
                     ClaimView::Ended { state: ReminderState::DeadLettered }
+                );
+                // An expiry (a copy past `deliver_by`) records over the quarantine only for a
+                // redrive's copy that has not run on it: never for the redrive that ended it.
+                let expired = Settlement {
+                    state: ReminderState::Expired,
+                    reason: Some(ReasonCode::BusinessDeadlineExpired),
+                    attempts: 2,
+                    receipt: None,
+                    provider_status: None,
+                    next_at: None,
+                };
+                assert_eq!(
+                    must("expiry by the same redrive", ledger.settle(&later, None, free + s(80), &expired)).await,
+                    SettleOutcome::AlreadyEnded(ReminderState::DeadLettered)
+                );
+                let mut third = later.clone();
+                if let Some(stamp) = third.redrive.as_mut() {
+                    stamp.id = crate::ids::RedriveId::parse("rd-contract-3").unwrap_or_else(|e| panic!("{e}"));
+                }
+                assert_eq!(
+                    must("expiry by a later redrive", ledger.settle(&third, None, free + s(81), &expired)).await,
+                    SettleOutcome::Recorded,
+                    "a late copy of a redrive not yet run on a dead-lettered reminder records its expiry"
+                );
+                let rec = must("read expired", ledger.get(&e.reminder_id)).await;
+                let rec = rec.unwrap_or_else(|| panic!("record must exist"));
+                assert_eq!(
+                    (rec.state, rec.last_reason),
+                    (ReminderState::Expired, Some(ReasonCode::BusinessDeadlineExpired))
+                );
+                let last = rec.history.last().map(|h| (h.state, h.redrive_id.clone()));
+                assert_eq!(last, Some((ReminderState::Expired, Some("rd-contract-3".to_owned()))));
+                assert_eq!(
+                    must("expired twice", ledger.settle(&third, None, free + s(82), &expired)).await,
+                    SettleOutcome::AlreadyEnded(ReminderState::Expired)
                 );
             }
         }

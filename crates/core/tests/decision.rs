@@ -114,12 +114,18 @@ impl World {
 }
 
 fn late(state: Option<ReminderState>, attempts: u32) -> RecordView {
-    RecordView { state, attempts, unknown_call: false, lease_until: None }
+    RecordView { state, attempts, unknown_call: false, lease_until: None, redrive_pending: false }
 }
 
 /// Leased until `until` by a worker whose call is marked and not settled.
 fn leased_with_a_call(until: DateTime<Utc>) -> RecordView {
-    RecordView { state: Some(ReminderState::Leased), attempts: 1, unknown_call: true, lease_until: Some(until) }
+    RecordView {
+        state: Some(ReminderState::Leased),
+        attempts: 1,
+        unknown_call: true,
+        lease_until: Some(until),
+        redrive_pending: false,
+    }
 }
 
 fn defer(until: DateTime<Utc>, reason: ReasonCode, attempts_made: u32, provider_status: Option<u16>) -> Decision {
@@ -171,7 +177,13 @@ fn decision_table_covers_every_branch() {
             "at deliver_by, with no record, the renewal is read before anything expires",
             World {
                 now: t(BY),
-                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false, lease_until: None }),
+                recorded: Some(RecordView {
+                    state: None,
+                    attempts: 0,
+                    unknown_call: false,
+                    lease_until: None,
+                    redrive_pending: false,
+                }),
                 ..World::fresh()
             },
             Decision::Next(Step::CheckRenewal),
@@ -180,7 +192,13 @@ fn decision_table_covers_every_branch() {
             "at deliver_by, with no record, is expired",
             World {
                 now: t(BY),
-                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false, lease_until: None }),
+                recorded: Some(RecordView {
+                    state: None,
+                    attempts: 0,
+                    unknown_call: false,
+                    lease_until: None,
+                    redrive_pending: false,
+                }),
                 renewal: Some(RenewalView::Active),
                 ..World::fresh()
             },
@@ -207,7 +225,13 @@ fn decision_table_covers_every_branch() {
             "past deliver_by, a copy of a renewal moved since is rescheduled, not expired",
             World {
                 now: t(BY) + secs(1),
-                recorded: Some(RecordView { state: None, attempts: 0, unknown_call: false, lease_until: None }),
+                recorded: Some(RecordView {
+                    state: None,
+                    attempts: 0,
+                    unknown_call: false,
+                    lease_until: None,
+                    redrive_pending: false,
+                }),
                 renewal: Some(RenewalView::Rescheduled {
                     same_reminder: true,
                     deliver_after: t(BY) + secs(3600),
@@ -247,10 +271,20 @@ fn decision_table_covers_every_branch() {
             Decision::Done(Disposition::Expire { attempts_made: 3 }),
         ),
         (
-            "past deliver_by, a dead-lettered reminder's copy still expires (to the DLQ)",
+            "past deliver_by, a duplicate of a dead-lettered reminder is acknowledged (its letter exists)",
             World {
                 now: t(BY) + secs(1),
                 recorded: Some(late(Some(ReminderState::DeadLettered), 2)),
+                renewal: Some(RenewalView::Cancelled),
+                ..World::fresh()
+            },
+            Decision::Done(Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }),
+        ),
+        (
+            "past deliver_by, a redrive's copy of a dead-lettered reminder still expires (to the DLQ)",
+            World {
+                now: t(BY) + secs(1),
+                recorded: Some(RecordView { redrive_pending: true, ..late(Some(ReminderState::DeadLettered), 2) }),
                 renewal: Some(RenewalView::Cancelled),
                 ..World::fresh()
             },
@@ -615,6 +649,7 @@ fn drive(run: &Run) -> (World, Disposition, Option<(DateTime<Utc>, Duration)>) {
                     attempts: 0,
                     unknown_call: false,
                     lease_until: None,
+                    redrive_pending: false,
                 });
             }
             Decision::Next(Step::CheckRenewal) => world.renewal = Some(run.renewal),
@@ -787,4 +822,45 @@ fn an_answer_from_before_the_deadline_is_classified_even_if_handled_after_it() {
     let w = World { now: t(BY) + secs(1), ..World::ready() }
         .called(ProviderOutcome::Transient { status: Some(503), retry_after: None });
     assert!(matches!(w.decide(), Decision::Done(Disposition::Quarantine { .. })), "{:?}", w.decide());
+}
+
+// ---- issue 25 (edges): a fleet refusal that cannot wait for the operator (R7) -------------
+
+/// A confirmed 401 or an account refusal that cannot be deferred for an operator is not a
+/// "4xx that retrying cannot fix" (`classified_permanent`): near the deadline it is a missed
+/// window (`no_safe_retry_window`, counted late), and at the attempt limit it is dead-lettered
+/// as what it is (`provider_credentials` / `provider_account`), so a redrive can select it once
+/// the credential or the account is fixed.
+#[test]
+fn a_fleet_refusal_that_cannot_wait_is_dead_lettered_for_what_it_is() {
+    let limit = policy().max_attempts;
+    let refusals = [
+        (ProviderOutcome::Permanent { status: 401 }, ReasonCode::ProviderCredentials, Some(401)),
+        (ProviderOutcome::AccountBlocked { detail: "SES AccountSuspended".into() }, ReasonCode::ProviderAccount, None),
+    ];
+    for (outcome, fleet_reason, status) in refusals {
+        // At the attempt limit, with hours left.
+        let at_limit = World {
+            claim: Some(ClaimView::Claimed { prior_attempts: limit - 1, unsettled_call: false }),
+            ..World::ready()
+        }
+        .called(outcome.clone());
+        assert_eq!(quarantined(&at_limit.decide()), Some((fleet_reason, limit, status)), "{:?}", at_limit.decide());
+        // Near the deadline: the pause's recheck would land past deliver_by.
+        let near = World { now: t(BY) - secs(30), invocation_deadline: t(BY) + secs(30), ..World::ready() }
+            .called(outcome.clone());
+        assert_eq!(
+            quarantined(&near.decide()),
+            Some((ReasonCode::NoSafeRetryWindow, 1, status)),
+            "{:?}",
+            near.decide()
+        );
+        // With time and attempts left it still waits for the operator (unchanged).
+        let w = World::ready().called(outcome);
+        assert!(
+            matches!(w.decide(), Decision::Done(Disposition::Defer { reason, attempts_made: 1, .. }) if reason == fleet_reason),
+            "{:?}",
+            w.decide()
+        );
+    }
 }

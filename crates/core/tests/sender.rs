@@ -199,8 +199,9 @@ async fn a_late_copy_of_a_delivered_reminder_is_acknowledged_not_expired() {
 }
 
 /// A late copy of a reminder that ended otherwise: a cancelled one is acknowledged (nothing
-/// is owed), a dead-lettered one still goes to the DLQ (its earlier DLQ copy may have been
-/// moved by a redrive) — but neither terminal state is overwritten by an expiry.
+/// is owed), a dead-lettered one too (a duplicate: its letter is in the DLQ; a redrive's copy
+/// carries its own stamp, see `a_late_redriven_copy_records_the_expiry_it_dead_letters`) — and
+/// neither terminal state is overwritten by an expiry.
 #[tokio::test]
 async fn a_late_copy_never_overwrites_a_cancelled_or_dead_lettered_reminder() {
     use punctual_core::ports::{OwnerToken, Settlement};
@@ -232,11 +233,10 @@ async fn a_late_copy_never_overwrites_a_cancelled_or_dead_lettered_reminder() {
     assert_eq!(rec.state, ReminderState::Cancelled, "an expiry overwrote cancelled");
 
     let p = r.process(&dead.encode()).await.unwrap();
-    assert_eq!(p.disposition.reason(), Some(ReasonCode::BusinessDeadlineExpired), "{p:?}");
+    assert_eq!(p.disposition, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }, "{p:?}");
     let rec = r.sender.ledger().get(&dead.reminder_id).await.unwrap().unwrap();
     assert_eq!(rec.state, ReminderState::DeadLettered, "an expiry overwrote dead_lettered");
-    let dlq: Vec<_> = r.queue.dead().into_iter().map(|d| d.reason).collect();
-    assert_eq!(dlq, [ReasonCode::BusinessDeadlineExpired], "only the dead-lettered copy goes to the DLQ");
+    assert!(r.queue.dead().is_empty(), "a second letter: {:?}", r.queue.dead());
     assert!(r.provider.calls().is_empty());
 }
 
@@ -575,4 +575,210 @@ async fn an_unknown_call_found_past_the_deadline_is_not_called_expired() {
         matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::ProviderIndeterminate, .. }),
         "{p:?}"
     );
+}
+
+// ---- issue 25 (edges) ----------------------------------------------------------------------
+
+/// R7: a confirmed 401 a minute before `deliver_by` cannot wait for the operator: its letter
+/// says the window was missed (counted late), never `classified_permanent`.
+#[tokio::test]
+async fn a_401_near_the_deadline_is_dead_lettered_as_a_missed_window() {
+    let r = rig(vec![ProviderOutcome::Permanent { status: 401 }]);
+    let m = punctual_core::testing::message("1", t0(), r.clock.now() + TimeDelta::seconds(50));
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::NoSafeRetryWindow, .. }), "{p:?}");
+    let dead = r.queue.dead();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].reason, dead[0].provider_status), (ReasonCode::NoSafeRetryWindow, Some(401)));
+    assert!(punctual_core::accounting::is_deadline_reason(dead[0].reason.as_str()), "counted late");
+    let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.last_reason), (ReminderState::DeadLettered, Some(ReasonCode::NoSafeRetryWindow)));
+}
+
+/// Processes `m` and every copy it requeues (advancing the clock by each delay), at most
+/// `rounds` times; the last processing's result.
+async fn until_settled<L: Ledger>(r: &Rig<L>, m: &ReminderMessage, rounds: usize) -> punctual_core::sender::Processed {
+    let mut body = m.encode();
+    let mut last = None;
+    for _ in 0..rounds {
+        let before = r.queue.requeued().len();
+        let p = r.process(&body).await.unwrap();
+        let done = !matches!(p.disposition, Disposition::Defer { .. });
+        last = Some(p);
+        if done {
+            break;
+        }
+        let requeued = r.queue.requeued();
+        assert_eq!(requeued.len(), before + 1, "a deferral requeues one copy");
+        let (copy, delay) = requeued.last().cloned().unwrap();
+        r.clock.advance(delay);
+        body = copy.encode();
+    }
+    last.unwrap()
+}
+
+/// R6: with a provider without keys, a failure of the client before it calls (the SES
+/// adapter's recipients read throttled, say) reaches no provider: it must not spend an
+/// attempt. Eight in a row must not dead-letter a reminder that was never sent.
+#[tokio::test]
+async fn without_keys_failures_before_the_call_spend_no_attempt() {
+    use punctual_core::provider::IndeterminatePolicy::AtMostOnce;
+    let ledger = MemoryLedger::new();
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]).without_keys().failing(8);
+    let mut settings = punctual_core::sender::SenderSettings::default();
+    settings.policy.indeterminate = AtMostOnce;
+    let (sender, queue, provider) =
+        punctual_core::testing::scripted_sender_over(ledger.clone(), &clock, provider, settings, 7);
+    let r = Rig { clock, queue, provider, sender };
+    let m = message();
+    let p = until_settled(&r, &m, 12).await;
+    assert!(r.queue.dead().is_empty(), "dead-lettered a reminder never sent: {:?}", r.queue.dead());
+    assert!(matches!(p.disposition, Disposition::Delivered { attempt: 1, .. }), "{p:?}");
+    assert_eq!(r.provider.calls().len(), 9, "eight failed before calling, one delivered");
+    let rec = ledger.get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.attempts), (ReminderState::Delivered, 1));
+}
+
+/// A ledger whose next `mark_call` writes the mark, then reports a failure (a timeout whose
+/// write happened).
+#[derive(Clone)]
+struct UncertainMark {
+    inner: MemoryLedger,
+    left: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Ledger for UncertainMark {
+    async fn claim(
+        &self,
+        msg: &ReminderMessage,
+        owner: &punctual_core::ports::OwnerToken,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<punctual_core::decision::ClaimView, punctual_core::ports::LedgerError> {
+        self.inner.claim(msg, owner, now, lease_until).await
+    }
+    async fn settle(
+        &self,
+        msg: &ReminderMessage,
+        owner: Option<&punctual_core::ports::OwnerToken>,
+        now: DateTime<Utc>,
+        s: &punctual_core::ports::Settlement,
+    ) -> Result<punctual_core::ports::SettleOutcome, punctual_core::ports::LedgerError> {
+        self.inner.settle(msg, owner, now, s).await
+    }
+    async fn mark_call(
+        &self,
+        msg: &ReminderMessage,
+        owner: &punctual_core::ports::OwnerToken,
+        now: DateTime<Utc>,
+    ) -> Result<bool, punctual_core::ports::LedgerError> {
+        let marked = self.inner.mark_call(msg, owner, now).await?;
+        if self
+            .left
+            .fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| {
+                n.checked_sub(1)
+            })
+            .is_ok()
+        {
+            return Err(punctual_core::ports::LedgerError::Unknown("mark timed out after writing".into()));
+        }
+        Ok(marked)
+    }
+    async fn get(
+        &self,
+        id: &punctual_core::ids::ReminderId,
+    ) -> Result<Option<punctual_core::ports::LedgerRecord>, punctual_core::ports::LedgerError> {
+        self.inner.get(id).await
+    }
+}
+
+/// R6: the ledger failing on the call mark is a failure before the call too: the worker knows
+/// it did not call, so the reminder must not end up quarantined as an unknown outcome
+/// (`provider_indeterminate` under `at_most_once`) nor spend an attempt.
+#[tokio::test]
+async fn without_keys_a_failed_call_mark_is_not_an_unknown_outcome() {
+    use punctual_core::provider::IndeterminatePolicy::AtMostOnce;
+    let inner = MemoryLedger::new();
+    let ledger = UncertainMark { inner: inner.clone(), left: std::sync::Arc::new(1.into()) };
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]).without_keys();
+    let mut settings = punctual_core::sender::SenderSettings::default();
+    settings.policy.indeterminate = AtMostOnce;
+    let (sender, queue, provider) = punctual_core::testing::scripted_sender_over(ledger, &clock, provider, settings, 7);
+    let r = Rig { clock, queue, provider, sender };
+    let m = message();
+    let mut body = m.encode();
+    let mut last = None;
+    for _ in 0..6 {
+        match r.process(&body).await {
+            // Left to SQS: the copy comes back after its visibility timeout and the lease.
+            Err(_) => r.clock.advance(Duration::from_secs(31)),
+            Ok(p) if matches!(p.disposition, Disposition::Defer { .. }) => {
+                let (copy, delay) = r.queue.requeued().last().cloned().unwrap();
+                r.clock.advance(delay);
+                body = copy.encode();
+            }
+            Ok(p) => {
+                last = Some(p);
+                break;
+            }
+        }
+    }
+    assert!(r.queue.dead().is_empty(), "dead-lettered a reminder never sent: {:?}", r.queue.dead());
+    let p = last.expect("settled");
+    assert!(matches!(p.disposition, Disposition::Delivered { attempt: 1, .. }), "{p:?}");
+    let rec = inner.get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.attempts), (ReminderState::Delivered, 1));
+}
+
+/// A reminder dead-lettered `no_safe_retry_window` by this rig (a 503 with 3 s left).
+async fn dead_lettered_no_safe_window(r: &Rig<MemoryLedger>) -> ReminderMessage {
+    let m = punctual_core::testing::message("1", t0(), r.clock.now() + TimeDelta::seconds(3));
+    let p = r.process(&m.encode()).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::NoSafeRetryWindow, .. }), "{p:?}");
+    assert_eq!(r.queue.dead().len(), 1);
+    m
+}
+
+/// R3: a duplicate of a quarantined reminder received after `deliver_by` (SQS at-least-once)
+/// is a duplicate: its letter is already in the DLQ. A second letter, as
+/// `business_deadline_expired`, would be one that redrive skips forever (past `deliver_by`).
+#[tokio::test]
+async fn a_late_duplicate_of_a_dead_lettered_reminder_writes_no_second_letter() {
+    let r = rig(vec![ProviderOutcome::Transient { status: Some(503), retry_after: None }]);
+    let m = dead_lettered_no_safe_window(&r).await;
+    r.clock.set(m.deliver_by + TimeDelta::seconds(1));
+    let p = r.process(&m.encode()).await.unwrap();
+    assert_eq!(p.disposition, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
+    let reasons: Vec<_> = r.queue.dead().into_iter().map(|d| d.reason).collect();
+    assert_eq!(reasons, [ReasonCode::NoSafeRetryWindow], "one letter per quarantine");
+    let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.last_reason), (ReminderState::DeadLettered, Some(ReasonCode::NoSafeRetryWindow)));
+    assert_eq!(r.provider.calls().len(), 1);
+}
+
+/// R3: a redrive's copy that reaches a sender only after `deliver_by` expires the reminder, and
+/// the ledger says so — expired, `business_deadline_expired`, a history entry naming the
+/// redrive — instead of keeping the old quarantine's reason beside the new letter. A second
+/// copy of the same redrive is then a duplicate.
+#[tokio::test]
+async fn a_late_redriven_copy_records_the_expiry_it_dead_letters() {
+    let r = rig(vec![ProviderOutcome::Transient { status: Some(503), retry_after: None }]);
+    let m = dead_lettered_no_safe_window(&r).await;
+    let copy = punctual_core::testing::redriven(&m, "rd-20261201T140000000-0001", 1, false);
+    r.clock.set(m.deliver_by + TimeDelta::seconds(1));
+    let p = r.process(&copy.encode()).await.unwrap();
+    assert_eq!(p.disposition, Disposition::Expire { attempts_made: 1 }, "{p:?}");
+    assert_eq!(p.settle_conflict, None, "the expiry was not recorded");
+    let reasons: Vec<_> = r.queue.dead().into_iter().map(|d| d.reason).collect();
+    assert_eq!(reasons, [ReasonCode::NoSafeRetryWindow, ReasonCode::BusinessDeadlineExpired]);
+    let rec = r.sender.ledger().get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.last_reason), (ReminderState::Expired, Some(ReasonCode::BusinessDeadlineExpired)));
+    let last = rec.history.last().unwrap();
+    assert_eq!((last.state, last.redrive_id.as_deref()), (ReminderState::Expired, Some("rd-20261201T140000000-0001")));
+    // Another copy of the same redrive: a duplicate, no third letter.
+    let p = r.process(&copy.encode()).await.unwrap();
+    assert_eq!(p.disposition, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
+    assert_eq!(r.queue.dead().len(), 2);
 }

@@ -9,8 +9,10 @@
 //! 3xx is a permanent answer (`classified_permanent` with its status), never a delivery.
 //!
 //! A 401 or 403 is first a credential event, not the reminder's fault: with a [`TokenSource`]
-//! (the secret store), the client reads the token again — at most once per instance per
-//! [`REFRESH_EVERY`], within the call's budget — and, if it changed, repeats the call once
+//! (the secret store), the client reads the token again — for a 403 at most once per instance
+//! per [`REFRESH_EVERY`]; for a 401 (which pauses the fleet once confirmed) unless a read begun
+//! after the refused call went out already judged the token — within the call's budget — and,
+//! if it changed, repeats the call once
 //! under the same `Idempotency-Key` within what is left of the call's timeout (a refused call
 //! was not processed, and the key makes the repeat safe anyway). So a rotation does not
 //! dead-letter a morning. A refusal the source confirms (it holds the same token, or there is
@@ -133,8 +135,9 @@ impl VendorProfile {
     }
 }
 
-/// The longest a refused token is kept before the token source is asked again; also the
-/// fewest seconds between two reads of the source by one instance.
+/// After a 403, the longest a refused token is kept before the token source is asked again;
+/// also the fewest seconds between two reads of the source for 403s by one instance. A 401 is
+/// never confirmed by a read older than its call (see `fresh_token`).
 pub const REFRESH_EVERY: Duration = Duration::from_secs(10);
 
 /// The provider client.
@@ -204,10 +207,15 @@ impl HttpProvider {
         self.auth.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// What the token source says about a refused token, within `budget`: another record of
-    /// this instance may have refreshed already; else the source is read, unless it was read
-    /// within [`REFRESH_EVERY`] (then the refusal is confirmed by that read).
-    async fn fresh_token(&self, refused: &HeaderValue, budget: Duration) -> Refresh {
+    /// What the token source says about `refused`, which the provider answered `status` to a
+    /// call sent at `sent`, within `budget`: another record of this instance may have refreshed
+    /// already; a read begun after the call went out judged this very token (the records of a
+    /// batch refused together share one read); else the source is read — for a 403 only when
+    /// the last read is older than [`REFRESH_EVERY`] (a 403 is often about the request, and
+    /// must not make every call read the store), for a 401 always: the sender pauses the fleet
+    /// on a confirmed 401, and a read from before the call cannot tell that the secret was not
+    /// rotated since.
+    async fn fresh_token(&self, refused: &HeaderValue, status: u16, sent: Instant, budget: Duration) -> Refresh {
         let Some(source) = self.source.as_ref() else {
             // A configured token cannot change under a running instance: confirmed.
             return Refresh::Confirmed;
@@ -217,17 +225,22 @@ impl HttpProvider {
         if current != *refused {
             return Refresh::Fresh(current);
         }
-        if last.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+        if last.is_some_and(|t| t >= sent) {
+            return Refresh::Confirmed;
+        }
+        if status != 401 && last.is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
             return Refresh::Confirmed;
         }
         // Bounded by the call's own budget (the other records of the batch wait on the lock).
+        // The read's start is what it can vouch for: the source held this value then or later.
+        let asked = Instant::now();
         let fetched =
             match futures_util::future::select(Box::pin(source.fetch()), Box::pin(tokio::time::sleep(budget))).await {
                 futures_util::future::Either::Left((Ok(token), _)) => match credential(&self.vendor.auth, &token) {
                     Ok(v) => v,
                     Err(_) => {
                         tracing::warn!("the token source holds a value that is not a valid header");
-                        *last = Some(Instant::now());
+                        *last = Some(asked);
                         return Refresh::Confirmed;
                     }
                 },
@@ -240,7 +253,7 @@ impl HttpProvider {
                     return Refresh::Unknown;
                 }
             };
-        *last = Some(Instant::now());
+        *last = Some(asked);
         if fetched == *refused {
             tracing::warn!("the provider refused the token and the token source holds the same one");
             return Refresh::Confirmed;
@@ -261,8 +274,8 @@ impl HttpProvider {
 enum Refresh {
     /// A different token: retry with it.
     Fresh(HeaderValue),
-    /// The source holds the refused token (or was read within [`REFRESH_EVERY`], or there is
-    /// no source): the refusal stands.
+    /// The source holds the refused token (read after the refused call went out; for a 403,
+    /// within [`REFRESH_EVERY`]), or there is no source: the refusal stands.
     Confirmed,
     /// The source could not be read in time: nothing is known; retry later.
     Unknown,
@@ -281,7 +294,7 @@ impl Provider for HttpProvider {
         // Only within the call's own budget: the sender sized it to its deadlines.
         let left = || req.timeout.saturating_sub(started.elapsed());
         let transient = ProviderOutcome::Transient { status: Some(status), retry_after: None };
-        match self.fresh_token(&auth, left()).await {
+        match self.fresh_token(&auth, status, started, left()).await {
             Refresh::Fresh(fresh) if left() >= Duration::from_millis(200) => self.call(req, fresh, left()).await,
             // A new token and no time to use it, or no answer from the source: not a verdict
             // on the credentials, so a retry (backoff), never the pause.

@@ -256,8 +256,9 @@ async fn a_401_after_a_rotation_is_retried_once_with_the_rotated_token() {
     assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 1, "the source is read once");
 }
 
-/// A refusal that survives a fresh token stands (permanent), and the source is not read again
-/// within the interval: a wrong token cannot make every call read the secret store.
+/// A refusal that survives a fresh token stands (permanent). A 401 (which pauses the fleet)
+/// is confirmed by one read of its own, never more; a 403 does not read the source again within
+/// the interval: a recipient the provider forbids cannot make every call read the secret store.
 #[tokio::test]
 async fn a_401_with_the_same_token_in_the_source_stands_and_the_source_is_not_hammered() {
     let double = Double::start(Config { token: Some("right".into()), ..Config::default() }, 0).await.unwrap();
@@ -270,8 +271,20 @@ async fn a_401_with_the_same_token_in_the_source_stands_and_the_source_is_not_ha
         assert_eq!(o.status(), Some(401), "{o:?}");
         assert!(matches!(o, ProviderOutcome::Permanent { .. }), "{o:?}");
     }
-    assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 5, "one read per 401, never more");
     assert_eq!(double.stats().accepted, 0);
+
+    let double = Double::start(Config { keys: false, ..Config::default() }, 0).await.unwrap();
+    double.script((0..5).map(|_| Behaviour { status: Some(403), ..Behaviour::default() }));
+    let source = std::sync::Arc::new(Rotated { token: "same".to_owned().into(), ..Rotated::default() });
+    let client = HttpProvider::new(&double.url(), &Secret::new("same"), Duration::from_secs(1))
+        .unwrap()
+        .with_token_source(source.clone());
+    for n in 0..5 {
+        let o = send(&client, &message(85 + n), Duration::from_secs(2)).await;
+        assert_eq!(o, ProviderOutcome::Permanent { status: 403 });
+    }
+    assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 1, "403s read the source once per interval");
 }
 
 /// A token source that cannot be read is no verdict on the credentials: the refusal comes back
@@ -419,4 +432,35 @@ async fn a_vendor_profile_changes_auth_keys_receipt_and_error_codes() {
     for bad in [("header:", None), ("basic", None), ("bearer", Some("no/pointer"))] {
         assert!(VendorProfile::parse(Some(bad.0), None, bad.1, None, None, Default::default()).is_err(), "{bad:?}");
     }
+}
+
+// ---- issue 25 (edges) ----------------------------------------------------------------------
+
+/// R5: a 401 is confirmed only by a read of the source made after the refused call went out.
+/// A 403 makes the client read the source (the token in use: the 403 stands); the secret then
+/// rotates, and the next call's 401 comes within the 10 s interval. Taking that earlier read as
+/// confirmation would call the credentials bad — the sender pauses the fleet on it — while the
+/// source holds a new token: the client must read it again and repeat the call with it.
+#[tokio::test]
+async fn a_401_just_after_a_read_is_confirmed_only_by_a_fresh_read() {
+    let config = Config { keys: false, ..Config::default() };
+    let double = Double::start(config, 0).await.unwrap();
+    // The double answers the first request 403 (about the request) and the second 401 (the
+    // old token, revoked by the rotation); the third is accepted.
+    double.script([
+        Behaviour { status: Some(403), ..Behaviour::default() },
+        Behaviour { status: Some(401), ..Behaviour::default() },
+    ]);
+    let source = std::sync::Arc::new(Rotated { token: "old-token".to_owned().into(), ..Rotated::default() });
+    let client = HttpProvider::new(&double.url(), &Secret::new("old-token"), Duration::from_secs(1))
+        .unwrap()
+        .with_token_source(source.clone());
+    let first = send(&client, &message(100), Duration::from_secs(5)).await;
+    assert_eq!(first, ProviderOutcome::Permanent { status: 403 }, "the source holds the same token: it stands");
+    assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // The secret rotates.
+    *source.token.lock().unwrap() = "new-token".to_owned();
+    let second = send(&client, &message(101), Duration::from_secs(5)).await;
+    assert!(matches!(second, ProviderOutcome::Accepted { .. }), "a 401 confirmed by a read from before it: {second:?}");
+    assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 2, "the 401 read the source again");
 }

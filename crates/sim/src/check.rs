@@ -921,7 +921,13 @@ type CheckSender = Sender<
     SkewedClock,
 >;
 
-fn run_here(seed: u64, n: usize, senders: usize, honours_keys: bool, indeterminate: IndeterminatePolicy) -> SeedOutcome {
+fn run_here(
+    seed: u64,
+    n: usize,
+    senders: usize,
+    honours_keys: bool,
+    indeterminate: IndeterminatePolicy,
+) -> SeedOutcome {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
     let Ok(runtime) = runtime else { return SeedOutcome::default() };
     let _entered = runtime.enter();

@@ -53,6 +53,16 @@ pub fn covered_by_operator(msg: &ReminderMessage, mark_release: Option<&str>) ->
     msg.redrive.as_ref().is_some_and(|r| r.resend_unknown && mark_release.unwrap_or("") < r.id.as_str())
 }
 
+/// Whether the copy `msg` carries on a dead-lettered reminder whose latest redrive release is
+/// `release_id`: only a redrive's copy whose redrive has not run on it yet (redrive ids sort by
+/// time). Every other copy of a dead-lettered reminder is a duplicate — its letter is in the
+/// DLQ already. The claim revives the reminder for such a copy, and an expiry (an ownerless
+/// settle) may record over the quarantine for it; the DynamoDB adapter's conditions say the
+/// same.
+pub fn revives_dead_letter(msg: &ReminderMessage, release_id: Option<&str>) -> bool {
+    msg.redrive.as_ref().is_some_and(|r| release_id.is_none_or(|latest| latest < r.id.as_str()))
+}
+
 /// Identifies one processing of one message, so a retried write (after a timeout whose
 /// outcome is unknown) recognises its own claim instead of losing to itself.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -197,7 +207,10 @@ impl LedgerError {
 ///   the same write when it loses;
 /// - `settle` with an owner token only writes while that owner still holds the lease; without
 ///   one (expiry before any claim) only while no live lease exists and the reminder has not
-///   ended (`cancelled`, `dead_lettered`, `expired`: answered `AlreadyEnded`); neither ever
+///   ended (`cancelled`, `dead_lettered`, `expired`: answered `AlreadyEnded`) — except that a
+///   `dead_lettered` one is recorded over for a copy [`revives_dead_letter`] (a redrive's copy
+///   that reached a sender after `deliver_by`: the reminder expires, with its new reason and a
+///   history entry, not the old quarantine's); neither ever
 ///   overwrites `delivered`, except that `delivered` itself is recorded whoever holds the
 ///   lease — the provider accepted it;
 /// - `mark_call` records `call_owner = owner` and `call_release` = the copy's release (its
