@@ -139,6 +139,18 @@ impl LimiterSettings {
         }
     }
 
+    /// When a cut to `rate` at `now_ms` is back at the quota (stores compare cuts by it: the one
+    /// that recovers later is the lower at every instant). Without recovery a cut never ends;
+    /// the lower one then still recovers "later".
+    pub fn recovered_ms(&self, now_ms: i64, rate: f64) -> i64 {
+        let per_ms = self.recover_per_sec * self.quota / 1000.0;
+        if per_ms > 0.0 {
+            now_ms.saturating_add(((self.quota - rate).max(0.0) / per_ms).ceil() as i64)
+        } else {
+            i64::MAX / 2 - (rate * 1000.0) as i64
+        }
+    }
+
     /// The admitted rate at `now_ms` given the stored view: the last cut, recovered linearly.
     pub fn rate(&self, view: &SlotView, now_ms: i64) -> f64 {
         let floor = self.quota / 100.0;
@@ -464,7 +476,7 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
         // that applies), a pause at least as long, give or take the second that is
         // `Retry-After`'s resolution.
         if view.cut_rate.is_none() || view.cut_at_ms + gap < now {
-            self.store.cut(&key, now, cut, gap).await?;
+            self.store.cut(&key, now, cut, s.recovered_ms(now, cut), gap).await?;
         }
         {
             let mut pools = lock(&self.pools);
@@ -472,6 +484,7 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
             if pool.view.cut_at_ms + (s.cut_gap.as_millis() as i64) < now || pool.view.cut_rate.is_none() {
                 pool.view.cut_rate = Some(cut);
                 pool.view.cut_at_ms = now;
+                pool.view.cut_recovered_ms = s.recovered_ms(now, cut);
             }
         }
         match retry_after {
@@ -509,12 +522,13 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
             return Ok(());
         }
         let cut = fits.max(s.quota / 100.0);
-        self.store.cut(&key, now, cut, gap).await?;
+        self.store.cut(&key, now, cut, s.recovered_ms(now, cut), gap).await?;
         lock(&self.stats).budget_cuts += 1;
         let mut pools = lock(&self.pools);
         let pool = pools.entry(key).or_default();
         pool.view.cut_rate = Some(cut);
         pool.view.cut_at_ms = now;
+        pool.view.cut_recovered_ms = s.recovered_ms(now, cut);
         Ok(())
     }
 }
@@ -686,6 +700,40 @@ mod tests {
         assert!(b.rate() < 100.0, "still recovering: {}", b.rate());
         c.advance(Duration::from_secs(2));
         assert!((b.rate() - 100.0).abs() < 1e-9, "rate {}", b.rate());
+    }
+
+    /// R9: a cut only ever lowers the shared rate. An instance whose view predates the cuts
+    /// other instances made (it has not booked since) computes its cut from the full quota;
+    /// written after the gap, it would raise the rate the others had cut lower.
+    #[tokio::test]
+    async fn a_stale_instance_never_raises_the_shared_rate() {
+        let c = clock();
+        let store = MemorySlotStore::default();
+        let settings = LimiterSettings::new(100.0);
+        let a = SharedLimiter::new(store.clone(), c.clone(), settings.clone(), 1);
+        let stale = SharedLimiter::new(store.clone(), c.clone(), settings.clone(), 2);
+        let t = tenant();
+        // The stale instance books once, before any cut: its view shows the full quota.
+        stale.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(1)).await.unwrap();
+        a.throttled(None).await.unwrap();
+        c.advance(Duration::from_millis(1500));
+        a.throttled(None).await.unwrap();
+        c.advance(Duration::from_millis(1500));
+        let key = "provider#main";
+        let now = c.now().timestamp_millis();
+        let before = settings.rate(&store.view(key).await.unwrap().unwrap(), now);
+        assert!(before < 60.0, "two cuts: {before}");
+        stale.throttled(None).await.unwrap();
+        let after = settings.rate(&store.view(key).await.unwrap().unwrap(), now);
+        assert!(after <= before, "a stale instance raised the shared rate from {before} to {after}");
+        // A cut from a view that knows the current rate still lowers it.
+        c.advance(Duration::from_millis(1500));
+        a.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap();
+        let now = c.now().timestamp_millis();
+        let before = settings.rate(&store.view(key).await.unwrap().unwrap(), now);
+        a.throttled(None).await.unwrap();
+        let after = settings.rate(&store.view(key).await.unwrap().unwrap(), c.now().timestamp_millis());
+        assert!(after < before * 0.8, "an informed cut lowers the rate: {before} -> {after}");
     }
 
     /// One provider answer of `Retry-After: 86400` must not stall every class and tenant for a
