@@ -529,12 +529,13 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
         if reset > s.max_shared_pause {
             // A window longer than the shared pause (an hourly quota) cannot be ridden out by
             // pausing when it runs dry: the pause is capped, and after it every call is a 429
-            // until the reset. Spread over 60 s (as it was), 9,000 an hour went in 90 s. So it
-            // is paced over its real length: this instance books at most `remaining / reset`
-            // until the reset. Every accepted answer restates it, so the pace follows the
-            // provider's own count (no write); every instance hears its own answers, and all
-            // of them book one schedule, so the fleet calls at that pace. Not below the cut
-            // floor: a block at a pace of a few calls an hour would book the schedule for hours.
+            // until the reset. Spread over 60 s (as it was), 7,515 of 9,000 an hour went in the
+            // first 90 s (quota 100/s; the test below). So it is paced over its real length:
+            // this instance books at most `remaining / reset` until the reset. Every accepted
+            // answer restates it, so the pace follows the provider's own count (no write);
+            // every instance hears its own answers, and all of them book one schedule, so the
+            // fleet calls at that pace. Not below the cut floor: a block at a pace of a few
+            // calls an hour would book the schedule for hours.
             let pace = (remaining as f64 / reset.as_secs_f64()).max(s.quota / 100.0);
             *lock(&self.window_pace) = Some((pace, now + reset.as_millis() as i64));
             return Ok(());
@@ -733,9 +734,9 @@ mod tests {
     }
 
     /// R8: a provider window longer than the shared pause (an hourly quota of 9,000 at a
-    /// per-second quota of 100) is paced over its real length. Spread over 60 s it was spent in
-    /// about 90 s, and the rest of the hour cycled through 429s (the pause at exhaustion is
-    /// capped at 60 s, so it cannot ride the window out).
+    /// per-second quota of 100) is paced over its real length. Spread over 60 s, 7,515 calls went
+    /// in the first 90 s and the rest by 284 s, and the hour then cycled through 55 429s (the
+    /// pause at exhaustion is capped at 60 s, so it cannot ride the window out).
     #[tokio::test]
     async fn an_hourly_budget_is_paced_over_the_hour() {
         let c = clock();
