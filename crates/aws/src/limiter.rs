@@ -3,7 +3,8 @@
 //! read-modify-write. Items live in the ledger table under `pk = limiter:{key}`.
 //!
 //! Attributes (milliseconds since the epoch): `next` (first unbooked slot), `near_until`
-//! (deadline-near work booked recently), `cut_rate` + `cut_at` (the last 429 cut),
+//! (deadline-near work booked recently), `cut_rate` + `cut_at` (the last 429 cut) +
+//! `cut_recovered` (when that cut is back at the quota: a cut never raises the rate),
 //! `paused_until` (Retry-After). Invariant: `next ≥ paused_until`, kept by [`pause`].
 
 use std::collections::HashMap;
@@ -37,6 +38,7 @@ fn view_of(item: Option<&Item>) -> SlotView {
         near_until_ms: get_i64(item, "near_until").unwrap_or(0),
         cut_rate: item.get("cut_rate").and_then(|v| v.as_n().ok()).and_then(|s| s.parse().ok()),
         cut_at_ms: get_i64(item, "cut_at").unwrap_or(0),
+        cut_recovered_ms: get_i64(item, "cut_recovered").unwrap_or(0),
         paused_until_ms: get_i64(item, "paused_until").unwrap_or(0),
     }
 }
@@ -141,13 +143,26 @@ impl SlotStore for DynamoSlotStore {
         Ok(Booked::Full { view: last })
     }
 
-    async fn cut(&self, key: &str, now_ms: i64, rate: f64, min_gap_ms: i64) -> Result<(), LimiterError> {
+    async fn cut(
+        &self,
+        key: &str,
+        now_ms: i64,
+        rate: f64,
+        recovered_ms: i64,
+        min_gap_ms: i64,
+    ) -> Result<(), LimiterError> {
+        // Once per gap, and only ever lower: a cut that recovers no later than the stored one
+        // would raise the rate (all cuts recover at the same slope; see `SlotStore::cut`).
         let u = self
             .update(key)
-            .update_expression("SET cut_rate = :r, cut_at = :now")
-            .condition_expression("attribute_not_exists(cut_at) OR cut_at < :gap")
+            .update_expression("SET cut_rate = :r, cut_at = :now, cut_recovered = :rec")
+            .condition_expression(
+                "(attribute_not_exists(cut_at) OR cut_at < :gap) \
+                 AND (attribute_not_exists(cut_recovered) OR cut_recovered < :rec)",
+            )
             .expression_attribute_values(":r", n(rate))
             .expression_attribute_values(":now", n(now_ms))
+            .expression_attribute_values(":rec", n(recovered_ms))
             .expression_attribute_values(":gap", n(now_ms - min_gap_ms));
         dynamodb::update_if(&self.client, u).await.map_err(err)?;
         Ok(())

@@ -36,7 +36,11 @@
 //! pushes the whole schedule past the pause, capped at `max_shared_pause` ([`MAX_SHARED_PAUSE`],
 //! 60 s); the rate climbs back by `recover_per_sec ×
 //! quota` per second. The rate is a pure function of the stored cut (rate and instant) and
-//! the clock, so recovery costs no writes. Chosen in `punctual simulate --scenario throttle`
+//! the clock, so recovery costs no writes. A cut only ever lowers the rate: it carries the
+//! instant it is back at the quota, and the store keeps the cut that recovers later (the lower
+//! one at every instant), so an instance with a stale view cannot raise it. A provider window
+//! longer than the shared pause (an hourly quota) is paced over its real length
+//! ([`Limiter::budget`]). Chosen in `punctual simulate --scenario throttle`
 //! (quota halved for 5 minutes, 12,000 reminders): +2 %/s oscillated against the halved quota
 //! (254 429s, amplification 1.021); +1 %/s gives 158 429s (1.013) for a drain of 184 s
 //! against a floor of 180 s.
@@ -139,6 +143,18 @@ impl LimiterSettings {
         }
     }
 
+    /// When a cut to `rate` at `now_ms` is back at the quota (stores compare cuts by it: the one
+    /// that recovers later is the lower at every instant). Without recovery a cut never ends;
+    /// the lower one then still recovers "later".
+    pub fn recovered_ms(&self, now_ms: i64, rate: f64) -> i64 {
+        let per_ms = self.recover_per_sec * self.quota / 1000.0;
+        if per_ms > 0.0 {
+            now_ms.saturating_add(((self.quota - rate).max(0.0) / per_ms).ceil() as i64)
+        } else {
+            i64::MAX / 2 - (rate * 1000.0) as i64
+        }
+    }
+
     /// The admitted rate at `now_ms` given the stored view: the last cut, recovered linearly.
     pub fn rate(&self, view: &SlotView, now_ms: i64) -> f64 {
         let floor = self.quota / 100.0;
@@ -201,6 +217,9 @@ pub struct SharedLimiter<S, C> {
     stats: Mutex<LimiterStats>,
     rng: Mutex<SplitMix64>,
     booking: futures_util::lock::Mutex<()>,
+    /// The pace of a provider window longer than the shared pause: at most this rate, calls/s,
+    /// until this instant, ms (see [`Limiter::budget`]).
+    window_pace: Mutex<Option<(f64, i64)>>,
 }
 
 enum Take {
@@ -220,6 +239,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
             stats: Mutex::default(),
             rng: Mutex::new(SplitMix64::new(seed ^ 0x5eed_1117)),
             booking: futures_util::lock::Mutex::new(()),
+            window_pace: Mutex::default(),
         }
     }
 
@@ -246,9 +266,18 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
     /// The admitted rate this instance last saw for the main schedule.
     pub fn rate(&self) -> f64 {
         let now = self.clock.now().timestamp_millis();
-        let pools = lock(&self.pools);
-        let view = pools.get(&self.main_key()).map(|p| p.view).unwrap_or_default();
-        self.settings.rate(&view, now)
+        let view = lock(&self.pools).get(&self.main_key()).map(|p| p.view).unwrap_or_default();
+        self.main_rate(&view, now)
+    }
+
+    /// The main schedule's rate at `now`: the stored cut's, within a long provider window's
+    /// pace while that window lasts.
+    fn main_rate(&self, view: &SlotView, now: i64) -> f64 {
+        let rate = self.settings.rate(view, now);
+        match *lock(&self.window_pace) {
+            Some((pace, until)) if until > now => rate.min(pace),
+            _ => rate,
+        }
     }
 
     /// The earliest pooled slot usable before `deadline_ms`, if any (expired ones dropped).
@@ -334,7 +363,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
                 if normal && near_busy(&view, now, s.normal_fill.as_millis() as i64) {
                     sleep = Some(self.yield_for(view.near_until_ms - now));
                 }
-                let rate = cap_rate.unwrap_or_else(|| s.rate(&view, now));
+                let rate = cap_rate.unwrap_or_else(|| self.main_rate(&view, now));
                 let interval = 1000.0 / rate;
                 let n = if near { s.near_block } else { s.block };
                 (n, (interval * f64::from(n)).ceil() as i64, interval)
@@ -457,14 +486,14 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
         let s = &self.settings;
         let gap = s.cut_gap.as_millis() as i64;
         let view = lock(&self.pools).get(&key).map(|p| p.view).unwrap_or_default();
-        let rate = s.rate(&view, now);
+        let rate = self.main_rate(&view, now);
         let cut = (rate * s.decrease).max(s.quota / 100.0);
         // What this instance already knows was done needs no write: a cut within the gap (the
         // store would refuse it anyway, and a refused conditional write costs as much as one
         // that applies), a pause at least as long, give or take the second that is
         // `Retry-After`'s resolution.
         if view.cut_rate.is_none() || view.cut_at_ms + gap < now {
-            self.store.cut(&key, now, cut, gap).await?;
+            self.store.cut(&key, now, cut, s.recovered_ms(now, cut), gap).await?;
         }
         {
             let mut pools = lock(&self.pools);
@@ -472,6 +501,7 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
             if pool.view.cut_at_ms + (s.cut_gap.as_millis() as i64) < now || pool.view.cut_rate.is_none() {
                 pool.view.cut_rate = Some(cut);
                 pool.view.cut_at_ms = now;
+                pool.view.cut_recovered_ms = s.recovered_ms(now, cut);
             }
         }
         match retry_after {
@@ -496,10 +526,24 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
             lock(&self.stats).budget_pauses += 1;
             return self.pause_for(&key, &view, now, reset).await;
         }
+        if reset > s.max_shared_pause {
+            // A window longer than the shared pause (an hourly quota) cannot be ridden out by
+            // pausing when it runs dry: the pause is capped, and after it every call is a 429
+            // until the reset. Spread over 60 s (as it was), 7,515 of 9,000 an hour went in the
+            // first 90 s (quota 100/s; the test below). So it is paced over its real length:
+            // this instance books at most `remaining / reset` until the reset. Every accepted
+            // answer restates it, so the pace follows the provider's own count (no write);
+            // every instance hears its own answers, and all of them book one schedule, so the
+            // fleet calls at that pace. Not below the cut floor: a block at a pace of a few
+            // calls an hour would book the schedule for hours.
+            let pace = (remaining as f64 / reset.as_secs_f64()).max(s.quota / 100.0);
+            *lock(&self.window_pace) = Some((pace, now + reset.as_millis() as i64));
+            return Ok(());
+        }
         // Near the end of any window `remaining` is small; a cut recovers slowly
         // (`recover_per_sec`), so only a budget that would run dry at half the rate cuts.
-        let reset_s = reset.min(s.max_shared_pause).as_secs_f64();
-        let rate = s.rate(&view, now);
+        let reset_s = reset.as_secs_f64();
+        let rate = self.main_rate(&view, now);
         let fits = remaining as f64 / reset_s.max(f64::MIN_POSITIVE);
         if fits >= rate * 0.5 {
             return Ok(());
@@ -509,12 +553,13 @@ impl<S: SlotStore, C: Clock> Limiter for SharedLimiter<S, C> {
             return Ok(());
         }
         let cut = fits.max(s.quota / 100.0);
-        self.store.cut(&key, now, cut, gap).await?;
+        self.store.cut(&key, now, cut, s.recovered_ms(now, cut), gap).await?;
         lock(&self.stats).budget_cuts += 1;
         let mut pools = lock(&self.pools);
         let pool = pools.entry(key).or_default();
         pool.view.cut_rate = Some(cut);
         pool.view.cut_at_ms = now;
+        pool.view.cut_recovered_ms = s.recovered_ms(now, cut);
         Ok(())
     }
 }
@@ -686,6 +731,92 @@ mod tests {
         assert!(b.rate() < 100.0, "still recovering: {}", b.rate());
         c.advance(Duration::from_secs(2));
         assert!((b.rate() - 100.0).abs() < 1e-9, "rate {}", b.rate());
+    }
+
+    /// R8: a provider window longer than the shared pause (an hourly quota of 9,000 at a
+    /// per-second quota of 100) is paced over its real length. Spread over 60 s, 7,515 calls went
+    /// in the first 90 s and the rest by 284 s, and the hour then cycled through 55 429s (the
+    /// pause at exhaustion is capped at 60 s, so it cannot ride the window out).
+    #[tokio::test]
+    async fn an_hourly_budget_is_paced_over_the_hour() {
+        let c = clock();
+        let store = MemorySlotStore::default();
+        let l = SharedLimiter::new(store.clone(), c.clone(), LimiterSettings::new(100.0), 1);
+        let t = tenant();
+        let t0 = c.now().timestamp_millis();
+        let window_end = t0 + 3_600_000;
+        const HOURLY: u64 = 9_000;
+        let (mut used, mut first_90s, mut throttled, mut dry_at) = (0u64, 0u64, 0u64, None);
+        // A backlog that never runs dry: call whenever the limiter grants a slot.
+        while c.now().timestamp_millis() < window_end {
+            match l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(20)).await.unwrap() {
+                LimiterAnswer::Denied { retry_in } => c.advance(retry_in.max(Duration::from_millis(1))),
+                LimiterAnswer::Granted => {
+                    let now = c.now().timestamp_millis();
+                    if now >= window_end {
+                        break;
+                    }
+                    // The provider reports the reset in whole seconds, rounded up.
+                    let reset = Duration::from_secs(((window_end - now) as u64).div_ceil(1000));
+                    if used < HOURLY {
+                        used += 1;
+                        if now < t0 + 90_000 {
+                            first_90s += 1;
+                        }
+                        if used == HOURLY {
+                            dry_at = Some((now - t0) / 1000);
+                        }
+                        l.budget(HOURLY - used, reset).await.unwrap();
+                    } else {
+                        // 429, "remaining 0, resets in …": Retry-After is the reset.
+                        throttled += 1;
+                        l.throttled(Some(reset)).await.unwrap();
+                    }
+                }
+            }
+        }
+        let fair_90s = HOURLY as f64 * 90.0 / 3600.0;
+        assert!(
+            (first_90s as f64) < fair_90s * 1.5,
+            "{first_90s} calls accepted in the first 90 s (the hour's pace is {fair_90s}); \
+             {used} over the hour, spent after {dry_at:?} s, {throttled} 429s"
+        );
+        assert_eq!(throttled, 0, "the budget ran dry before the reset: {throttled} 429s");
+        assert!(used as f64 >= HOURLY as f64 * 0.9, "the hour's budget goes unused: {used} of {HOURLY}");
+    }
+
+    /// R9: a cut only ever lowers the shared rate. An instance whose view predates the cuts
+    /// other instances made (it has not booked since) computes its cut from the full quota;
+    /// written after the gap, it would raise the rate the others had cut lower.
+    #[tokio::test]
+    async fn a_stale_instance_never_raises_the_shared_rate() {
+        let c = clock();
+        let store = MemorySlotStore::default();
+        let settings = LimiterSettings::new(100.0);
+        let a = SharedLimiter::new(store.clone(), c.clone(), settings.clone(), 1);
+        let stale = SharedLimiter::new(store.clone(), c.clone(), settings.clone(), 2);
+        let t = tenant();
+        // The stale instance books once, before any cut: its view shows the full quota.
+        stale.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(1)).await.unwrap();
+        a.throttled(None).await.unwrap();
+        c.advance(Duration::from_millis(1500));
+        a.throttled(None).await.unwrap();
+        c.advance(Duration::from_millis(1500));
+        let key = "provider#main";
+        let now = c.now().timestamp_millis();
+        let before = settings.rate(&store.view(key).await.unwrap().unwrap(), now);
+        assert!(before < 60.0, "two cuts: {before}");
+        stale.throttled(None).await.unwrap();
+        let after = settings.rate(&store.view(key).await.unwrap().unwrap(), now);
+        assert!(after <= before, "a stale instance raised the shared rate from {before} to {after}");
+        // A cut from a view that knows the current rate still lowers it.
+        c.advance(Duration::from_millis(1500));
+        a.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap();
+        let now = c.now().timestamp_millis();
+        let before = settings.rate(&store.view(key).await.unwrap().unwrap(), now);
+        a.throttled(None).await.unwrap();
+        let after = settings.rate(&store.view(key).await.unwrap().unwrap(), c.now().timestamp_millis());
+        assert!(after < before * 0.8, "an informed cut lowers the rate: {before} -> {after}");
     }
 
     /// One provider answer of `Retry-After: 86400` must not stall every class and tenant for a

@@ -1476,7 +1476,7 @@ impl crate::limiter::SlotStore for FailingPauseStore {
     ) -> Result<crate::limiter::Booked, crate::ports::LimiterError> {
         self.0.book(key, req).await
     }
-    async fn cut(&self, _: &str, _: i64, _: f64, _: i64) -> Result<(), crate::ports::LimiterError> {
+    async fn cut(&self, _: &str, _: i64, _: f64, _: i64, _: i64) -> Result<(), crate::ports::LimiterError> {
         Err(crate::ports::LimiterError::Unknown("limiter item throttled".into()))
     }
     async fn pause(&self, _: &str, _: i64) -> Result<(), crate::ports::LimiterError> {
@@ -1523,13 +1523,25 @@ impl crate::limiter::SlotStore for MemorySlotStore {
         Ok(Booked::Got { start_ms: start, view: *v })
     }
 
-    async fn cut(&self, key: &str, now_ms: i64, rate: f64, min_gap_ms: i64) -> Result<(), crate::ports::LimiterError> {
+    async fn cut(
+        &self,
+        key: &str,
+        now_ms: i64,
+        rate: f64,
+        recovered_ms: i64,
+        min_gap_ms: i64,
+    ) -> Result<(), crate::ports::LimiterError> {
         self.writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut views = lock(&self.views);
         let v = views.entry(key.to_owned()).or_default();
-        if v.cut_rate.is_none() || v.cut_at_ms < now_ms - min_gap_ms {
+        // The DynamoDB store's condition: `(attribute_not_exists(cut_at) OR cut_at < :gap) AND
+        // (attribute_not_exists(cut_recovered) OR cut_recovered < :rec)`.
+        let outside_gap = v.cut_rate.is_none() || v.cut_at_ms < now_ms - min_gap_ms;
+        let lowers = v.cut_rate.is_none() || v.cut_recovered_ms < recovered_ms;
+        if outside_gap && lowers {
             v.cut_rate = Some(rate);
             v.cut_at_ms = now_ms;
+            v.cut_recovered_ms = recovered_ms;
         }
         Ok(())
     }
@@ -1634,14 +1646,26 @@ pub mod limiter_contract {
             now + 7000,
             "no slot before the pause ends"
         );
-        store.cut(&k, now, 75.0, 1000).await.unwrap_or_else(|e| panic!("{e}"));
-        store.cut(&k, now + 500, 50.0, 1000).await.unwrap_or_else(|e| panic!("{e}"));
+        // Cuts of a quota of 100/s recovering by 1/s: back at the quota (100 − rate) s later.
+        let recovered = |at: i64, rate: f64| at + ((100.0 - rate) * 1000.0) as i64;
+        store.cut(&k, now, 75.0, recovered(now, 75.0), 1000).await.unwrap_or_else(|e| panic!("{e}"));
+        store.cut(&k, now + 500, 50.0, recovered(now + 500, 50.0), 1000).await.unwrap_or_else(|e| panic!("{e}"));
         let v: SlotView = store.view(&k).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_default();
         assert_eq!((v.cut_rate, v.cut_at_ms), (Some(75.0), now), "a second 429 within the gap is not a second cut");
         assert_eq!(v.paused_until_ms, now + 7000, "the later pause wins");
-        store.cut(&k, now + 1500, 56.25, 1000).await.unwrap_or_else(|e| panic!("{e}"));
+        store.cut(&k, now + 1500, 56.25, recovered(now + 1500, 56.25), 1000).await.unwrap_or_else(|e| panic!("{e}"));
         let v = store.view(&k).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_default();
         assert_eq!((v.cut_rate, v.cut_at_ms), (Some(56.25), now + 1500));
+        assert_eq!(v.cut_recovered_ms, recovered(now + 1500, 56.25));
+        // A cut from a stale view (75/s, computed from the full quota) past the gap: the stored
+        // cut is lower now (59.75/s) and recovers later, so it stands (R9).
+        store.cut(&k, now + 5000, 75.0, recovered(now + 5000, 75.0), 1000).await.unwrap_or_else(|e| panic!("{e}"));
+        let v = store.view(&k).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_default();
+        assert_eq!((v.cut_rate, v.cut_at_ms), (Some(56.25), now + 1500), "a cut never raises the rate");
+        // A cut below the stored one's current rate applies, though above its stored rate.
+        store.cut(&k, now + 9500, 60.0, recovered(now + 9500, 60.0), 1000).await.unwrap_or_else(|e| panic!("{e}"));
+        let v = store.view(&k).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_default();
+        assert_eq!((v.cut_rate, v.cut_at_ms), (Some(60.0), now + 9500), "64.25/s now: 60 lowers it");
         assert!(store.view(&format!("{prefix}#never")).await.unwrap_or_else(|e| panic!("{e}")).is_none());
     }
 }

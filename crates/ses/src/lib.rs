@@ -8,8 +8,11 @@
 //!   `SendEmail` after a timeout would be a second email that nothing counted.
 //! - **Addresses at the last moment.** The renewal's `recipient_ref` is resolved through the
 //!   [`Recipients`] port (default: the DynamoDB recipients table) inside the call; a missing
-//!   one is `recipient_unknown` (nothing sent, no attempt spent). No address ever reaches a
-//!   message, the DLQ, the ledger or a log: SES error messages that quote one are redacted.
+//!   one is `recipient_unknown` (nothing sent, no attempt spent). A lookup that leaves less
+//!   than [`MIN_SEND_BUDGET`] of the call's budget sends nothing either: a transient, not a
+//!   call that times out after the request may have left (an indeterminate one). No address
+//!   ever reaches a message, the DLQ, the ledger or a log: SES error messages that quote one
+//!   are redacted.
 //! - **Content per kind.** `template` (default): the SES stored template
 //!   `{SES_TEMPLATE_PREFIX}{kind}` with `{tenant_id, renewal_id, reminder_id, kind,
 //!   deliver_by}` as template data. `inline`: a plain-text message punctual renders itself —
@@ -19,8 +22,9 @@
 //!   is a 429 to the shared limiter; "Daily message quota exceeded" or `LimitExceededException`
 //!   also asks for 10 minutes (SES's own advice), which the limiter caps at its shared pause
 //!   and re-probes; `AccountSuspended`, `SendingPaused`, `MailFromDomainNotVerified`, a missing
-//!   template or configuration set (`NotFound`), a refused From identity, and every
-//!   credential, permission or signing error ([`ACCOUNT_CODES`], any 401/403) refuse the whole
+//!   template or configuration set (`NotFound`), a refused From identity (its address, whole,
+//!   in SES's message), and every credential, permission or signing error ([`ACCOUNT_CODES`],
+//!   any 401/403) refuse the whole
 //!   deployment (the sender pauses the fleet for an operator instead of dead-lettering the
 //!   morning); `MessageRejected` for the recipient and `BadRequest` are permanent for the
 //!   message; a 503 or a refused connection is a determinate transient; a 408, a 500 and
@@ -40,6 +44,12 @@ use punctual_core::reason::ReasonCode;
 
 /// How long SES asks a sender over its daily quota to wait before asking again.
 pub const DAILY_QUOTA_WAIT: Duration = Duration::from_secs(600);
+
+/// The least of the call's budget worth calling SES with, once the recipients lookup has spent
+/// its part. A `SendEmail` given a few milliseconds times out after the request may have left:
+/// an indeterminate outcome (quarantined under `at_most_once`) for an email that was most
+/// likely never sent. Below this the adapter does not call: a transient, nothing sent.
+pub const MIN_SEND_BUDGET: Duration = Duration::from_millis(250);
 
 /// What the email holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -161,6 +171,13 @@ impl<R: Recipients> Provider for SesProvider<R> {
                 Err(_) => return Err(ProviderError::Unknown("the recipients lookup overran the call's budget".into())),
             };
         let left = req.timeout.saturating_sub(started.elapsed());
+        if left < MIN_SEND_BUDGET {
+            tracing::warn!(
+                left_ms = left.as_millis() as u64,
+                "the recipients lookup left too little to call SES; deferred"
+            );
+            return Ok(ProviderOutcome::Transient { status: None, retry_after: None });
+        }
         let tag = MessageTag::builder()
             .name("punctual_reminder")
             .value(req.message.reminder_id.as_str())
@@ -232,7 +249,7 @@ pub fn classify<R: std::fmt::Debug + HasStatus>(e: &SdkError<SendEmailError, R>,
             let quota = err.message().is_some_and(|m| m.contains("Daily message quota exceeded"));
             // The From identity itself is refused (not verified, or not ours): every email
             // would be, so the fleet pauses. Checked before the message is redacted.
-            let sender_refused = !from.is_empty() && err.message().is_some_and(|m| m.contains(from));
+            let sender_refused = err.message().is_some_and(|m| names_address(m, from));
             let wait = Some(RetryAfter::Seconds(DAILY_QUOTA_WAIT.as_secs()));
             match err {
                 SendEmailError::TooManyRequestsException(_) => throttled(if quota { wait } else { None }),
@@ -287,6 +304,20 @@ pub fn classify<R: std::fmt::Debug + HasStatus>(e: &SdkError<SendEmailError, R>,
     }
 }
 
+/// Whether `message` names the address of `from` (`a@b.c` or `Name <a@b.c>`) as a word of its
+/// own, case aside: a rejected recipient `xnoreply@x.com` or `noreply@x.com.au` is not the From
+/// address `noreply@x.com`, and must not pause the fleet as a refused identity.
+fn names_address(message: &str, from: &str) -> bool {
+    let from = from.rsplit_once('<').map_or(from, |(_, a)| a.trim_end_matches('>')).trim();
+    !from.is_empty()
+        && message
+            .split(|c: char| {
+                c.is_whitespace() || matches!(c, ',' | ';' | '<' | '>' | '"' | '\'' | '(' | ')' | '[' | ']')
+            })
+            .map(|w| w.trim_end_matches(['.', ':']))
+            .any(|w| w.eq_ignore_ascii_case(from))
+}
+
 /// A raw response's HTTP status (so [`classify`] is testable without a live client).
 pub trait HasStatus {
     /// The status code.
@@ -305,4 +336,20 @@ impl HasStatus for aws_sdk_sesv2::config::http::HttpResponse {
 /// counts as maybe sent.
 fn refused_before_sending(debug: &str) -> bool {
     ["ConnectError", "Connection refused", "dns error", "failed to lookup address"].iter().any(|m| debug.contains(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_address;
+
+    #[test]
+    fn the_from_address_is_matched_whole() {
+        let from = "noreply@x.com";
+        assert!(names_address("identities failed the check: noreply@x.com", from));
+        assert!(names_address("not verified: NoReply@X.com.", from));
+        assert!(names_address("identity <noreply@x.com> refused", "Billing <noreply@x.com>"));
+        assert!(!names_address("identities failed the check: xnoreply@x.com", from));
+        assert!(!names_address("identities failed the check: noreply@x.com.au", from));
+        assert!(!names_address("noreply@x.com", ""));
+    }
 }

@@ -205,3 +205,88 @@ async fn a_reference_resolves_inside_the_messages_tenant_only() {
     }
     assert_eq!(double.ses_requests().len(), 1);
 }
+
+/// R10b: a recipient refused by SES whose address merely contains the From address
+/// (`xreminders@…`, `…example.com.au`) is that message's problem, not the deployment's: only
+/// the From address itself, as a whole word, is a refused identity that pauses the fleet.
+#[tokio::test]
+async fn only_the_from_address_itself_is_a_refused_identity() {
+    let double = Double::start(Config::default(), 0).await.unwrap();
+    let p = provider(&double.ses_endpoint(), SesContent::Template);
+    let failed = "Email address is not verified. The following identities failed the check in region US-EAST-1:";
+    double.script([
+        error(400, "MessageRejected", &format!("{failed} xreminders@billing.example.com")),
+        error(400, "MessageRejected", &format!("{failed} reminders@billing.example.com.au")),
+        error(400, "MessageRejected", &format!("{failed} Reminders@Billing.example.com.")),
+        error(400, "MessageRejected", &format!("{failed} <reminders@billing.example.com>, {ADDRESS}")),
+    ]);
+    for (i, what) in ["a recipient with a prefix", "a recipient with a suffix"].iter().enumerate() {
+        match send(&p, Some("cust-1")).await {
+            ProviderOutcome::Undeliverable { reason: ReasonCode::ClassifiedPermanent, detail } => {
+                assert!(!detail.contains('@'), "{detail}");
+            }
+            other => panic!("case {i}, {what}, read as the From identity: {other:?}"),
+        }
+    }
+    for what in ["the From address, another case, end of sentence", "the From address in brackets"] {
+        let out = send(&p, Some("cust-1")).await;
+        assert!(matches!(&out, ProviderOutcome::AccountBlocked { .. }), "{what}: {out:?}");
+    }
+}
+
+/// A recipients store slow enough to leave the SES call almost none of the budget.
+#[derive(Clone)]
+struct SlowRecipients(MemoryRecipients, Duration);
+
+impl punctual_core::ports::Recipients for SlowRecipients {
+    async fn address(
+        &self,
+        tenant: &punctual_core::ids::TenantId,
+        recipient_ref: &str,
+    ) -> Result<Option<punctual_core::ports::EmailAddress>, punctual_core::ports::RecipientsError> {
+        tokio::time::sleep(self.1).await;
+        self.0.address(tenant, recipient_ref).await
+    }
+}
+
+/// R10a: when the recipients lookup has spent nearly all of the call's budget, calling SES with
+/// what is left (a few ms) would time out after the request may have left: an indeterminate
+/// outcome for an email that was most likely never sent. Below a floor the adapter does not
+/// call: a transient, nothing sent.
+#[tokio::test]
+async fn a_budget_spent_on_the_lookup_sends_nothing() {
+    let double = Double::start(Config::default(), 0).await.unwrap();
+    let recipients = MemoryRecipients::default();
+    recipients.set("acme", "cust-1", ADDRESS);
+    let settings = SesSettings {
+        from_address: "reminders@billing.example.com".into(),
+        configuration_set: None,
+        template_prefix: "punctual-".into(),
+        content: SesContent::Template,
+    };
+    // The lookup takes 450 ms of a 500 ms budget: at most 50 ms are left, below the floor.
+    let p = SesProvider::new(
+        &sdk(&double.ses_endpoint()),
+        SlowRecipients(recipients, Duration::from_millis(450)),
+        settings,
+    );
+    assert!(punctual_ses::MIN_SEND_BUDGET > Duration::from_millis(50));
+    let now = Utc::now();
+    let m = punctual_core::testing::message("1", now, now + TimeDelta::hours(1));
+    let out = p
+        .send(&ProviderRequest {
+            message: &m,
+            recipient_ref: Some("cust-1"),
+            channel: Some("email"),
+            timeout: Duration::from_millis(500),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        ProviderOutcome::Transient { status: None, retry_after: None },
+        "SES was called with at most 50 ms left ({} requests reached it)",
+        double.ses_requests().len()
+    );
+    assert!(double.ses_requests().is_empty(), "nothing may reach SES");
+}

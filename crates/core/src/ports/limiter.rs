@@ -90,6 +90,10 @@ pub struct SlotView {
     pub cut_rate: Option<f64>,
     /// When the last cut happened.
     pub cut_at_ms: i64,
+    /// When the last cut's rate is back at the quota (0: not recorded). Every cut recovers at
+    /// the same slope, so of two cuts the one that recovers later is the lower at every
+    /// instant: stores compare cuts by it (see [`SlotStore::cut`]).
+    pub cut_recovered_ms: i64,
     /// No slot before this instant (`Retry-After`).
     pub paused_until_ms: i64,
 }
@@ -168,12 +172,17 @@ pub enum Booked {
 pub trait SlotStore: Send + Sync {
     /// Books one block.
     fn book(&self, key: &str, req: &Book) -> impl Future<Output = Result<Booked, LimiterError>> + Send;
-    /// Records a cut to `rate` at `now`, unless another cut happened within `min_gap_ms`.
+    /// Records a cut to `rate` at `now`, back at the quota at `recovered_ms`, unless another
+    /// cut happened within `min_gap_ms`, or the stored cut recovers no earlier (it is at most
+    /// as high now and at every later instant): a cut only ever lowers the rate. An instance
+    /// whose view predates the other instances' cuts computes its cut from a higher rate;
+    /// written as it stands, it would raise the rate they had cut (issue 25, R9).
     fn cut(
         &self,
         key: &str,
         now_ms: i64,
         rate: f64,
+        recovered_ms: i64,
         min_gap_ms: i64,
     ) -> impl Future<Output = Result<(), LimiterError>> + Send;
     /// No slot before `until_ms`: raises `paused_until` and pushes `next` past it.
