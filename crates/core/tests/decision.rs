@@ -175,33 +175,12 @@ fn decision_table_covers_every_branch() {
         ),
         (
             "at deliver_by, with no record, the renewal is read before anything expires",
-            World {
-                now: t(BY),
-                recorded: Some(RecordView {
-                    state: None,
-                    attempts: 0,
-                    unknown_call: false,
-                    lease_until: None,
-                    redrive_pending: false,
-                }),
-                ..World::fresh()
-            },
+            World { now: t(BY), recorded: Some(late(None, 0)), ..World::fresh() },
             Decision::Next(Step::CheckRenewal),
         ),
         (
             "at deliver_by, with no record, is expired",
-            World {
-                now: t(BY),
-                recorded: Some(RecordView {
-                    state: None,
-                    attempts: 0,
-                    unknown_call: false,
-                    lease_until: None,
-                    redrive_pending: false,
-                }),
-                renewal: Some(RenewalView::Active),
-                ..World::fresh()
-            },
+            World { now: t(BY), recorded: Some(late(None, 0)), renewal: Some(RenewalView::Active), ..World::fresh() },
             Decision::Done(Disposition::Expire { attempts_made: 0 }),
         ),
         (
@@ -225,13 +204,7 @@ fn decision_table_covers_every_branch() {
             "past deliver_by, a copy of a renewal moved since is rescheduled, not expired",
             World {
                 now: t(BY) + secs(1),
-                recorded: Some(RecordView {
-                    state: None,
-                    attempts: 0,
-                    unknown_call: false,
-                    lease_until: None,
-                    redrive_pending: false,
-                }),
+                recorded: Some(late(None, 0)),
                 renewal: Some(RenewalView::Rescheduled {
                     same_reminder: true,
                     deliver_after: t(BY) + secs(3600),
