@@ -248,6 +248,9 @@ pub fn check(config: &CheckConfig, mut progress: impl FnMut(u64, &CheckReport)) 
         }
         if report.first_violation.is_none() {
             report.first_violation = o.violations.first().cloned().map(|mut v| {
+                if config.reminders != 40 || config.senders != SENDERS {
+                    v.replay.push_str(&format!(" --reminders {} --senders {}", config.reminders, config.senders));
+                }
                 if !config.honours_keys {
                     v.replay.push_str(&format!(" --no-keys --indeterminate {}", config.indeterminate.as_str()));
                 }
