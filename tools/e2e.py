@@ -569,18 +569,32 @@ class Run:
             if not item:
                 raise StepFailed("import", f"renewal {rid} not in the stack's renewals table")
             self.renewal[rid] = {k: list(v.values())[0] for k, v in item.items()}
+        # e2e-dead's message is sent by hand (step e) as if a tick had released it now: its row
+        # takes that version (deliver_after 10 s ago, deliver_by in an hour) and the released
+        # state in one write, out of the due index, so no tick releases it and the sender's
+        # version check (a copy of a version the table no longer holds is never sent) sees the
+        # copy as current.
+        now_ms = int(time.time() * 1000)
+        after_ms, by_ms = now_ms - 10_000, now_ms + 3_600_000
+        ddb.update_item(
+            TableName=self.outputs["RenewalsTableName"], Key={"pk": {"S": "renewal:e2e:e2e-dead"}},
+            UpdateExpression="SET deliver_after_ms = :a, deliver_by_ms = :b, sched_state = :s REMOVE due_shard, due_after_ms",
+            ExpressionAttributeValues={":a": {"N": str(after_ms)}, ":b": {"N": str(by_ms)}, ":s": {"S": "enqueued"}},
+        )
+        self.renewal["e2e-dead"].update(deliver_after_ms=str(after_ms), deliver_by_ms=str(by_ms))
         ok("import", f"3 renewals into {self.outputs['RenewalsTableName']}: e2e-normal (120 min) and e2e-urgent "
-           f"(5 min) due {due:%H:%M:%S}Z, e2e-dead due tomorrow", started)
+           f"(5 min) due {due:%H:%M:%S}Z; e2e-dead imported for tomorrow, then released by hand (due now)", started)
 
     def send_reminder_body(self, rid: str) -> str:
         r = self.renewal[rid]
-        now = dt.datetime.now(dt.UTC)
+        at = lambda ms: dt.datetime.fromtimestamp(int(ms) / 1000, dt.UTC)
         iso = lambda t: t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        after, by = at(r["deliver_after_ms"]), at(r["deliver_by_ms"])
         return json.dumps({
             "v": 1, "reminder_id": r["reminder_id"], "renewal_id": rid, "tenant_id": "e2e",
             "kind": r.get("kind", "renewal_due"),
-            "deliver_after": iso(now - dt.timedelta(seconds=10)), "deliver_by": iso(now + dt.timedelta(hours=1)),
-            "attempt": 0, "first_enqueued": iso(now - dt.timedelta(seconds=10)), "correlation_id": "e2e-dead",
+            "deliver_after": iso(after), "deliver_by": iso(by),
+            "attempt": 0, "first_enqueued": iso(after), "correlation_id": "e2e-dead",
         })
 
     def dlq_letters(self) -> list[dict]:

@@ -58,7 +58,7 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use crate::dynamodb::{ConditionalUpdate, DynamoError, Item, get, get_i64, get_s, n, s, update_if};
 
 /// Ledger items live this long after `deliver_by` before TTL may delete them.
-const RETENTION_SECS: i64 = 30 * 24 * 3600;
+pub const RETENTION_SECS: i64 = 30 * 24 * 3600;
 
 /// The DynamoDB ledger.
 #[derive(Debug, Clone)]

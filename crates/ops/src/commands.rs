@@ -334,7 +334,18 @@ pub fn explanation(rec: &LedgerRecord, now: DateTime<Utc>, target: &Target) -> E
             "in the DLQ: {} — nothing retries it until an operator redrives it",
             reason.as_deref().unwrap_or("unknown")
         ),
-        ReminderState::Leased => "a sender holds it right now".to_owned(),
+        // S11: a lease is a holder only while it runs; one that ended without a settle is a
+        // sender that stopped mid-work (a crash, a timeout), and the copy returns when its
+        // visibility timeout ends.
+        ReminderState::Leased if rec.lease_until.is_some_and(|l| l > now) => format!(
+            "a sender holds it right now (its lease ends {})",
+            rec.lease_until.map(|l| l.format("%H:%M:%SZ").to_string()).unwrap_or_default()
+        ),
+        ReminderState::Leased => format!(
+            "its sender stopped before recording an outcome (the lease ended {}){}; the message returns to its queue when its visibility timeout ends, and the next claim takes over",
+            rec.lease_until.map_or("at an unknown time".to_owned(), |l| l.format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+            if rec.call_owner.is_some() { ", in a provider call whose answer is unknown" } else { "" }
+        ),
         ReminderState::Expired => "expired: deliver_by passed".to_owned(),
         s => format!("{}{}", s.as_str(), reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()),
     };
@@ -377,8 +388,12 @@ async fn find_in_dlq(queues: &SqsQueues, id: &str) -> Result<Option<ReminderId>,
     let names_it = |m: &punctual_aws::sqs::Received| {
         m.message_id == id || attr(m, punctual_aws::sqs::attr::ORIGINAL_MESSAGE_ID).as_deref() == Some(id)
     };
-    // Bounded to 100 messages; every message read stays in the DLQ, visible.
-    let read = queues.peek(queues.dlq_url(), 100, names_it).await.map_err(step("reading the DLQ"))?;
+    // Bounded like reconcile's read (S11: 100 missed a message deeper in a real DLQ); the peek
+    // stops at the first message that names it, and every message read stays in the DLQ.
+    let read = queues
+        .peek(queues.dlq_url(), crate::reconcile::DLQ_READ_MAX, names_it)
+        .await
+        .map_err(step("reading the DLQ"))?;
     Ok(read
         .iter()
         .find(|m| names_it(m))
@@ -546,5 +561,20 @@ mod tests {
             explanation(&record(ReminderState::Deferred, Some(ReasonCode::RateLimited), Some("rd-1"), now), now, &t);
         assert_eq!(redriven.redrive_lineage, vec!["rd-1".to_owned()]);
         assert!(redriven.render().contains("redrive lineage   rd-1"));
+    }
+
+    /// S11: a lease that ended is not a sender holding the reminder.
+    #[test]
+    fn explain_tells_a_running_lease_from_one_that_ended() {
+        let now = Utc::now();
+        let t = target();
+        let mut rec = record(ReminderState::Leased, None, None, now);
+        rec.lease_until = Some(now + TimeDelta::seconds(20));
+        assert!(explanation(&rec, now, &t).why.starts_with("a sender holds it right now"));
+        rec.lease_until = Some(now - TimeDelta::minutes(5));
+        rec.call_owner = Some("worker-1".into());
+        let why = explanation(&rec, now, &t).why;
+        assert!(!why.contains("holds it"), "{why}");
+        assert!(why.contains("stopped before recording") && why.contains("answer is unknown"), "{why}");
     }
 }

@@ -59,7 +59,17 @@ pub fn parse_instant(flag: &str, v: &str, now: DateTime<Utc>) -> Result<DateTime
 impl Window {
     /// A window from the flags' text, refused with every problem at once.
     pub fn parse(from: &str, to: &str, tenant: Option<String>, grace_secs: Option<u64>) -> Result<Self, OpsError> {
-        let now = Utc::now();
+        Self::parse_at(from, to, tenant, grace_secs, Utc::now())
+    }
+
+    /// [`Window::parse`] as of `now`.
+    pub fn parse_at(
+        from: &str,
+        to: &str,
+        tenant: Option<String>,
+        grace_secs: Option<u64>,
+        now: DateTime<Utc>,
+    ) -> Result<Self, OpsError> {
         let mut problems = Vec::new();
         let from = parse_instant("--from", from, now).map_err(|e| problems.push(e)).ok();
         let to = parse_instant("--to", to, now).map_err(|e| problems.push(e)).ok();
@@ -68,6 +78,16 @@ impl Window {
                 problems.push(format!("--to {t} must be after --from {f}"));
             } else if t - f > chrono::TimeDelta::days(MAX_WINDOW_DAYS) {
                 problems.push(format!("the window is longer than {MAX_WINDOW_DAYS} days: reconcile it in parts"));
+            }
+            // S4: the ledger's TTL deletes a record 30 days after its deliver_by, so in an older
+            // window every renewal would read as lost. Refused rather than judged from what
+            // remains: a verdict over a half-deleted ledger is not one an operator can act on.
+            let kept_since = now - chrono::TimeDelta::seconds(punctual_aws::ledger::RETENTION_SECS);
+            if f < kept_since {
+                problems.push(format!(
+                    "--from {f} is older than the ledger keeps its records (30 days past each deliver_by: since {}); its renewals would all read as lost",
+                    kept_since.format("%Y-%m-%dT%H:%MZ")
+                ));
             }
         }
         if let Some(t) = &tenant
@@ -124,6 +144,10 @@ pub async fn reconcile_with(
     read_dlq: bool,
 ) -> Result<(Reconciliation, u32), OpsError> {
     let bar = spinner(progress);
+    // S12: the window is judged as of when its population was read, not after the reads that
+    // follow (a 10,000-letter DLQ peek takes minutes): a renewal inside its grace when the
+    // table was read is not called lost because the DLQ took long to read.
+    let read_at = Utc::now();
     let renewals = DynamoRenewals::new(ddb.clone(), target.resources.renewals_table.clone());
     let population = renewals
         .population(window.from, window.to, window.tenant.as_deref(), |n| {
@@ -179,7 +203,7 @@ pub async fn reconcile_with(
         records: &records,
         queued: send.total() + urgent.total(),
         in_dlq: &in_dlq,
-        now: Utc::now(),
+        now: read_at,
         grace: window.grace,
         policy,
     });
@@ -218,19 +242,31 @@ pub async fn day_population(
 mod tests {
     use super::*;
 
+    fn at(from: &str, to: &str, tenant: Option<String>, grace: Option<u64>) -> Result<Window, OpsError> {
+        let now = DateTime::parse_from_rfc3339("2026-12-02T12:00:00Z").unwrap().with_timezone(&Utc);
+        Window::parse_at(from, to, tenant, grace, now)
+    }
+
+    /// S4: a window older than the ledger keeps its records is refused, not judged all lost.
+    #[test]
+    fn a_window_older_than_the_ledger_keeps_records_is_refused() {
+        let Err(OpsError::Invalid(p)) = at("2026-10-01", "2026-10-02", None, None) else { panic!("accepted") };
+        assert!(p[0].contains("older than the ledger keeps its records"), "{p:?}");
+        assert!(at("2026-11-03", "2026-11-04", None, None).is_ok(), "29 days back is kept");
+    }
+
     #[test]
     fn windows_are_refused_with_every_problem_at_once() {
-        let Err(OpsError::Invalid(p)) = Window::parse("yesterday", "2026-12-01", Some("bad tenant!".into()), None)
-        else {
+        let Err(OpsError::Invalid(p)) = at("yesterday", "2026-12-01", Some("bad tenant!".into()), None) else {
             panic!("accepted")
         };
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(p[0].contains("--from \"yesterday\""));
-        let Err(OpsError::Invalid(p)) = Window::parse("2026-12-02", "2026-12-01", None, None) else { panic!() };
+        let Err(OpsError::Invalid(p)) = at("2026-12-02", "2026-12-01", None, None) else { panic!() };
         assert!(p[0].contains("must be after"));
-        let Err(OpsError::Invalid(p)) = Window::parse("2026-10-01", "2026-12-01", None, None) else { panic!() };
+        let Err(OpsError::Invalid(p)) = at("2026-11-05", "2026-12-07", None, None) else { panic!() };
         assert!(p[0].contains("31 days"));
-        let w = Window::parse("2026-12-01", "2026-12-01T09:30:00+01:00", None, Some(60)).unwrap();
+        let w = at("2026-12-01", "2026-12-01T09:30:00+01:00", None, Some(60)).unwrap();
         assert_eq!(w.to.to_rfc3339(), "2026-12-01T08:30:00+00:00");
         assert_eq!(w.grace, Duration::from_secs(60));
     }
