@@ -250,7 +250,8 @@ where
 
     /// While an operator pause is in force: a well-formed message is requeued unchanged with
     /// `delay` (its attempt count untouched, nothing claimed, no token taken) and acknowledged;
-    /// a malformed one is processed as usual (it goes to the DLQ either way).
+    /// a malformed one, or one past its `deliver_by`, is processed as usual (to the DLQ, or
+    /// expired or a duplicate: nothing reaches the provider past a deadline).
     async fn hold(
         &self,
         received: Received<'_>,
@@ -261,6 +262,13 @@ where
             return self.process_unpaused(received, deadline).await;
         };
         let now = self.clock.now();
+        // A pause holds sending, not bookkeeping: a copy already past its deadline can never be
+        // sent, so it is processed as usual (the ledger decides: expired, with its letter, or a
+        // duplicate) — no provider call — instead of being requeued every minute for as long as
+        // the pause lasts.
+        if now >= msg.deliver_by {
+            return self.process_unpaused(received, deadline).await;
+        }
         self.queue.requeue(&msg, delay, self.lane_at(&msg, crate::clock::add(now, delay))).await?;
         Ok(Processed {
             reminder_id: Some(msg.reminder_id.clone()),

@@ -292,6 +292,38 @@ async fn a_persistent_401_pauses_the_fleet_and_dead_letters_nothing() {
     assert_eq!(provider.calls().len(), 1);
 }
 
+/// Open item (issue 25): a pause holds sending, not bookkeeping. A copy held past its
+/// `deliver_by` is expired (a letter an operator can see, counted late) instead of being
+/// requeued every minute for as long as the pause lasts; the provider is not called.
+#[tokio::test]
+async fn a_pause_expires_a_copy_past_its_deadline_instead_of_holding_it() {
+    use punctual_core::pause::PauseGate;
+    use punctual_core::ports::Control;
+    let clock = ManualClock::new(t0() + TimeDelta::hours(3));
+    let control = punctual_core::testing::MemoryControl::default();
+    let ops = punctual_core::ports::Pause { reason: "maintenance".into(), owner: "ops".into(), since: clock.now() };
+    control.set_pause(Some(&ops), "ops").await.unwrap();
+    let (sender, queue, provider) = punctual_core::testing::scripted_sender(
+        MemoryLedger::new(),
+        &clock,
+        Duration::from_millis(100),
+        vec![ProviderOutcome::Accepted { status: 202, receipt: None, budget: None }],
+        7,
+    );
+    let sender = sender.with_pause(PauseGate::new(control.clone(), clock.clone(), Duration::ZERO));
+    let late = punctual_core::testing::message("late", t0(), t0() + TimeDelta::hours(2));
+    let deadline = clock.now() + TimeDelta::seconds(30);
+    let p = sender.process(Received { message_id: "m-1", body: &late.encode() }, deadline).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Expire { .. }), "held past its deadline: {p:?}");
+    assert!(queue.requeued().is_empty(), "requeued while paused: {:?}", queue.requeued());
+    assert_eq!(queue.dead().len(), 1, "its business_deadline_expired letter");
+    assert!(provider.calls().is_empty());
+    // A copy still inside its window is held, as before.
+    let due = punctual_core::testing::message("due", t0(), t0() + TimeDelta::hours(5));
+    let p = sender.process(Received { message_id: "m-2", body: &due.encode() }, deadline).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Defer { reason: ReasonCode::OperatorPause, .. }), "{p:?}");
+}
+
 /// Other permanent answers still quarantine: only 401 pauses. A 403 is as often about the
 /// request (a recipient, a channel) as about the token: one bad renewal must not stop every
 /// delivery.
