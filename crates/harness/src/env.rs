@@ -56,8 +56,19 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EnvError {
 
 /// A free loopback port.
 pub fn free_port() -> Result<u16, EnvError> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(io("binding a loopback port"))?;
-    Ok(l.local_addr().map_err(io("reading a loopback port"))?.port())
+    Ok(free_ports(1)?[0])
+}
+
+/// `n` distinct free loopback ports, chosen while all `n` are held. Picked one at a time, the
+/// second could be the first again while the process meant for the first was still starting:
+/// moto (Python, a second to bind) lost its port to dynalite (node, fast), the harness's TCP
+/// check found dynalite there, and `make run` sent its SQS calls to dynalite
+/// (UnknownOperationException, seen on a fresh clone).
+pub fn free_ports(n: usize) -> Result<Vec<u16>, EnvError> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").map_err(io("binding a loopback port")))
+        .collect::<Result<_, _>>()?;
+    held.iter().map(|l| Ok(l.local_addr().map_err(io("reading a loopback port"))?.port())).collect()
 }
 
 fn moto_binary() -> Option<PathBuf> {
@@ -158,7 +169,8 @@ impl Emulator {
             cmd.stdin(Stdio::null()).stdout(Stdio::null()).spawn().map_err(io(format!("starting {what}")))
         };
         let bin = moto_binary().ok_or(EnvError::NoEmulator)?;
-        let port = free_port()?;
+        let ports = free_ports(2)?;
+        let (port, dport) = (ports[0], ports[1]);
         // Owned while starting: a later step that fails stops what this one started (a
         // `Child` dropped does not kill its process).
         let mut children = Started(vec![spawn(
@@ -167,7 +179,6 @@ impl Emulator {
         )?]);
         let mut dynamodb_endpoint = None;
         if let Some(launcher) = dynalite() {
-            let dport = free_port()?;
             children.0.push(spawn(
                 Command::new("node").arg(&launcher).arg(dport.to_string()).stderr(log("dynalite.log")?),
                 "dynalite",
@@ -445,6 +456,22 @@ pub fn local_provider(
             let http = punctual_provider::HttpProvider::new(&res.provider_url, token, Duration::from_secs(2))
                 .map_err(crate::step("building the provider client"))?;
             Ok(http.into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests state their preconditions by unwrapping
+    use super::*;
+
+    /// Ports handed out together are distinct (the emulators of one run never share one).
+    #[test]
+    fn ports_chosen_together_are_distinct() {
+        for _ in 0..50 {
+            let p = free_ports(4).unwrap();
+            let distinct: std::collections::HashSet<_> = p.iter().collect();
+            assert_eq!(distinct.len(), 4, "{p:?}");
         }
     }
 }
