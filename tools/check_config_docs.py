@@ -294,8 +294,8 @@ def main() -> int:
     doc_vars, doc_params = doc_tables(doc)
     for name in sorted(reads):
         if name not in doc_vars and name not in ALLOWED:
-            where = ", ".join(sorted(reads[name]))
-            problems.append(f"{name}: read by crates/{{{where}}} but not listed in {doc}")
+            where = ", ".join(f"{crates.name}/{f}" for f in sorted(reads[name]))
+            problems.append(f"{name}: read by {where} but not listed in {doc}")
     for name in sorted(doc_vars):
         if not re.fullmatch("_*" + NAME, name):
             problems.append(f"{doc}:{doc_vars[name][0]}: `{name}` in a variable table is not a variable name")
