@@ -88,10 +88,12 @@ else
 endif
 
 ## The SAM template: cfn-lint (schema, SAM transform, best practices), then the design's
-## invariants cfn-lint cannot know (tools/check_template.py).
+## invariants cfn-lint cannot know (tools/check_template.py), then docs/configuration.md against
+## the code's environment reads and the template's parameters (tools/check_config_docs.py).
 lint-template: tools
 	$(VENV)/bin/cfn-lint infra/template.yaml
 	$(VENV)/bin/python tools/check_template.py infra/template.yaml
+	$(VENV)/bin/python tools/check_config_docs.py
 
 ## The fault checker (DESIGN §10): seeded fault plans through the real services in virtual
 ## time, invariants I1–I7 after every seed; exits 3 on a violation with the seed to replay.
