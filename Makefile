@@ -89,11 +89,14 @@ endif
 
 ## The SAM template: cfn-lint (schema, SAM transform, best practices), then the design's
 ## invariants cfn-lint cannot know (tools/check_template.py), then docs/configuration.md against
-## the code's environment reads and the template's parameters (tools/check_config_docs.py).
+## the code's environment reads and the template's parameters (tools/check_config_docs.py), then
+## every relative link and anchor of the Markdown pages, every docs/ reference in the code, and
+## each alarm's runbook section in docs/operations.md (tools/check_links.py).
 lint-template: tools
 	$(VENV)/bin/cfn-lint infra/template.yaml
 	$(VENV)/bin/python tools/check_template.py infra/template.yaml
 	$(VENV)/bin/python tools/check_config_docs.py
+	$(VENV)/bin/python tools/check_links.py
 
 ## The fault checker (DESIGN §10): seeded fault plans through the real services in virtual
 ## time, invariants I1–I7 after every seed; exits 3 on a violation with the seed to replay.
