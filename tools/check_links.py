@@ -211,6 +211,8 @@ class Checker:
             return
         for n, line in enumerate(text.splitlines(), 1):
             for m in DOC_REFERENCE.finditer(line):
+                if rel == TEMPLATE and line[:m.start()].rstrip().endswith("Runbook:"):
+                    continue  # an alarm's runbook: checked, with more to say, by alarms()
                 target = m.group(1) + (f"#{m.group(2)}" if m.group(2) else "")
                 self.resolve(rel, n, target, self.root)
 
@@ -232,6 +234,7 @@ class Checker:
             found += 1
             desc_line, desc = description(block)
             where = start + 1 + (desc_line if desc_line is not None else 0)
+            runbook_line = next((start + 1 + i for i, b in enumerate(block) if "Runbook:" in b), where)
             if desc is None:
                 self.error(TEMPLATE, where, f"{name}: no AlarmDescription (it must end with 'Runbook: {RUNBOOK}#<section>')")
                 continue
@@ -243,13 +246,13 @@ class Checker:
                 continue
             page, anchor = m.group(1), m.group(2)
             if page != RUNBOOK:
-                self.error(TEMPLATE, where, f"{name}: the runbook is {RUNBOOK}, not {page}")
+                self.error(TEMPLATE, runbook_line, f"{name}: the runbook is {RUNBOOK}, not {page}")
                 continue
             self.checked += 1
             if anchor not in sections:
-                self.error(TEMPLATE, where, f"{name}: names {RUNBOOK}#{anchor}, and {RUNBOOK} has no such section")
+                self.error(TEMPLATE, runbook_line, f"{name}: names {RUNBOOK}#{anchor}, and {RUNBOOK} has no such section")
             elif not re.search(rf"\b{re.escape(name)}\b", sections[anchor][1]):
-                self.error(TEMPLATE, where, f"{name}: {RUNBOOK}#{anchor} (line {sections[anchor][0]}) does not mention {name}")
+                self.error(TEMPLATE, runbook_line, f"{name}: {RUNBOOK}#{anchor} (line {sections[anchor][0]}) does not mention {name}")
         if not found:
             self.error(TEMPLATE, 1, "no CloudWatch alarm found (the check reads `  Name:` blocks under Resources:)")
 
