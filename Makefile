@@ -48,7 +48,7 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
-## The core must build without the AWS SDK, Lambda or HTTP (DESIGN §9): keeps the
+## The core must build without the AWS SDK, Lambda or HTTP (docs/design.md#crate-layout): keeps the
 ## dependency direction honest and `cargo test -p punctual-core` fast. The in-memory fakes
 ## (punctual-core feature `testing`) and tokio's paused clock (`test-util`) stay dev-side: the
 ## operator CLI links neither, not even through its tests, and no function, operator or harness
@@ -69,7 +69,7 @@ core-deps:
 	  echo "production code must not call the test fixtures" >&2; exit 1; fi
 	@echo "==> the operator CLI, the functions and the harness link no fakes"
 	@if grep -rnE 'scan_all|\.scan\(\)' crates/ops/src crates/cli/src; then \
-	  echo "operator commands must not scan a table (punctual status reads indexes; README)" >&2; exit 1; fi
+	  echo "operator commands must not scan a table (punctual status reads indexes; docs/commands.md#punctual-status)" >&2; exit 1; fi
 	@echo "==> no operator command scans a table"
 
 ## The whole suite (unit, handler, adapter, integration) with AWS_ENDPOINT_URL pointing at
@@ -89,14 +89,17 @@ endif
 
 ## The SAM template: cfn-lint (schema, SAM transform, best practices), then the design's
 ## invariants cfn-lint cannot know (tools/check_template.py), then docs/configuration.md against
-## the code's environment reads and the template's parameters (tools/check_config_docs.py).
+## the code's environment reads and the template's parameters (tools/check_config_docs.py), then
+## every relative link and anchor of the Markdown pages, every docs/ reference in the code, and
+## each alarm's runbook section in docs/operations.md (tools/check_links.py).
 lint-template: tools
 	$(VENV)/bin/cfn-lint infra/template.yaml
 	$(VENV)/bin/python tools/check_template.py infra/template.yaml
 	$(VENV)/bin/python tools/check_config_docs.py
+	$(VENV)/bin/python tools/check_links.py
 
-## The fault checker (DESIGN §10): seeded fault plans through the real services in virtual
-## time, invariants I1–I7 after every seed; exits 3 on a violation with the seed to replay.
+## The fault checker (docs/design.md#invariants-the-fault-checker-asserts): seeded fault plans through the real
+## services in virtual time, invariants I1–I8 after every seed; exits 3 on a violation with the seed to replay.
 ## `make test` runs CHECK_SEEDS seeds (≈10 s); `make soak` runs 10,000 in release.
 CHECK_SEEDS ?= 300
 check-seeds:
@@ -108,10 +111,10 @@ soak:
 	$(CARGO) run --locked --release -q -p punctual-sim -- check --seeds 10000 $(SOAK_ARGS)
 	$(CARGO) run --locked --release -q -p punctual-sim -- check --seeds 1000 --reminders 1000 --senders 10 $(SOAK_ARGS)
 
-## The template's alarms proven against incidents (README, "The alarms, drilled"): each incident
+## The template's alarms proven against incidents (docs/measurements.md#the-alarms-drilled): each incident
 ## of the runbook through the simulator, infra/template.yaml's own alarms evaluated with
 ## CloudWatch's semantics; exit 3 when an incident pages late or a normal day pages. `make test`
-## runs DRILL_FAST (8 incidents, 5 normal days, ≈ 20 s); `make drill` all 14 and 20 days.
+## runs DRILL_FAST (8 incidents, 5 normal days, ≈ 20 s); `make drill` all 15 and 20 days.
 DRILL_FAST := --incident credentials_revoked,operator_pause_left_on,provider_outage,scheduler_not_invoked,lane_not_polled,dlq_second_wave,overload,redrive_during_traffic --mornings 5
 drill-fast:
 	$(CARGO) run --locked -q -p punctual-sim -- drill $(DRILL_FAST)

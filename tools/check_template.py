@@ -53,7 +53,7 @@ def as_list(v):
     return v if isinstance(v, list) else [v]
 
 
-# --- Conditions (issues 15 and 18): the template is checked once per scenario ------------------
+# --- Conditions: the template is checked once per scenario -------------------------------------
 # A scenario gives every parameter a value (its Default unless overridden); Fn::If is resolved
 # with the template's own Conditions and AWS::NoValue dropped, so an invariant is checked on
 # what CloudFormation would deploy for that choice of parameters, not on the raw Fn::If tree.
@@ -174,13 +174,13 @@ functions = of_type("AWS::Serverless::Function")
 sender = functions.get("SenderFunction", {}).get("Properties", {})
 queues = of_type("AWS::SQS::Queue")
 dlq = queues.get("DeadLetterQueue", {}).get("Properties", {})
-# The deadline lanes (issue 14): every queue but the DLQ is one, and the sender polls each.
+# The deadline lanes (docs/design.md#lanes-and-pacing): every queue but the DLQ is one, and the sender polls each.
 LANES = {"SendQueue": "normal lane", "UrgentQueue": "urgent lane"}
 check("the queues are the two lanes and the DLQ", set(queues) == set(LANES) | {"DeadLetterQueue"}, str(sorted(queues)))
 
 # --- the sender's event source mappings: one per lane -----------------------------------
 # As deployed with the default parameters (SenderPollerMode max_concurrency); the provisioned
-# mode's mappings are checked with the issue 15 invariants below.
+# mode's mappings are checked with the fair-queue and lanes' fleet invariants below.
 sqs_events = [resolve(e["Properties"], DEFAULTS) for e in sender.get("Events", {}).values() if e.get("Type") == "SQS"]
 polled = [ref_name(e.get("Queue")) for e in sqs_events]
 check("the sender polls each lane exactly once", sorted(map(str, polled)) == sorted(LANES), str(polled))
@@ -338,7 +338,7 @@ for name, a in alarms.items():
                 age_alarms[ref_name(d.get("Value"))] = p
 for lane in LANES:
     check(f"an age alarm watches {lane}", lane in age_alarms)
-# Composite alarms (issue 16): each names its components in its AlarmRule, ALARM("${Logical}").
+# Composite alarms: each names its components in its AlarmRule, ALARM("${Logical}").
 composites = of_type("AWS::CloudWatch::CompositeAlarm")
 
 
@@ -499,7 +499,7 @@ for lane in LANES:
     check(f"an output gives {lane}'s URL", any(ref_name(o.get("Value")) == lane for o in outputs.values()))
 
 # ============================================================================================
-# Issue 17: a deploy that cannot fail silently. Each block below checks one decision the
+# A deploy that cannot fail silently (docs/deployment.md#what-a-deploy-cannot-do-silently). Each block below checks one decision the
 # template comments explain; each was shown to fail on a broken copy of the template.
 # ============================================================================================
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -831,7 +831,7 @@ BOUNDS = {
     "SenderMaximumPollers": (2, 2000),
     "SenderUrgentMinimumPollers": (2, 200),
     "SenderUrgentMaximumPollers": (2, 2000),
-    # Issue 16: a reminder meets the deadline SLO when delivered within this many seconds of its
+    # The deadline SLO: a reminder meets it when delivered within this many seconds of its
     # deliver_after. crates/core/src/slo.rs (SloPolicy::parse): 1..=86400, compared below (15).
     "SloWithinSecs": (1, 86400),
 }
@@ -1031,7 +1031,7 @@ for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
 check("the sender has a ledger write statement (claims, settles, limiter)", bool(ledger_writes(by_binary.get("sender", (None, {}))[1])))
 
 # ============================================================================================
-# Issues 15 and 18: fair queues, the lanes' fleet, the provider kind (http | ses). Checked per
+# Fair queues, the lanes' fleet, the provider kind (http | ses). Checked per
 # scenario (see SCENARIOS): on what each choice of parameters deploys.
 # ============================================================================================
 
@@ -1255,7 +1255,7 @@ types = {a.get("AttributeName"): a.get("AttributeType") for a in ledger_props.ge
 check("dead_reason is a string and deliver_by_ms a number", types.get("dead_reason") == "S" and types.get("deliver_by_ms") == "N", str(types))
 
 # ============================================================================================
-# Issue 16: a deadline SLO over the due population. The template's SLO alarms, dashboard and
+# A deadline SLO over the due population (docs/design.md#the-deadline-slo-and-reconciliation). The template's SLO alarms, dashboard and
 # Contributor Insights rule read exactly the metrics the code emits: names and the tenant
 # property from crates/core/src/metrics.rs, emitters as below, the stack's namespace, the one
 # dimension Function. The by_day index is checked against crates/aws/src/renewals.rs.

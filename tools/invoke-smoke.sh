@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`'s smoke test of the real function binaries under the Lambda runtime and Invoke
+# `make invoke-smoke`: a smoke test of the real function binaries under the Lambda runtime and Invoke
 # APIs (`cargo lambda watch`), on the emulator through `punctual local up`:
 # 1. the sender binary invoked with a malformed-message event: answer and DLQ checked;
 # 2. the redrive binary reached the way operators reach a deployed stack, `punctual redrive

@@ -1,7 +1,7 @@
 //! The operator's controls on AWS: the pause switch and redrive audit records in the ledger
 //! table (`pk = control:pause`, `audit:pause:{ms}`, `redrive:{id}`), and the DLQ as the
 //! redrive sees it (SQS). One strongly consistent `GetItem` reads the switch; the sender caches
-//! it for a few seconds (README, "Pause").
+//! it for a few seconds (docs/design.md#the-pause-switch).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The idempotency ledger in DynamoDB (DESIGN §3, §4 step 4).
+//! The idempotency ledger in DynamoDB (docs/design.md#the-idempotency-ledger).
 //!
 //! One item per reminder, `pk = reminder:{reminder_id}`:
 //!

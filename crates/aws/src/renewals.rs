@@ -316,7 +316,7 @@ fn plan_row(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome,
         return (RowOutcome::Updated, Some(RowWrite::Replace { item, seen_state: "scheduled".into(), seen_updated }));
     }
     // Released (or expired at release) and now another version: the customer moved the
-    // renewal (R1b). The row is re-armed with the new version, pending release at its new
+    // renewal (docs/design.md#renewals-and-rescheduling). The row is re-armed with the new version, pending release at its new
     // time; the copy released from the old version is stale, and its sender drops it
     // (`rescheduled`, no attempt spent) when it reads this row. A copy already delivered stays
     // delivered: for the same reminder (same due date, other times) the new copy is then a
@@ -568,7 +568,7 @@ impl DynamoRenewals {
         state: &str,
         reason: Option<&str>,
     ) -> Result<Marked, DueStoreError> {
-        // Only the version the tick read (R1): a row re-imported meanwhile with another reminder
+        // Only the version the tick read (a versioned mark): a row re-imported meanwhile with another reminder
         // or other times is left pending, so the next tick releases the current version; the
         // copy this tick may already have sent is stale, and its sender drops it.
         let mut update = self

@@ -1,4 +1,4 @@
-//! The one accounting of a run (DESIGN §11): how `punctual run`, `local drain`, `simulate`
+//! The one accounting of a run (docs/design.md#the-one-accounting): how `punctual run`, `local drain`, `simulate`
 //! (and the fault checker) count what happened to every reminder. Each report flattens
 //! [`DeliveryCounts`] into its JSON, so a key means the same thing in every report, and a chart
 //! drawn from [`oldest_age_series`] agrees with the report's `max_oldest_age_seconds`.

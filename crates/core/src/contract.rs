@@ -1,4 +1,4 @@
-//! The delivery contract (DESIGN §2): the SQS message body, its validating decoder and encoder.
+//! The delivery contract (docs/design.md#the-message-contract-v1): the SQS message body, its validating decoder and encoder.
 //!
 //! The body carries identifiers and the contract, never recipient data or credentials. The
 //! decoder names exactly what is wrong so an operator reading the DLQ attribute can fix the

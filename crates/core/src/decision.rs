@@ -1,4 +1,4 @@
-//! The sender's decision (DESIGN §4): a pure function of (message, ledger view, now, limiter
+//! The sender's decision (docs/design.md#the-sender-decision): a pure function of (message, ledger view, now, limiter
 //! answer, provider result, policy) that says what to do next.
 //!
 //! The sender service drives it as a small state machine: it calls [`decide`] with what it
@@ -93,7 +93,7 @@ pub enum ClaimView {
         state: ReminderState,
     },
     /// A later redrive re-released the reminder: this copy (from before it) is superseded, and
-    /// the redrive's own copies carry the work and its budget (F14). Nothing was written.
+    /// the redrive's own copies carry the work and its budget. Nothing was written.
     Superseded,
     /// Another live worker holds the lease until `lease_until`.
     HeldElsewhere {
@@ -397,7 +397,7 @@ fn unknown_earlier_call(attempts_made: u32, why: &str) -> Decision {
 /// Another worker holds (or took over) the lease: never acknowledged — when SQS handed the
 /// *same* message to this worker (the holder's visibility ran out), deleting it here deletes the
 /// holder's only copy, and a holder that then dies leaves the reminder leased forever with
-/// nothing on a queue (F11). The copy comes back when the lease ends (`lease_until`, if known)
+/// nothing on a queue. The copy comes back when the lease ends (`lease_until`, if known)
 /// or no later than the longest one provider call can hold a live lease — a holder that finished
 /// released it already, and the copy is then acknowledged as a duplicate instead of waiting out
 /// the whole invocation-long lease — and before `deliver_by`, like every deferral (a copy that

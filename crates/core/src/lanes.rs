@@ -1,4 +1,4 @@
-//! The two send queues ("lanes", DESIGN §5 as amended by issue 14): deadline-near work travels
+//! The two send queues ("lanes", docs/design.md#lanes-and-pacing): deadline-near work travels
 //! on the **urgent** lane, everything else on the **normal** lane. Both share the DLQ; both
 //! trigger the sender, each mapping with its own concurrency, so a normal backlog can never
 //! occupy the pollers urgent work needs.
@@ -316,7 +316,7 @@ mod tests {
     /// becomes visible no later than its start under earliest-deadline-first with release
     /// times (a reference schedule computed here the slow way), within one second; never
     /// before its `deliver_after`, never more than 15 minutes out. With the monotone cursor of
-    /// the first pacing (R2 put back) the first case with a tight reminder due later than a
+    /// the first pacing put back, the first case with a tight reminder due later than a
     /// roomy one due now fails.
     #[test]
     fn i9_paced_reminders_are_visible_by_their_edf_start() {
@@ -379,7 +379,7 @@ mod tests {
             .unwrap();
     }
 
-    /// R2: A is visible in 10 minutes with a 1-minute window, B is due now with 12 minutes.
+    /// Reminder A is visible in 10 minutes with a 1-minute window, B is due now with 12 minutes.
     /// By deadline A comes first, but B is the only work there is now: earliest-deadline-first
     /// over visible time serves B at once, never idling the lane for ten minutes.
     #[test]

@@ -1,4 +1,4 @@
-//! The shared rate limiter (DESIGN §5): every sender instance and redriven work draw from one
+//! The shared rate limiter (docs/design.md#the-shared-limiter): every sender instance and redriven work draw from one
 //! schedule kept in a [`SlotStore`] (DynamoDB in production, memory in tests and the
 //! simulator), so the provider sees at most its quota however many senders run.
 //!
@@ -8,7 +8,7 @@
 //! `block` slots (`block / rate` seconds) and hands the caller the slots it skipped over: the
 //! caller then calls at those instants, so calls of all senders together are spaced `1/rate`
 //! apart without any further coordination. One write buys `block` calls: at the default block
-//! of 10 that is 0.1 writes per admitted call (measured: README, "Shared limiter"). A slot may
+//! of 10 that is 0.1 writes per admitted call (measured: docs/measurements.md#the-shared-limiter). A slot may
 //! be used up to `validity` after its instant; slots nobody used by then are *stranded*
 //! (counted). Larger blocks → fewer writes and more stranded slots: the frontier is measured by
 //! `punctual bench-limiter`, and the default chosen from it.
@@ -114,14 +114,14 @@ pub struct LimiterSettings {
     pub max_shared_pause: Duration,
 }
 
-/// Default cap on a shared pause from `Retry-After` (DESIGN §5): long enough to ride out a
+/// Default cap on a shared pause from `Retry-After`: long enough to ride out a
 /// provider's real throttling window, short enough that a `Retry-After: 86400` costs every
 /// tenant a minute, not a day. It is `provider::MAX_RETRY_AFTER`: one cap for the message and
 /// the schedule. The pause ends by itself; nothing needs clearing.
 pub const MAX_SHARED_PAUSE: Duration = crate::provider::MAX_RETRY_AFTER;
 
 impl LimiterSettings {
-    /// Defaults for a `quota` (see the module docs and the README for why these values).
+    /// Defaults for a `quota` (see the module docs and docs/design.md#the-shared-limiter for why these values).
     pub fn new(quota: f64) -> Self {
         Self {
             name: "provider".into(),
@@ -733,7 +733,7 @@ mod tests {
         assert!((b.rate() - 100.0).abs() < 1e-9, "rate {}", b.rate());
     }
 
-    /// R8: a provider window longer than the shared pause (an hourly quota of 9,000 at a
+    /// A provider window longer than the shared pause (an hourly quota of 9,000 at a
     /// per-second quota of 100) is paced over its real length. Spread over 60 s, 7,515 calls went
     /// in the first 90 s and the rest by 284 s, and the hour then cycled through 55 429s (the
     /// pause at exhaustion is capped at 60 s, so it cannot ride the window out).
@@ -785,7 +785,7 @@ mod tests {
         assert!(used as f64 >= HOURLY as f64 * 0.9, "the hour's budget goes unused: {used} of {HOURLY}");
     }
 
-    /// R9: a cut only ever lowers the shared rate. An instance whose view predates the cuts
+    /// A cut only ever lowers the shared rate. An instance whose view predates the cuts
     /// other instances made (it has not booked since) computes its cut from the full quota;
     /// written after the gap, it would raise the rate the others had cut lower.
     #[tokio::test]

@@ -1,4 +1,4 @@
-//! The operator pause policy (README, "Pause"): while an operator pause is in force the
+//! The operator pause policy (docs/design.md#the-pause-switch): while an operator pause is in force the
 //! scheduler releases nothing, the sender holds messages without spending attempts, and a
 //! redrive refuses to start. The services apply it; handlers and harnesses only compose it.
 

@@ -1,5 +1,5 @@
 //! What a provider call can come to, and `Retry-After` parsing. Pure, so the HTTP client, the
-//! simulator's provider model and the tests all classify the same way (DESIGN §4 step 8).
+//! simulator's provider model and the tests all classify the same way (docs/design.md#the-sender-decision).
 
 use std::time::Duration;
 
@@ -200,7 +200,7 @@ impl Default for ProviderProfile {
     }
 }
 
-/// The result of one provider call, classified (DESIGN §4 step 8).
+/// The result of one provider call, classified (docs/design.md#the-sender-decision).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderOutcome {
     /// 2xx: the provider has it.

@@ -1,4 +1,4 @@
-//! Reminder states (DESIGN §3) and the closed set of reason codes.
+//! Reminder states and the closed set of reason codes (docs/design.md#states-and-reason-codes).
 //!
 //! Reason codes are stable wire strings: they appear in the ledger, DLQ message attributes,
 //! EMF metric dimensions and operator output. Adding one is a contract change; renaming one
@@ -61,7 +61,7 @@ pub struct UnknownCode {
 }
 
 closed_enum! {
-    /// Where a reminder is in its life (DESIGN §3):
+    /// Where a reminder is in its life:
     /// `scheduled → enqueued → (deferred ⇄ leased) → delivered`, or terminally
     /// `dead_lettered`, `expired`, `cancelled`.
     ReminderState, "reminder state" {
@@ -92,7 +92,7 @@ impl ReminderState {
 }
 
 closed_enum! {
-    /// Why a reminder moved, waited or stopped. The closed, documented set of DESIGN §3.
+    /// Why a reminder moved, waited or stopped. A closed, documented set.
     ReasonCode, "reason code" {
         /// `deliver_after` has not come yet; deferred until it does.
         NotDue => "not_due",
@@ -106,7 +106,7 @@ closed_enum! {
         ProviderTransient => "provider_transient",
         /// The request may have reached the provider (timeout, 5xx after send, a worker that
         /// died mid-call). Retried with the same key where the provider honours keys; without
-        /// keys under `at_most_once`, quarantined for an operator to decide (README, "Providers").
+        /// keys under `at_most_once`, quarantined for an operator to decide (docs/design.md#providers-and-idempotency-profiles).
         ProviderIndeterminate => "provider_indeterminate",
         /// Another live worker holds the lease; deferred until it ends.
         ClaimedElsewhere => "claimed_elsewhere",

@@ -1,4 +1,4 @@
-//! Reconciliation (issue 16): every renewal due in a window, joined with the ledger and the
+//! Reconciliation (docs/design.md#the-deadline-slo-and-reconciliation): every renewal due in a window, joined with the ledger and the
 //! queues, lands in exactly one bucket — or is named as **unaccounted**. Pure: the operator
 //! command reads the population (the renewals table's `by_day` index), the ledger records
 //! (one batched strongly consistent read per 100) and the queues' depths, and hands them here.

@@ -1,4 +1,4 @@
-//! The scheduler service (DESIGN §6): release due renewals to the send queue so each becomes
+//! The scheduler service (docs/design.md#the-scheduler): release due renewals to the send queue so each becomes
 //! visible at its `deliver_after`, in `deliver_by` order, never skipping one.
 //!
 //! A tick covers `(watermark, now + lookahead]`. Pending renewals live in a sparse, sharded

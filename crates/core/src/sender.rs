@@ -211,7 +211,7 @@ where
         }
     }
 
-    /// Honours the operator pause switch read through `gate` (DESIGN §7, README "Pause").
+    /// Honours the operator pause switch read through `gate` (docs/design.md#the-pause-switch).
     pub fn with_pause(mut self, gate: PauseGate<C>) -> Self {
         self.pause = Some(gate);
         self

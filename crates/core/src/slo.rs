@@ -1,4 +1,4 @@
-//! The deadline SLO (issue 16): over **every due reminder**, not over attempts. A reminder is
+//! The deadline SLO (docs/design.md#the-deadline-slo-and-reconciliation): over **every due reminder**, not over attempts. A reminder is
 //! *met* when the provider accepted it before `deliver_by` and at most `within` after
 //! `deliver_after`; *breached* when it was accepted later, expired, dead-lettered, lost, or is
 //! still waiting past `deliver_after + within`; *excluded* when its renewal was cancelled or
@@ -323,7 +323,7 @@ mod tests {
         let p = SloPolicy::default();
         let at = |s| judge(&ending(Outcome::Delivered { at: t(s) }), &p, t(9999));
         assert_eq!((at(0), at(300), at(301)), (Verdict::Met, Verdict::Met, Verdict::Breached));
-        // Before deliver_after is not in time: it is early (R1: a copy of an earlier version).
+        // Before deliver_after is not in time: it is early (a copy of an earlier version).
         assert_eq!(at(-3600), Verdict::Breached, "a reminder sent an hour early was judged met");
         // A deadline tighter than `within` bounds the SLO too: accepted at deliver_by is late.
         let tight = Ending { deliver_by: t(120), ..ending(Outcome::Delivered { at: t(120) }) };

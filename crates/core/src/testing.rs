@@ -1075,7 +1075,7 @@ pub mod ledger_contract {
                     ),
                     "a redriven copy may claim a dead-lettered reminder"
                 );
-                // Once a redrive's copy claimed, older copies are superseded (F14): a stale
+                // Once a redrive's copy claimed, older copies are superseded: a stale
                 // pre-redrive copy must not spend the old budget and dead-letter what the
                 // redrive's chain is working on; a later redrive's copy still claims.
                 let free = base + s(72);
@@ -1658,7 +1658,7 @@ pub mod limiter_contract {
         assert_eq!((v.cut_rate, v.cut_at_ms), (Some(56.25), now + 1500));
         assert_eq!(v.cut_recovered_ms, recovered(now + 1500, 56.25));
         // A cut from a stale view (75/s, computed from the full quota) past the gap: the stored
-        // cut is lower now (59.75/s) and recovers later, so it stands (R9).
+        // cut is lower now (59.75/s) and recovers later, so it stands.
         store.cut(&k, now + 5000, 75.0, recovered(now + 5000, 75.0), 1000).await.unwrap_or_else(|e| panic!("{e}"));
         let v = store.view(&k).await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_default();
         assert_eq!((v.cut_rate, v.cut_at_ms), (Some(56.25), now + 1500), "a cut never raises the rate");

@@ -1,4 +1,4 @@
-//! Local due time → UTC instant, with the DST policy of DESIGN §2, and the delivery window.
+//! Local due time → UTC instant, with the DST policy of docs/design.md#the-message-contract-v1, and the delivery window.
 //!
 //! Policy (explicit, tested):
 //! - a local time that does not exist (spring-forward gap) moves **forward** to the first

@@ -1,4 +1,4 @@
-//! The sender decision (DESIGN §4): a table with a row for every branch, and property tests for
+//! The sender decision (docs/design.md#the-sender-decision): a table with a row for every branch, and property tests for
 //! the invariants the delivery contract promises.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
@@ -693,7 +693,7 @@ proptest! {
     }
 }
 
-// ---- a provider without idempotency keys (the profile, issue #18) -------------------------
+// ---- a provider without idempotency keys (the profile) ------------------------------------
 
 #[test]
 fn without_keys_every_call_is_marked_in_the_ledger_first() {
@@ -797,7 +797,7 @@ fn an_answer_from_before_the_deadline_is_classified_even_if_handled_after_it() {
     assert!(matches!(w.decide(), Decision::Done(Disposition::Quarantine { .. })), "{:?}", w.decide());
 }
 
-// ---- issue 25 (edges): a fleet refusal that cannot wait for the operator (R7) -------------
+// ---- edges: a fleet refusal that cannot wait for the operator -----------------------------
 
 /// A confirmed 401 or an account refusal that cannot be deferred for an operator is not a
 /// "4xx that retrying cannot fix" (`classified_permanent`): near the deadline it is a missed

@@ -370,7 +370,7 @@ impl DeadLetters for ServedDlq {
     }
 }
 
-/// R4: a renewal paid after its reminder was dead-lettered is the happy ending, not a failure.
+/// A renewal paid after its reminder was dead-lettered is the happy ending, not a failure.
 /// Its canary copy is cancelled by the sender; the canary watch must count that settled, and a
 /// strict redrive (`failure_ratio 0.0`) must go on to the rest.
 #[tokio::test]

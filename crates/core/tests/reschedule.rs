@@ -1,4 +1,4 @@
-//! A renewal moved after its reminder was released (R1b): the copy on the queue belongs to a
+//! A renewal moved after its reminder was released (docs/design.md#renewals-and-rescheduling): the copy on the queue belongs to a
 //! version the renewals table no longer holds. Its sender does not send it — no provider call,
 //! no attempt spent, `rescheduled` in the ledger — and the current version goes out at its own
 //! time (I8: nothing is delivered for a version the table no longer holds, nor before the

@@ -292,7 +292,7 @@ async fn a_persistent_401_pauses_the_fleet_and_dead_letters_nothing() {
     assert_eq!(provider.calls().len(), 1);
 }
 
-/// Open item (issue 25): a pause holds sending, not bookkeeping. A copy held past its
+/// Open item: a pause holds sending, not bookkeeping. A copy held past its
 /// `deliver_by` is expired (a letter an operator can see, counted late) instead of being
 /// requeued every minute for as long as the pause lasts; the provider is not called.
 #[tokio::test]
@@ -609,9 +609,9 @@ async fn an_unknown_call_found_past_the_deadline_is_not_called_expired() {
     );
 }
 
-// ---- issue 25 (edges) ----------------------------------------------------------------------
+// ---- edges ----------------------------------------------------------------------------------
 
-/// R7: a confirmed 401 a minute before `deliver_by` cannot wait for the operator: its letter
+/// A confirmed 401 a minute before `deliver_by` cannot wait for the operator: its letter
 /// says the window was missed (counted late), never `classified_permanent`.
 #[tokio::test]
 async fn a_401_near_the_deadline_is_dead_lettered_as_a_missed_window() {
@@ -649,7 +649,7 @@ async fn until_settled<L: Ledger>(r: &Rig<L>, m: &ReminderMessage, rounds: usize
     last.unwrap()
 }
 
-/// R6: with a provider without keys, a failure of the client before it calls (the SES
+/// With a provider without keys, a failure of the client before it calls (the SES
 /// adapter's recipients read throttled, say) reaches no provider: it must not spend an
 /// attempt. Eight in a row must not dead-letter a reminder that was never sent.
 #[tokio::test]
@@ -725,7 +725,7 @@ impl Ledger for UncertainMark {
     }
 }
 
-/// R6: the ledger failing on the call mark is a failure before the call too: the worker knows
+/// The ledger failing on the call mark is a failure before the call too: the worker knows
 /// it did not call, so the reminder must not end up quarantined as an unknown outcome
 /// (`provider_indeterminate` under `at_most_once`) nor spend an attempt.
 #[tokio::test]
@@ -773,7 +773,7 @@ async fn dead_lettered_no_safe_window(r: &Rig<MemoryLedger>) -> ReminderMessage 
     m
 }
 
-/// R3: a duplicate of a quarantined reminder received after `deliver_by` (SQS at-least-once)
+/// A duplicate of a quarantined reminder received after `deliver_by` (SQS at-least-once)
 /// is a duplicate: its letter is already in the DLQ. A second letter, as
 /// `business_deadline_expired`, would be one that redrive skips forever (past `deliver_by`).
 #[tokio::test]
@@ -790,7 +790,7 @@ async fn a_late_duplicate_of_a_dead_lettered_reminder_writes_no_second_letter() 
     assert_eq!(r.provider.calls().len(), 1);
 }
 
-/// R3: a redrive's copy that reaches a sender only after `deliver_by` expires the reminder, and
+/// A redrive's copy that reaches a sender only after `deliver_by` expires the reminder, and
 /// the ledger says so — expired, `business_deadline_expired`, a history entry naming the
 /// redrive — instead of keeping the old quarantine's reason beside the new letter. A second
 /// copy of the same redrive is then a duplicate.

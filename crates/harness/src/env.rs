@@ -287,7 +287,7 @@ pub fn sender_config(res: &Resources, quota: f64) -> Result<SenderConfig, Config
         "PROVIDER_RATE_PER_SEC" => Some(quota.clone()),
         "PROVIDER_KIND" if r.is_ses() => Some("ses".into()),
         "SES_FROM_ADDRESS" if r.is_ses() => Some(crate::ses::LOCAL_FROM.into()),
-        // moto has no stored templates (README, "Providers").
+        // moto has no stored templates (docs/commands.md#punctual-local-up--drain--down).
         "SES_CONTENT" if r.is_ses() => Some("inline".into()),
         "RECIPIENTS_TABLE" if r.is_ses() => Some(r.recipients_table.clone()),
         _ => None,

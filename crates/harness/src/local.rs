@@ -118,7 +118,7 @@ async fn up_on(
             .await
             .map_err(step("seeding demo recipients"))?;
     }
-    // Fault injection for the lifecycle test (README, "Processes"): fail after everything
+    // Fault injection for the lifecycle test (docs/commands.md#punctual-local-up--drain--down): fail after everything
     // was started, before the state is written, the way a late provisioning error does.
     if std::env::var("PUNCTUAL_FAULT").is_ok_and(|f| f == "local-up-before-state") {
         return Err(LocalError::Step {
@@ -197,7 +197,7 @@ pub fn describe(s: &LocalState) -> String {
 pub struct DrainReport {
     /// Reminders the ledger knows plus messages quarantined as malformed.
     pub reminders: u64,
-    /// What happened to them (DESIGN §11).
+    /// What happened to them (docs/design.md#the-one-accounting).
     #[serde(flatten)]
     pub counts: DeliveryCounts,
     /// Messages handed to the sender during this drain.

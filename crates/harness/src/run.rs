@@ -68,7 +68,7 @@ pub struct RunOptions {
 pub struct RunReport {
     /// Renewals imported.
     pub reminders: usize,
-    /// What happened to them (DESIGN §11).
+    /// What happened to them (docs/design.md#the-one-accounting).
     #[serde(flatten)]
     pub counts: DeliveryCounts,
     /// What the provider saw, and utilisation of its quota.
@@ -556,7 +556,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         eprintln!("punctual run: {e}");
     }
     let delivered = counts.delivered;
-    // The run's window, reconciled as an operator would (issue 16): every renewal in a bucket.
+    // The run's window, reconciled as an operator would: every renewal in a bucket.
     let first = rows.iter().map(|r| r.deliver_after).min();
     let last = rows.iter().map(|r| r.deliver_after).max();
     let window = match first.zip(last) {

@@ -82,7 +82,7 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
     }
 }
 
-/// The lanes (README, "Lanes"), read the same way by scheduler, sender and redrive:
+/// The lanes (docs/design.md#lanes-and-pacing), read the same way by scheduler, sender and redrive:
 /// `URGENT_QUEUE_URL` (unset: one lane, urgent work stays on the send queue — a deployment
 /// from before the urgent lane keeps working) and `DEADLINE_NEAR_SECS` (default 900: the slack
 /// under which work is urgent, for routing and for the limiter).
@@ -107,7 +107,7 @@ pub fn lane_config<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<LaneCo
 }
 
 /// The shared limiter's settings, read the same way by every function that draws from it
-/// (README, "Shared limiter"): `PROVIDER_RATE_PER_SEC` (the quota, default 100),
+/// (docs/design.md#the-shared-limiter): `PROVIDER_RATE_PER_SEC` (the quota, default 100),
 /// `LIMITER_NAME`, `LIMITER_BLOCK`, `LIMITER_NORMAL_AHEAD_MS`, `LIMITER_NEAR_HOLD_MS`,
 /// `LIMITER_NORMAL_FILL_MS`, `REDRIVE_SHARE`, `TENANT_SHARE` (unset: no per-tenant cap).
 pub fn limiter_settings<F: Fn(&str) -> Option<String>>(

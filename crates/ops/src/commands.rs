@@ -57,8 +57,8 @@ pub async fn resume(target: &Target, by: &str) -> Result<Option<Pause>, OpsError
 
 // ---- status ------------------------------------------------------------------------------------
 
-/// `punctual status`: what an operator needs in an incident, read without a scan (README,
-/// "Operating punctual": the read cost per call).
+/// `punctual status`: what an operator needs in an incident, read without a scan (the read
+/// cost per call: docs/commands.md#punctual-status).
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     /// Send queue: visible.
@@ -162,7 +162,7 @@ pub const DLQ_RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(14);
 /// Reads the queues' attributes (3 requests), the pause switch (1 `GetItem`), the ledger's
 /// sparse `dead` index (one `Select=COUNT` `Query` per reason code, reading only dead-lettered
 /// keys) and the renewals' `due` index (16 `Query`s of one item). No Scan: the cost does not
-/// grow with the tables (README, "Operating punctual").
+/// grow with the tables (docs/commands.md#punctual-status).
 ///
 /// With `slo`, also today's deadline SLO: `reconcile`'s judgement of 00:00 UTC → now, which
 /// reads today's due population (16 `Query`s on the `by_day` index plus one page per ~4,000

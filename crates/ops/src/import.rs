@@ -267,8 +267,8 @@ pub fn validate(rows: Vec<ParsedLine>) -> (Vec<(usize, Renewal)>, Vec<Reject>) {
     (valid, rejected)
 }
 
-/// Where an import writes: found like every operator command's target (README, "Finding the
-/// target"): flags, then the environment (`RENEWALS_TABLE`, `RECIPIENTS_TABLE`, the SDK's
+/// Where an import writes: found like every operator command's target
+/// (docs/commands.md#finding-the-target): flags, then the environment (`RENEWALS_TABLE`, `RECIPIENTS_TABLE`, the SDK's
 /// endpoint chain: `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_DYNAMODB`), then the running `local
 /// up` pipeline (its tables and both of its endpoints).
 #[derive(Debug, Clone)]

@@ -1,4 +1,4 @@
-//! `punctual reconcile` (issue 16): a window's due population joined with the ledger and the
+//! `punctual reconcile` (docs/design.md#the-deadline-slo-and-reconciliation): a window's due population joined with the ledger and the
 //! queues, every renewal in a bucket or named as unaccounted (the buckets and the evidence:
 //! [`punctual_core::reconcile`]). Reads, in this order so a reminder settling meanwhile is not
 //! mistaken for a lost one: the population (the renewals table's `by_day` index: 16 queries

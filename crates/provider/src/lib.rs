@@ -2,8 +2,8 @@
 //!
 //! One `reqwest::Client` (rustls) per cold start. Each call carries
 //! `Authorization: Bearer <token>` and `Idempotency-Key: reminder:{reminder_id}`, has a timeout
-//! the sender derived from the invocation's remaining time, and is classified (DESIGN §4 step
-//! 8): a refused or failed *connection* is determinate (the request never left), anything that
+//! the sender derived from the invocation's remaining time, and is classified
+//! (docs/design.md#the-sender-decision): a refused or failed *connection* is determinate (the request never left), anything that
 //! fails after the request may have been sent — a timeout, a dropped connection, an unreadable
 //! answer — is indeterminate and retried with the same key. Redirects are never followed: a
 //! 3xx is a permanent answer (`classified_permanent` with its status), never a delivery.
@@ -56,7 +56,7 @@ pub enum Auth {
     Header(HeaderName),
 }
 
-/// What differs between vendors' HTTP APIs (README, "Providers"). The defaults are punctual's
+/// What differs between vendors' HTTP APIs (docs/design.md#providers-and-idempotency-profiles). The defaults are punctual's
 /// own contract, which the provider double speaks.
 #[derive(Debug, Clone)]
 pub struct VendorProfile {

@@ -434,9 +434,9 @@ async fn a_vendor_profile_changes_auth_keys_receipt_and_error_codes() {
     }
 }
 
-// ---- issue 25 (edges) ----------------------------------------------------------------------
+// ---- edges ----------------------------------------------------------------------------------
 
-/// R5: a 401 is confirmed only by a read of the source made after the refused call went out.
+/// A 401 is confirmed only by a read of the source made after the refused call went out.
 /// A 403 makes the client read the source (the token in use: the 403 stands); the secret then
 /// rotates, and the next call's 401 comes within the 10 s interval. Taking that earlier read as
 /// confirmation would call the credentials bad — the sender pauses the fleet on it — while the

@@ -1,4 +1,4 @@
-//! The redrive function's environment (README, "Redrive").
+//! The redrive function's environment (docs/configuration.md#redrive).
 
 use punctual_core::redrive::RedriveCaps;
 use punctual_lambda::config::{ConfigError, Env, LaneConfig, lane_config, limiter_settings};

@@ -1,4 +1,4 @@
-//! The scheduler's environment (documented in the README, "Scheduler configuration").
+//! The scheduler's environment (documented in docs/configuration.md#scheduler).
 
 use std::time::Duration;
 

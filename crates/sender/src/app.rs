@@ -146,7 +146,7 @@ pub async fn provider(
             let mut http = HttpProvider::new(url, &token, std::time::Duration::from_secs(2))?
                 .with_vendor(vendor.clone(), &token)?;
             // A token from Secrets Manager is read again after a 401/403: a rotation must not
-            // dead-letter the morning on instances that started before it (README, "Provider token").
+            // dead-letter the morning on instances that started before it (docs/design.md#providers-and-idempotency-profiles).
             if let Some(source) = punctual_aws::secrets::SecretsManagerToken::from_env(sdk) {
                 http = http.with_token_source(std::sync::Arc::new(source));
             }

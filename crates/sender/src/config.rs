@@ -1,4 +1,4 @@
-//! The sender's environment (documented in the README, "Sender configuration").
+//! The sender's environment (documented in docs/configuration.md#sender).
 
 use std::time::Duration;
 
@@ -181,7 +181,7 @@ impl SenderConfig {
     }
 }
 
-/// `PROVIDER_KIND` (`http` or `ses`) and each kind's variables (README, "Providers").
+/// `PROVIDER_KIND` (`http` or `ses`) and each kind's variables (docs/design.md#providers-and-idempotency-profiles).
 fn provider_config<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<ProviderConfig, ConfigError> {
     let invalid =
         |name: &'static str, value: String, expected: &'static str| ConfigError::Invalid { name, value, expected };

@@ -206,7 +206,7 @@ async fn a_reference_resolves_inside_the_messages_tenant_only() {
     assert_eq!(double.ses_requests().len(), 1);
 }
 
-/// R10b: a recipient refused by SES whose address merely contains the From address
+/// A recipient refused by SES whose address merely contains the From address
 /// (`xreminders@…`, `…example.com.au`) is that message's problem, not the deployment's: only
 /// the From address itself, as a whole word, is a refused identity that pauses the fleet.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! The deterministic fault checker (DESIGN §10): `punctual check --seeds N`.
+//! The deterministic fault checker (docs/design.md#invariants-the-fault-checker-asserts): `punctual check --seeds N`.
 //!
 //! Each seed draws a **fault plan** and runs a small world in virtual time — the core's
 //! scheduler, three sender instances (each with its own clock, skewed within [`SKEW`]), the
@@ -12,8 +12,8 @@
 //! | I1 | at most one accepted provider effect per reminder id; a request repeating a key only after an indeterminate outcome (never once the ledger records the reminder delivered), and never a reminder recorded delivered without the provider holding its effect |
 //! | I2 | no provider call outside `[deliver_after, deliver_by)`, beyond the skew bound |
 //! | I3 | conservation: every released reminder ends delivered, expired, cancelled or dead-lettered with a reason, or is still on a queue; none leased or deferred with nothing on a queue |
-//! | I4 | the provider never sees more than quota × 1 s + burst requests in any 1 s window |
-//! | I5 | bounded work: provider requests per reminder ≤ attempt budget × (1 + redrives) + lost answers; ledger history ≤ its bound; SQS copies per reminder ≤ 64 |
+//! | I4 | the provider never sees more than quota × (1 s + clock spread) + burst requests in any 1 s window |
+//! | I5 | bounded work: provider requests per reminder ≤ attempt budget × (1 + redrives) + lost answers; ledger history ≤ its bound; SQS copies per reminder ≤ 128 |
 //! | I6 | throttling sends no healthy reminder to the DLQ (a reminder the provider only ever throttled, with a long window, never ends `attempt_limit`) |
 //! | I7 | the DLQ never holds a delivered reminder, and every DLQ message carries a known reason |
 //! | I8 | nothing is delivered for a version of a renewal the table no longer holds, nor before the current `deliver_after`: no provider call for a copy whose version (reminder, `deliver_after`, `deliver_by`) is not the one its sender read from the renewals table, nor before that version's `deliver_after` (beyond the skew bound); and every renewal's current version ends (I3 over the versions the table holds at the end) |
@@ -536,7 +536,7 @@ impl ReleaseQueue for Sqs {
 
 /// The scheduler's release queue: the SQS model, and an import that moves a share of each
 /// batch's renewals while the tick holds them (after its read and its send, before its mark):
-/// where R1 lived, which moves at random instants almost never hit.
+/// where an unversioned mark went wrong, which moves at random instants almost never hit.
 #[derive(Debug, Clone)]
 struct MovingRelease {
     sqs: Sqs,
@@ -1477,7 +1477,7 @@ fn verify(
             let fitted =
                 slack_ms > (punctual_core::provider::MAX_RETRY_AFTER + Duration::from_secs(10)).as_millis() as i64;
             match dead_for {
-                // 429s spend the attempt budget by design (DESIGN §4 step 8), so a provider that
+                // 429s spend the attempt budget by design (docs/design.md#the-sender-decision), so a provider that
                 // throttles on its own (the plan's injected 429s) may exhaust it; the limiter
                 // must never: a budget spent on over-quota 429s alone is the limiter's failure.
                 Some(ReasonCode::AttemptLimit) if calls.iter().all(|c| c.over_quota) => {

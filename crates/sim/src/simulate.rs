@@ -267,7 +267,7 @@ impl SimConfig {
 pub struct SimReport {
     /// Reminders.
     pub reminders: usize,
-    /// What happened to them (DESIGN §11).
+    /// What happened to them (docs/design.md#the-one-accounting).
     #[serde(flatten)]
     pub counts: DeliveryCounts,
     /// What the provider saw, and utilisation of its quota.
@@ -990,7 +990,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     // What the run asked of the ledger (before the accounting reads it).
     Usage::add(&usage.ddb_writes, memory.writes());
     Usage::add(&usage.ddb_reads, memory.reads());
-    // Accounting: the one accounting (DESIGN §11) over every reminder's ending.
+    // Accounting: the one accounting (docs/design.md#the-one-accounting) over every reminder's ending.
     let p = lock(&provider.state);
     let q = lock(&queue.normal.state);
     let dead = lock(queue.dlq());

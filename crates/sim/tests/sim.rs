@@ -101,7 +101,7 @@ fn redrive_under_a_cap_delivers_the_dlq_without_making_fresh_traffic_late() {
     );
 }
 
-/// The lanes (issue 14): deadline-near work travels on its own queue, paced in deadline order,
+/// The lanes (docs/design.md#lanes-and-pacing): deadline-near work travels on its own queue, paced in deadline order,
 /// so finding it costs no deferral churn — the sender-side price of a mixed morning stays that
 /// of a normal one.
 #[test]

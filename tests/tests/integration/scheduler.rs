@@ -277,7 +277,7 @@ async fn an_import_racing_a_tick_never_rearms_a_released_renewal() {
     r.stack.destroy().await;
 }
 
-/// R1: a tick reads a renewal, an import moves it (another due date: another reminder) while
+/// A tick reads a renewal, an import moves it (another due date: another reminder) while
 /// the tick holds it, and the tick then marks what it read. The mark must not stick to the
 /// new version: the new version stays pending, and the next tick releases it.
 #[tokio::test]
@@ -316,7 +316,7 @@ async fn a_renewal_moved_while_a_tick_holds_it_is_left_pending_for_its_new_versi
     r.stack.destroy().await;
 }
 
-/// R1b: the customer moves the renewal after its reminder was released. The re-import is
+/// The customer moves the renewal after its reminder was released. The re-import is
 /// accepted (`rescheduled`), the row is pending again with its new version, and the sender's
 /// read of the row shows that version (the released copy is then stale: see
 /// crates/core/tests/reschedule.rs).

@@ -124,7 +124,7 @@ fn run_delivers_every_reminder_once_and_on_time() {
     for key in ["duplicates", "late", "lost", "expired", "cancelled"] {
         assert_eq!(r[key], 0, "{key}: {r}");
     }
-    // DESIGN §5's target: at most 1 % of calls answered 429 (a debug build on two busy cores
+    // The limiter's target: at most 1 % of calls answered 429 (a debug build on two busy cores
     // can bunch a few calls past the provider's burst at start-up); each one is one extra call.
     let (calls, throttled) = (r["provider_calls"].as_u64().unwrap(), r["provider_429"].as_u64().unwrap());
     assert!(throttled * 100 <= calls, "{throttled} of {calls} calls answered 429: {r}");

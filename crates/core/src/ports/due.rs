@@ -1,5 +1,5 @@
 //! The pending-renewals port: the sparse due index and the watermark the scheduler pages
-//! (DESIGN §6).
+//! (docs/design.md#the-scheduler).
 
 use std::future::Future;
 

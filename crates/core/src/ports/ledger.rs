@@ -1,7 +1,7 @@
 //! The idempotency ledger port: one record per reminder, claimed and settled by conditional
-//! writes (DESIGN §4 step 4).
+//! writes (docs/design.md#the-idempotency-ledger).
 //!
-//! # Bounded history (DESIGN §10, I5)
+//! # Bounded history (the fault checker's I5)
 //! A record keeps its **first** history entry and the **most recent** ones: at most
 //! [`HISTORY_MAX`] entries (97); when a write finds it full, the history is compacted to the
 //! first entry plus the last [`HISTORY_RECENT`] (64, the new one included) and the entries

@@ -1,5 +1,5 @@
 //! The shared rate limiter port ([`Limiter`], what the sender asks) and the store of its slot
-//! schedule ([`SlotStore`], what the limiter service writes; DESIGN §5).
+//! schedule ([`SlotStore`], what the limiter service writes; docs/design.md#the-shared-limiter).
 
 use std::future::Future;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use crate::contract::ReminderMessage;
 use crate::decision::LimiterAnswer;
 use crate::ids::TenantId;
 
-/// Capacity class of a call (DESIGN §5).
+/// Capacity class of a call (docs/design.md#the-shared-limiter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LimiterClass {
     /// Little slack left: may use the whole quota.
@@ -176,7 +176,7 @@ pub trait SlotStore: Send + Sync {
     /// cut happened within `min_gap_ms`, or the stored cut recovers no earlier (it is at most
     /// as high now and at every later instant): a cut only ever lowers the rate. An instance
     /// whose view predates the other instances' cuts computes its cut from a higher rate;
-    /// written as it stands, it would raise the rate they had cut (issue 25, R9).
+    /// written as it stands, it would raise the rate they had cut.
     fn cut(
         &self,
         key: &str,

@@ -55,7 +55,7 @@ impl QueueError {
 pub trait SendQueue: Send + Sync {
     /// Puts a copy of `msg` back on `lane`, visible after `delay` (capped at SQS's 15 minutes;
     /// a longer wait hops). A fresh message keeps `ApproximateReceiveCount` a crash counter
-    /// only, as DESIGN §4 wants.
+    /// only (docs/design.md#what-it-does-with-each-message).
     fn requeue(
         &self,
         msg: &ReminderMessage,

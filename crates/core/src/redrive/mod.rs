@@ -1,10 +1,10 @@
-//! Operator redrive (DESIGN §7): a bounded, paced, audited move of dead-lettered reminders
+//! Operator redrive (docs/design.md#redrive): a bounded, paced, audited move of dead-lettered reminders
 //! back to the send queue.
 //!
 //! The request is validated as a whole — every problem is listed, nothing moves on any. A run
 //! writes its audit record first, receives from the DLQ, checks each message with the same
 //! decoder the sender uses, leaves what the selection does not match, skips (and leaves) what
-//! is already delivered or past `deliver_by`, sends the rest back stamped with the redrive id
+//! is past `deliver_by` (and deletes the letters of delivered reminders), sends the rest back stamped with the redrive id
 //! (same `reminder_id`, so the same idempotency key; the ledger keeps the attempt history) at
 //! most `max_per_second`, deletes from the DLQ only what was sent, watches a canary first and
 //! stops when the abort threshold trips, before the invocation deadline, or at `max_messages`.

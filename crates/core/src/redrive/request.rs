@@ -1,4 +1,4 @@
-//! The redrive request at the wire edge (README, "Redrive"): [`RedriveRequestWire`] is the
+//! The redrive request at the wire edge (docs/design.md#redrive): [`RedriveRequestWire`] is the
 //! serde type the Lambda deserialises and the CLI fills from its flags — one path, the same
 //! refusals — and [`RedriveRequestWire::validate`] is the one validation pass that turns it
 //! into a [`RedriveRequest`] or lists **every** problem, each naming its field.

@@ -166,7 +166,7 @@ pub fn normal(shape: Shape, seed: u64) -> Population {
     Population { rows, tenants: tenants(10), start, end }
 }
 
-/// The incidents, by the names the runbook and the issue use.
+/// The incidents, by the names the runbook and the drill use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Incident {
     /// The provider answers 5xx for 90 minutes.
