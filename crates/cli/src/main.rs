@@ -40,7 +40,7 @@ enum Command {
     /// `punctual simulate --help`).
     #[command(disable_help_flag = true)]
     Simulate(PassThrough),
-    /// The deterministic fault checker: seeded fault plans, invariants I1–I7 checked after
+    /// The deterministic fault checker: seeded fault plans, invariants I1–I8 checked after
     /// every seed (runs `punctual-sim`; see `punctual check --help`).
     #[command(disable_help_flag = true)]
     Check(PassThrough),

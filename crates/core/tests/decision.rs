@@ -321,7 +321,7 @@ fn decision_table_covers_every_branch() {
             defer(now, ReasonCode::ClaimedElsewhere, 0, None),
         ),
         (
-            "a copy held elsewhere through the deadline is still kept until the lease ends (F11)",
+            "a copy held elsewhere through the deadline is still kept until the lease ends",
             World {
                 now: t(BY) - secs(5),
                 claim: Some(ClaimView::HeldElsewhere { lease_until: t(BY) }),

@@ -22,7 +22,7 @@ enum Command {
     Simulate(SimulateArgs),
     /// The deterministic fault checker: each seed draws a fault plan, runs scheduler, senders,
     /// redrive, import and pause/resume together in virtual time, and checks the invariants
-    /// I1–I7. Exit 0 with no violation, 3 with one (the JSON names the seed to replay).
+    /// I1–I8. Exit 0 with no violation, 3 with one (the JSON names the seed to replay).
     Check(CheckArgs),
     /// Project a day's population (a file written by `punctual forecast`): SLO attainment,
     /// late reminders per tenant, the earliest projected breach. Exit 3 when it misses the SLO.
