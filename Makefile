@@ -11,7 +11,7 @@ VENV_STAMP := $(VENV)/.installed
 DYNALITE := .tools/dynalite/node_modules/dynalite/package.json
 CARGO ?= cargo
 
-.PHONY: cold-start check-seeds soak drill drill-fast help test run build deploy stack-policy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean localstack e2e
+.PHONY: fidelity fidelity-fast cold-start check-seeds soak drill drill-fast help test run build deploy stack-policy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean localstack e2e
 
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
@@ -122,10 +122,23 @@ drill-fast:
 drill:
 	$(CARGO) run --locked --release -q -p punctual-sim -- drill $(DRILL_ARGS)
 
+## The simulator against the real pipeline on one workload (docs/measurements.md#the-simulator-against-the-real-pipeline):
+## `punctual run` with its requests counted below the SDK, and `simulate --workload run` with
+## the same flags, compared per message within 10 %; a difference is fixed or named with its
+## reason in tools/fidelity.py. `make test` runs 500 reminders (≈ 15 s); `make fidelity` 3,000.
+FIDELITY_ARGS ?=
+fidelity-fast: tools
+	$(CARGO) build --locked -q -p punctual -p punctual-sim
+	$(VENV)/bin/python tools/fidelity.py --reminders 500 --json target/fidelity.json
+
+fidelity: tools
+	$(CARGO) build --locked -q -p punctual -p punctual-sim
+	$(VENV)/bin/python tools/fidelity.py $(FIDELITY_ARGS) --json target/fidelity.json
+
 ## LocalStack's venv (≈ 70 s of downloads and unpacking, once) is installed in the background
 ## while the Rust checks compile and run, and waited for before e2e: a fresh clone saves the
 ## minute. Its output goes to target/localstack-install.log, shown if it fails.
-TEST_CHECKS := fmt-check clippy core-deps test-all check-seeds drill-fast lint-template
+TEST_CHECKS := fmt-check clippy core-deps test-all check-seeds drill-fast fidelity-fast lint-template
 test:
 	@mkdir -p target
 	@echo "==> installing LocalStack in the background (target/localstack-install.log)"

@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod control;
+pub mod counting;
 pub mod dynamodb;
 pub mod emf;
 pub mod ledger;

@@ -8,6 +8,7 @@ pub mod accounting;
 pub mod backoff;
 pub mod clock;
 pub mod contract;
+pub mod cost;
 pub mod decision;
 pub mod ids;
 pub mod lanes;
@@ -28,6 +29,7 @@ pub mod slo;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tz;
+pub mod workload;
 
 pub use contract::{MalformedMessage, RedriveStamp, ReminderMessage};
 pub use decision::{Decision, Disposition, SenderPolicy, Step};

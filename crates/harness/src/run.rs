@@ -3,17 +3,19 @@
 //! pollers (playing the SQS event source mapping) → the sender handler → the provider double —
 //! with a live progress line and a final report.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, TimeDelta, Timelike, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
+use punctual_aws::counting::{RequestCounts, is_dynamodb_read};
 use punctual_aws::emf::{Metrics, name};
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_core::accounting::{DeliveryCounts, Throughput, oldest_age_series};
 use punctual_core::backoff::SplitMix64;
-use punctual_core::renewal::{Renewal, RenewalInput};
+use punctual_core::cost::RequestsPerMessage;
 use punctual_core::secret::Secret;
 use serde::Serialize;
 
@@ -23,11 +25,6 @@ use crate::esm::{EsmStats, run_pollers};
 use crate::eventbridge;
 use crate::{HarnessError as RunError, step};
 
-/// Zones the generated renewals are spread over.
-pub const ZONES: [&str; 5] =
-    ["America/New_York", "Europe/London", "Asia/Kathmandu", "Australia/Lord_Howe", "America/Los_Angeles"];
-/// Delivery windows (minutes) the generated renewals cycle through.
-pub const WINDOWS: [u32; 4] = [30, 60, 120, 240];
 /// How often the local EventBridge fires the scheduler (production: rate(1 minute)).
 pub const TICK: Duration = Duration::from_secs(5);
 
@@ -76,6 +73,15 @@ pub struct RunReport {
     pub throughput: Throughput,
     /// Shared-limiter DynamoDB writes (failed conditional writes included) ÷ tokens granted.
     pub limiter_writes_per_call: f64,
+    /// The sender side's requests (its event source mappings' included) per ended message,
+    /// counted below the SDK, in the simulator's shape.
+    pub requests_per_message: RequestsPerMessage,
+    /// The scheduler's requests per ended message (its limiter column is 0).
+    pub scheduler_requests_per_message: RequestsPerMessage,
+    /// The sender side's requests by `service/Operation[/item kind]`.
+    pub requests: BTreeMap<String, u64>,
+    /// The scheduler's requests by `service/Operation[/item kind]`.
+    pub scheduler_requests: BTreeMap<String, u64>,
     /// `http` (the double) or `ses` (SES on the emulator).
     pub provider: String,
     /// Effects the provider itself holds: the double's distinct acceptances, or SES's
@@ -156,6 +162,8 @@ impl RunReport {
              max oldest age    {:.1} s\n\
              lanes             {} released urgent ({} tight renewals), the rest normal\n\
              limiter writes    {:.3} per call\n\
+             requests/msg      {} (sender side)\n\
+             scheduler         {}\n\
              provider effects  {} at the provider ({})\n\
              wall time         {:.1} s (import {:.1} s)\n\
              chart             {}\n",
@@ -177,6 +185,8 @@ impl RunReport {
             self.released_urgent,
             self.tight,
             self.limiter_writes_per_call,
+            self.requests_per_message.line(),
+            self.scheduler_requests_per_message.line(),
             self.provider_effects.map_or_else(|| "unknown".to_owned(), |n| n.to_string()),
             if self.provider == "ses" {
                 "SES SentLast24Hours on the emulator"
@@ -190,35 +200,27 @@ impl RunReport {
     }
 }
 
-/// Window (minutes) of the tight renewals `run` mixes in: due this minute, so between one and
-/// two minutes of slack at release — well under the 15 minutes that make work urgent.
-pub const TIGHT_WINDOW: u32 = 2;
+pub use punctual_core::workload::{TIGHT_WINDOW, WINDOWS, ZONES, generate};
 
-/// `n` renewals due now (local due time = this minute in one of five zones), windows cycling
-/// through [`WINDOWS`], over five tenants; a `tight_share` of them, spread evenly, with the
-/// [`TIGHT_WINDOW`].
-pub fn generate(n: usize, now: DateTime<Utc>, tight_share: f64) -> Vec<Renewal> {
-    let due = now.with_second(0).and_then(|t| t.with_nanosecond(0)).unwrap_or(now);
-    let tight = |i: usize| (i as f64 * tight_share).floor() != ((i + 1) as f64 * tight_share).floor();
-    (0..n)
-        .filter_map(|i| {
-            let zone = ZONES[i % ZONES.len()];
-            let tz: chrono_tz::Tz = zone.parse().ok()?;
-            let local = due.with_timezone(&tz);
-            Renewal::validate(&RenewalInput {
-                tenant_id: format!("tenant-{}", i % 5),
-                renewal_id: format!("run-{i:06}"),
-                recipient_ref: format!("cust-{i}"),
-                channel: if i % 3 == 0 { "sms".into() } else { "email".into() },
-                zone: zone.into(),
-                local_due_date: local.format("%Y-%m-%d").to_string(),
-                local_send_time: local.format("%H:%M").to_string(),
-                window_minutes: if tight(i) { TIGHT_WINDOW } else { WINDOWS[i % WINDOWS.len()] }.to_string(),
-                ..RenewalInput::default()
-            })
-            .ok()
-        })
-        .collect()
+/// `counts` per reminder of the run (`messages`, as the simulator counts), the limiter's writes per provider call (`calls`).
+fn per_message(counts: &RequestCounts, messages: u64, calls: u64) -> RequestsPerMessage {
+    let all = counts.snapshot();
+    let (mut reads, mut writes, mut sqs, mut limiter) = (0, 0, 0, 0);
+    for (key, n) in &all {
+        let mut parts = key.split('/');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("dynamodb"), Some(op), _) if is_dynamodb_read(op) => reads += n,
+            (Some("dynamodb"), Some(_), kind) => {
+                writes += n;
+                if kind == Some("limiter") {
+                    limiter += n;
+                }
+            }
+            (Some("sqs"), _, _) => sqs += n,
+            _ => {}
+        }
+    }
+    RequestsPerMessage::from_totals(reads, writes, sqs, limiter, messages, calls)
 }
 
 /// Who delivers in this run, and how to read what it saw.
@@ -345,13 +347,31 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     say(format!("imported       {} renewals over {} zones in {import_seconds:.1} s", rows.len(), ZONES.len()));
 
     let queues = res.queues(sqs);
+    // The functions' requests are counted below the SDK, each function apart (the sender side
+    // with its event source mapping's receives and deletes; the scheduler); this harness's own
+    // reads (progress, reconcile) go through `queues` and `ddb`, uncounted.
+    let (sender_requests, scheduler_requests) = (RequestCounts::new(), RequestCounts::new());
+    let sender_sdk = sender_requests.wrap(&config);
+    let sender_ddb = emulator.dynamodb(&sender_sdk);
+    let sender_queues = res.queues(aws_sdk_sqs::Client::new(&sender_sdk));
+    let scheduler_sdk = scheduler_requests.wrap(&config);
     let sender = sender_config(&res, opts.quota)?;
-    let provider = crate::env::local_provider(&res, &config, &ddb, &token, &sender)?;
-    let instances = local_senders(&sender, &ddb, queues.client(), &provider, opts.seed, opts.concurrency);
-    let urgent = local_senders(&sender, &ddb, queues.client(), &provider, opts.seed ^ 0xa5a5, opts.urgent_concurrency);
+    let provider = crate::env::local_provider(&res, &sender_sdk, &sender_ddb, &token, &sender)?;
+    let instances = local_senders(&sender, &sender_ddb, sender_queues.client(), &provider, opts.seed, opts.concurrency);
+    let urgent = local_senders(
+        &sender,
+        &sender_ddb,
+        sender_queues.client(),
+        &provider,
+        opts.seed ^ 0xa5a5,
+        opts.urgent_concurrency,
+    );
     // The scheduler function's own composition root (its pause rule included).
-    let scheduler =
-        Arc::new(punctual_scheduler::app::build(&scheduler_config(&res, opts.quota * 0.97)?, &ddb, queues.client()));
+    let scheduler = Arc::new(punctual_scheduler::app::build(
+        &scheduler_config(&res, opts.quota * 0.97)?,
+        &emulator.dynamodb(&scheduler_sdk),
+        &aws_sdk_sqs::Client::new(&scheduler_sdk),
+    ));
 
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EsmStats::default());
@@ -359,7 +379,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     let pollers = run_pollers(
         instances.clone(),
         urgent.clone(),
-        queues.clone(),
+        sender_queues.clone(),
         Arc::clone(&stop),
         Arc::clone(&stats),
         Arc::clone(&metrics),
@@ -584,6 +604,10 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         limiter_writes_per_call: crate::env::limiter_writes_per_call(
             &instances.iter().chain(&urgent).cloned().collect::<Vec<_>>(),
         ),
+        requests_per_message: per_message(&sender_requests, n, seen.requests),
+        scheduler_requests_per_message: per_message(&scheduler_requests, n, 0),
+        requests: sender_requests.snapshot(),
+        scheduler_requests: scheduler_requests.snapshot(),
         tight,
         released_urgent,
         wall_seconds: started.elapsed().as_secs_f64(),

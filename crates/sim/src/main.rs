@@ -137,6 +137,11 @@ struct SimulateArgs {
     /// scenario's: each reminder due at its own deliver_after, released minute by minute.
     #[arg(long, conflicts_with_all = ["scenario", "reminders", "tight_share", "tight_seconds", "baseline"])]
     population: Option<PathBuf>,
+    /// Simulate the population another command generates, with the same flags: `run` (the
+    /// renewals `punctual run` imports: --reminders, default 3,000, and --tight-share, default
+    /// 0.1), so the two reports can be compared key by key (`make fidelity`).
+    #[arg(long, value_parser = ["run"], conflicts_with_all = ["scenario", "population", "tight_seconds", "baseline"])]
+    workload: Option<String>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -339,12 +344,13 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let population = match &a.population {
-        Some(path) => match load_population(path) {
+    let population = match (&a.population, &a.workload) {
+        (Some(path), _) => match load_population(path) {
             Ok(p) => Some(std::sync::Arc::new(p)),
             Err(code) => return code,
         },
-        None => None,
+        (None, Some(_)) => Some(std::sync::Arc::new(run_workload(a.reminders, a.tight_share))),
+        (None, None) => None,
     };
     let (quota, concurrency, seed) = (a.capacity.quota, a.capacity.concurrency, a.seed);
     let config = SimConfig {
@@ -355,7 +361,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         concurrency,
         urgent_concurrency: a.capacity.urgent_concurrency,
         seed,
-        tight_share: a.tight_share.unwrap_or(SimConfig::new(sc).tight_share),
+        tight_share: a.tight_share.unwrap_or(if a.workload.is_some() { 0.1 } else { SimConfig::new(sc).tight_share }),
         tight_seconds: a.tight_seconds.unwrap_or(SimConfig::new(sc).tight_seconds),
         fair_queues: !a.no_fair_queues,
         tenant_share: a.tenant_share,
@@ -363,7 +369,11 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
     };
     let started = std::time::Instant::now();
     let report = simulate(&config, Worker::Punctual);
-    let scenario_name = if a.population.is_some() { "population" } else { sc.name() };
+    let scenario_name = match (&a.population, &a.workload) {
+        (Some(_), _) => "population",
+        (None, Some(_)) => "workload run",
+        (None, None) => sc.name(),
+    };
     let wall = started.elapsed().as_secs_f64();
     let mut value = serde_json::to_value(&report).unwrap_or_default();
     // Measurements of this process, not of the simulated system (they vary run to run).
@@ -437,6 +447,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         let b = value.get("baseline").map(|b| b["cost"][k].to_string()).unwrap_or_default();
         println!("{:<28} {:>16} {b:>16}", format!("  {k}/1M"), value["cost"][k].to_string());
     }
+    println!("{:<28} {}", "requests/msg", report.requests_per_message.line());
     if let Some(slo) = &report.slo {
         println!("{}", slo.line());
     }
@@ -456,6 +467,29 @@ fn slo_policy() -> Result<punctual_core::slo::SloPolicy, ExitCode> {
         eprintln!("punctual: refused: {e}");
         ExitCode::from(2)
     })
+}
+
+/// The renewals `punctual run` would import now (its generator, its defaults), as the
+/// simulator's population: all active, none released yet.
+fn run_workload(reminders: Option<usize>, tight_share: Option<f64>) -> punctual_sim::SimPopulation {
+    use punctual_core::reconcile::{DueRow, ReleaseState};
+    let rows: Vec<DueRow> = punctual_core::workload::generate(
+        reminders.unwrap_or(3000),
+        chrono::Utc::now(),
+        tight_share.unwrap_or(0.1).clamp(0.0, 1.0),
+    )
+    .into_iter()
+    .map(|r| DueRow {
+        tenant_id: r.tenant_id.to_string(),
+        renewal_id: r.renewal_id.to_string(),
+        reminder_id: r.reminder_id,
+        status: r.status,
+        release: ReleaseState::Scheduled,
+        deliver_after: r.deliver_after,
+        deliver_by: r.deliver_by,
+    })
+    .collect();
+    punctual_sim::SimPopulation::new(&rows)
 }
 
 /// Reads a population file; exit 2 (with the line) when it does not read whole.

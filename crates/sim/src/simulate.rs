@@ -293,6 +293,8 @@ pub struct SimReport {
     pub sqs_requests_per_message: f64,
     /// Sender-side DynamoDB writes per reminder (ledger and limiter).
     pub dynamodb_writes_per_message: f64,
+    /// The sender side's requests per reminder, in the shape `punctual run` reports them.
+    pub requests_per_message: punctual_core::cost::RequestsPerMessage,
     /// Reminders the scheduler released to the urgent lane.
     pub released_urgent: u64,
     /// Booked limiter slots that expired unused.
@@ -321,21 +323,7 @@ pub struct SimReport {
 }
 
 /// On-demand prices (us-east-1, arm64, list prices as published in 2026; no free tier).
-pub mod price {
-    /// SQS standard queue, per request (each ≤ 64 KB chunk).
-    pub const SQS_REQUEST: f64 = 0.40 / 1e6;
-    /// DynamoDB on-demand, per write request unit (items ≤ 1 KB; ledger items with a long
-    /// history take 2–3, so this is a lower bound).
-    pub const DDB_WRITE: f64 = 0.625 / 1e6;
-    /// DynamoDB on-demand, per read request unit (strongly consistent ≤ 4 KB).
-    pub const DDB_READ: f64 = 0.125 / 1e6;
-    /// Lambda arm64, per GB-second.
-    pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
-    /// Lambda, per invocation.
-    pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
-    /// Sender memory (the template's 256 MB), GB.
-    pub const SENDER_GB: f64 = 0.25;
-}
+pub use punctual_core::cost::price;
 
 /// What a million reminders cost at [`price`] (counts from the run, scaled).
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -1098,7 +1086,11 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             (names[t as usize].clone(), (p99 * 10.0).round() / 10.0)
         })
         .collect();
-    let drain = last.map_or(0.0, |l| until(t0(), l).as_secs_f64());
+    // Work can start at T0, or for a population at its first deliver_after (the population is
+    // shifted a lookahead after T0): the drain is measured from there, as `run` measures from
+    // its first call.
+    let start = config.population.as_ref().and_then(|p| p.rows.iter().map(|r| r.2).min()).map_or(t0(), |f| f.max(t0()));
+    let drain = last.map_or(0.0, |l| until(start, l).as_secs_f64());
     report.throughput =
         Throughput::measure(p.calls, p.throttled, report.counts.delivered, drain, healthy as f64 / config.quota);
     if worker == Worker::Punctual {
@@ -1107,7 +1099,16 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         report.limiter_writes_per_call = if granted > 0 { slots.writes() as f64 / granted as f64 } else { 0.0 };
         report.limiter_stranded = stranded;
     }
-    report.cost = Cost::per_million(&usage, if worker == Worker::Punctual { slots.writes() } else { 0 }, msgs.len());
+    let limiter_writes = if worker == Worker::Punctual { slots.writes() } else { 0 };
+    report.cost = Cost::per_million(&usage, limiter_writes, msgs.len());
+    report.requests_per_message = punctual_core::cost::RequestsPerMessage::from_totals(
+        Usage::get(&usage.ddb_reads),
+        Usage::get(&usage.ddb_writes) + limiter_writes,
+        Usage::get(&usage.sqs_requests),
+        limiter_writes,
+        msgs.len() as u64,
+        p.calls,
+    );
     report.cost_per_million_usd = Some(report.cost.usd);
     report.sqs_requests_per_message = (report.cost.sqs_requests / 1e4).round() / 100.0;
     report.dynamodb_writes_per_message = (report.cost.dynamodb_writes / 1e4).round() / 100.0;
