@@ -25,9 +25,9 @@ TOLERANCE = 0.10
 # (docs/measurements.md#the-simulator-against-the-real-pipeline has the runs).
 KNOWN = {
     "dynamodb_reads": "the simulator charges one renewal read per reminder; the real sender "
-    "also reads the pause switch (GetItem control: 0.3 per message at 3,000, 0.7 at 500, as "
-    "every instance re-reads it every PAUSE_CHECK) and the limiter's schedule item (GetItem "
-    "limiter, 0.1-0.2), which the simulator's senders do not model",
+    "also reads the limiter's schedule item (GetItem limiter, 0.1-0.2 per reminder) and the "
+    "pause switch (GetItem control, 0.06: one read per instance per PAUSE_CHECK), which the "
+    "simulator's senders do not model",
     "limiter_writes_per_call": "the real senders' limiter books against wall-clock emulator "
     "latency (5-30 ms per conditional write on dynalite under load), so racers collide and "
     "re-book about twice as often as in virtual time",

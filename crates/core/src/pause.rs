@@ -29,6 +29,9 @@ pub struct PauseGate<C> {
     clock: C,
     ttl: Duration,
     cache: Mutex<Option<(DateTime<Utc>, Option<Pause>)>>,
+    /// Held while one caller reads the switch: the others wait for its answer instead of
+    /// reading too (a batch's records ask together when the cache ages out).
+    refresh: futures_util::lock::Mutex<()>,
 }
 
 impl<C> std::fmt::Debug for PauseGate<C> {
@@ -50,7 +53,7 @@ impl<C: Clock> PauseGate<C> {
             let control = control.clone();
             Box::pin(async move { control.pause_unless_paused(&pause, SENDER_OWNER).await })
         });
-        Self { probe, trip, clock, ttl, cache: Mutex::new(None) }
+        Self { probe, trip, clock, ttl, cache: Mutex::new(None), refresh: futures_util::lock::Mutex::new(()) }
     }
 
     /// Pauses the fleet (audited as [`SENDER_OWNER`]) unless a pause is already in force — one
@@ -74,13 +77,21 @@ impl<C: Clock> PauseGate<C> {
     /// The pause in force, if any: who set it (an operator, or [`SENDER_OWNER`] after a
     /// refusal no reminder can fix), why and since when.
     pub async fn pause(&self) -> Option<Pause> {
-        let now = self.clock.now();
+        let fresh = |cached: &Option<(DateTime<Utc>, Option<Pause>)>| match cached {
+            Some((at, v)) if self.clock.now() < add(*at, self.ttl) => Some(v.clone()),
+            _ => None,
+        };
         let cached = self.cache.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        if let Some((at, v)) = &cached
-            && now < add(*at, self.ttl)
-        {
-            return v.clone();
+        if let Some(v) = fresh(&cached) {
+            return v;
         }
+        let _reading = self.refresh.lock().await;
+        // Another caller may have read it while this one waited.
+        let cached = self.cache.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(v) = fresh(&cached) {
+            return v;
+        }
+        let now = self.clock.now();
         let v = match (self.probe)().await {
             Ok(v) => v,
             Err(e) => {
