@@ -97,6 +97,7 @@ lint-template: tools
 	$(VENV)/bin/python tools/check_template.py infra/template.yaml
 	$(VENV)/bin/python tools/check_config_docs.py
 	$(VENV)/bin/python tools/check_links.py
+	$(VENV)/bin/python tools/test_fidelity.py
 
 ## The fault checker (docs/design.md#invariants-the-fault-checker-asserts): seeded fault plans through the real
 ## services in virtual time, invariants I1–I8 after every seed; exits 3 on a violation with the seed to replay.

@@ -1,11 +1,13 @@
 //! Every AWS request a process sends, counted by service, operation and purpose, below the SDK
-//! (the HTTP client the `SdkConfig` hands to every client): retries and refused conditional
-//! writes count, as AWS bills them. `punctual run` and `local drain` report these per delivered
-//! message, so the simulator's cost model can be checked against the real pipeline.
+//! (the HTTP client the `SdkConfig` hands to every client): every attempt counts, retries and
+//! refused conditional writes included (AWS bills those; it does not bill a throttled request,
+//! which emulators do not make). `punctual run` reports these per reminder, so the simulator's
+//! cost model can be checked against the real pipeline (`make fidelity`).
 //!
-//! The purpose of a DynamoDB request is the kind of item it touches, the prefix of its `pk`
-//! (`reminder`, `limiter`, `renewal`, `recipient`, `control`…), read from the request's JSON:
-//! the limiter's writes and the ledger's land in the same table.
+//! The purpose of a DynamoDB request is the kind of item it touches, the prefix of the first
+//! `pk` in the request's JSON (`reminder`, `limiter`, `renewal`, `control`, `scheduler`…): the
+//! limiter's writes and the ledger's land in the same table. A request naming no `pk` (the
+//! recipients table's keys, a Query's first page) is counted under its operation alone.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -28,11 +28,14 @@ pub struct PauseGate<C> {
     trip: Trip,
     clock: C,
     ttl: Duration,
-    cache: Mutex<Option<(DateTime<Utc>, Option<Pause>)>>,
-    /// Held while one caller reads the switch: the others wait for its answer instead of
-    /// reading too (a batch's records ask together when the cache ages out).
+    /// (writes so far, the last answer and when it arrived).
+    cache: Mutex<(u64, Cached)>,
+    /// Held by the caller reading the switch, so the records of a batch that ask together when
+    /// the answer ages out make one read, not one each.
     refresh: futures_util::lock::Mutex<()>,
 }
+
+type Cached = Option<(DateTime<Utc>, Option<Pause>)>;
 
 impl<C> std::fmt::Debug for PauseGate<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,7 +56,7 @@ impl<C: Clock> PauseGate<C> {
             let control = control.clone();
             Box::pin(async move { control.pause_unless_paused(&pause, SENDER_OWNER).await })
         });
-        Self { probe, trip, clock, ttl, cache: Mutex::new(None), refresh: futures_util::lock::Mutex::new(()) }
+        Self { probe, trip, clock, ttl, cache: Mutex::new((0, None)), refresh: futures_util::lock::Mutex::new(()) }
     }
 
     /// Pauses the fleet (audited as [`SENDER_OWNER`]) unless a pause is already in force — one
@@ -65,7 +68,7 @@ impl<C: Clock> PauseGate<C> {
         }
         let pause = Pause { reason: reason.to_owned(), owner: SENDER_OWNER.to_owned(), since: self.clock.now() };
         let in_force = (self.trip)(pause.clone()).await?.unwrap_or(pause);
-        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some((self.clock.now(), Some(in_force)));
+        self.store(Some(in_force));
         Ok(())
     }
 
@@ -76,30 +79,54 @@ impl<C: Clock> PauseGate<C> {
 
     /// The pause in force, if any: who set it (an operator, or [`SENDER_OWNER`] after a
     /// refusal no reminder can fix), why and since when.
+    ///
+    /// Read at most once per `ttl` (`ZERO`: every call reads). When the answer has aged out,
+    /// one caller reads and the others keep the last answer meanwhile (at most `ttl` plus one
+    /// read old) instead of waiting: a slow or hung read holds up only its own record. With no
+    /// answer yet (a cold instance) each caller reads. An answer counts from when it arrived.
     pub async fn pause(&self) -> Option<Pause> {
-        let fresh = |cached: &Option<(DateTime<Utc>, Option<Pause>)>| match cached {
-            Some((at, v)) if self.clock.now() < add(*at, self.ttl) => Some(v.clone()),
-            _ => None,
+        if self.ttl.is_zero() {
+            return self.read(self.cached().1).await;
+        }
+        let (seen, cached) = self.cached();
+        if let Some((at, v)) = &cached
+            && self.clock.now() < add(*at, self.ttl)
+        {
+            return v.clone();
+        }
+        let Some(_reading) = self.refresh.try_lock() else {
+            return match cached {
+                Some((_, v)) => v,
+                None => self.read(None).await,
+            };
         };
-        let cached = self.cache.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        if let Some(v) = fresh(&cached) {
-            return v;
+        // A read that landed since this caller looked serves it too.
+        let (now_seen, latest) = self.cached();
+        if now_seen != seen {
+            return latest.and_then(|(_, v)| v);
         }
-        let _reading = self.refresh.lock().await;
-        // Another caller may have read it while this one waited.
-        let cached = self.cache.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        if let Some(v) = fresh(&cached) {
-            return v;
-        }
-        let now = self.clock.now();
+        self.read(cached).await
+    }
+
+    fn cached(&self) -> (u64, Cached) {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn store(&self, v: Option<Pause>) {
+        let mut c = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        *c = (c.0 + 1, Some((self.clock.now(), v)));
+    }
+
+    /// Reads the switch; a failed read keeps `last`'s answer.
+    async fn read(&self, last: Cached) -> Option<Pause> {
         let v = match (self.probe)().await {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the pause switch; keeping the last answer");
-                cached.and_then(|(_, v)| v)
+                last.and_then(|(_, v)| v)
             }
         };
-        *self.cache.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, v.clone()));
+        self.store(v.clone());
         v
     }
 }
