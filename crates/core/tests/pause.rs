@@ -32,17 +32,26 @@ async fn a_sender_trip_never_replaces_an_operators_pause_set_meanwhile() {
     assert_eq!(control.pause().await.unwrap().map(|p| p.owner), Some(SENDER_OWNER.to_owned()));
 }
 
-/// A control that counts its reads and yields inside each, as a network read does.
+/// A switch that counts its reads, yields inside each (as a network read does), takes
+/// `latency` per read and, with `hang_first`, never answers its first read (a stalled
+/// connection).
 #[derive(Clone, Default)]
-struct CountingControl {
+struct TestControl {
     inner: MemoryControl,
     reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    latency: Duration,
+    hang_first: bool,
 }
 
-impl Control for CountingControl {
+impl Control for TestControl {
     async fn pause(&self) -> Result<Option<Pause>, punctual_core::ports::ControlError> {
-        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 && self.hang_first {
+            std::future::pending::<()>().await;
+        }
         tokio::task::yield_now().await;
+        if !self.latency.is_zero() {
+            tokio::time::sleep(self.latency).await;
+        }
         self.inner.pause().await
     }
     async fn set_pause(&self, pause: Option<&Pause>, by: &str) -> Result<(), punctual_core::ports::ControlError> {
@@ -70,7 +79,7 @@ impl Control for CountingControl {
 #[tokio::test]
 async fn concurrent_askers_share_one_read_of_the_switch() {
     let clock = ManualClock::new(Utc::now());
-    let control = CountingControl::default();
+    let control = TestControl::default();
     let gate = PauseGate::new(control.clone(), clock.clone(), Duration::from_secs(5));
     let reads = || control.reads.load(std::sync::atomic::Ordering::Relaxed);
     futures_util::future::join_all((0..10).map(|_| gate.paused())).await;
@@ -105,39 +114,6 @@ impl punctual_core::clock::Clock for WallClock {
     }
 }
 
-/// A switch whose every read takes `latency` (a throttled or browned-out DynamoDB: the SDK's
-/// retries with backoff), counting its reads.
-#[derive(Clone)]
-struct SlowControl {
-    inner: MemoryControl,
-    latency: Duration,
-    reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Control for SlowControl {
-    async fn pause(&self) -> Result<Option<Pause>, punctual_core::ports::ControlError> {
-        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tokio::time::sleep(self.latency).await;
-        self.inner.pause().await
-    }
-    async fn set_pause(&self, pause: Option<&Pause>, by: &str) -> Result<(), punctual_core::ports::ControlError> {
-        self.inner.set_pause(pause, by).await
-    }
-    async fn pause_unless_paused(
-        &self,
-        pause: &Pause,
-        by: &str,
-    ) -> Result<Option<Pause>, punctual_core::ports::ControlError> {
-        self.inner.pause_unless_paused(pause, by).await
-    }
-    async fn put_audit(
-        &self,
-        record: &punctual_core::redrive::AuditRecord,
-    ) -> Result<(), punctual_core::ports::ControlError> {
-        self.inner.put_audit(record).await
-    }
-}
-
 /// A batch's ten records ask together when the answer has aged out and one read of the switch
 /// takes longer than the ttl (the sender's PAUSE_CHECK is 5 s; a GetItem under throttling
 /// retries takes that): one record reads, the other nine keep the last answer and go on at
@@ -145,11 +121,7 @@ impl Control for SlowControl {
 /// stale on arrival and read again and again). Scaled down: a 300 ms read, a 200 ms ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_slower_than_the_ttl_serves_the_records_waiting_on_it() {
-    let control = SlowControl {
-        inner: MemoryControl::default(),
-        latency: Duration::from_millis(300),
-        reads: std::sync::Arc::default(),
-    };
+    let control = TestControl { latency: Duration::from_millis(300), ..TestControl::default() };
     let gate = PauseGate::new(control.clone(), WallClock, Duration::from_millis(200));
     assert!(!gate.paused().await);
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -173,50 +145,13 @@ async fn a_read_slower_than_the_ttl_serves_the_records_waiting_on_it() {
 /// the refresh mutex, so the tenth record waits for nine other reads first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttl_zero_reads_are_not_serialised() {
-    let control = SlowControl {
-        inner: MemoryControl::default(),
-        latency: Duration::from_millis(100),
-        reads: std::sync::Arc::default(),
-    };
+    let control = TestControl { latency: Duration::from_millis(100), ..TestControl::default() };
     let gate = PauseGate::new(control.clone(), WallClock, Duration::ZERO);
     let started = std::time::Instant::now();
     futures_util::future::join_all((0..10).map(|_| gate.paused())).await;
     let waited = started.elapsed();
     assert_eq!(control.reads.load(std::sync::atomic::Ordering::Relaxed), 10, "ZERO: every call reads it");
     assert!(waited < Duration::from_millis(500), "ten concurrent reads of 100 ms took {waited:?}: serialised");
-}
-
-/// A switch whose first read never answers (one stalled connection: the SDK config sets no
-/// read or operation timeout, only a 3.1 s connect timeout) and whose later reads answer.
-#[derive(Clone, Default)]
-struct FirstReadHangs {
-    inner: MemoryControl,
-    reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Control for FirstReadHangs {
-    async fn pause(&self) -> Result<Option<Pause>, punctual_core::ports::ControlError> {
-        if self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
-            std::future::pending::<()>().await;
-        }
-        self.inner.pause().await
-    }
-    async fn set_pause(&self, pause: Option<&Pause>, by: &str) -> Result<(), punctual_core::ports::ControlError> {
-        self.inner.set_pause(pause, by).await
-    }
-    async fn pause_unless_paused(
-        &self,
-        pause: &Pause,
-        by: &str,
-    ) -> Result<Option<Pause>, punctual_core::ports::ControlError> {
-        self.inner.pause_unless_paused(pause, by).await
-    }
-    async fn put_audit(
-        &self,
-        record: &punctual_core::redrive::AuditRecord,
-    ) -> Result<(), punctual_core::ports::ControlError> {
-        self.inner.put_audit(record).await
-    }
 }
 
 /// One record's read of the switch hangs: the async mutex is held across it with no timeout,
@@ -226,7 +161,7 @@ impl Control for FirstReadHangs {
 /// The others wait at most `WAIT_FOR_READ`, then read themselves and go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_hung_read_of_the_switch_does_not_stall_the_other_records() {
-    let control = FirstReadHangs::default();
+    let control = TestControl { hang_first: true, ..TestControl::default() };
     let gate = std::sync::Arc::new(PauseGate::new(control.clone(), WallClock, Duration::from_secs(5)));
     let first = {
         let gate = std::sync::Arc::clone(&gate);
