@@ -164,3 +164,65 @@ where
         .join()
         .unwrap_or_else(|e| std::panic::resume_unwind(e))
 }
+
+/// What a DynamoDB client sends, by operation (`PutItem`, `Query`…), in order — and, when made
+/// with [`Operations::refusing`], a table that breaks on cue: an operation the rule refuses
+/// fails before it leaves. Interpose it with [`Operations::client`].
+#[derive(Clone, Default)]
+pub struct Operations {
+    sent: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    #[allow(clippy::type_complexity)]
+    refuse: Option<std::sync::Arc<dyn Fn(&str, usize) -> bool + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Operations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operations").field("sent", &self.sent()).finish_non_exhaustive()
+    }
+}
+
+impl Operations {
+    /// Refuses an operation when `rule(name, n)` says so, `n` being how many of that name were
+    /// sent before it.
+    pub fn refusing(rule: impl Fn(&str, usize) -> bool + Send + Sync + 'static) -> Self {
+        Self { refuse: Some(std::sync::Arc::new(rule)), ..Self::default() }
+    }
+
+    /// The operations sent so far.
+    pub fn sent(&self) -> Vec<String> {
+        self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Forgets what was sent.
+    pub fn clear(&self) {
+        self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+    }
+
+    /// A client built from `builder` that goes through this.
+    pub fn client(&self, builder: aws_sdk_dynamodb::config::Builder) -> aws_sdk_dynamodb::Client {
+        aws_sdk_dynamodb::Client::from_conf(builder.interceptor(self.clone()).build())
+    }
+}
+
+impl aws_sdk_dynamodb::config::Intercept for Operations {
+    fn name(&self) -> &'static str {
+        "operations"
+    }
+
+    fn read_before_transmit(
+        &self,
+        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        let target = ctx.request().headers().get("x-amz-target").unwrap_or("?");
+        let name = target.rsplit('.').next().unwrap_or_default().to_owned();
+        let mut sent = self.sent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = sent.iter().filter(|s| **s == name).count();
+        sent.push(name.clone());
+        match &self.refuse {
+            Some(rule) if rule(&name, before) => Err(format!("injected: {name} refused").into()),
+            _ => Ok(()),
+        }
+    }
+}

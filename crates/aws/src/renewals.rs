@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `pk` | S | `renewal:{tenant_id}:{renewal_id}` |
 //! | `tenant_id`, `renewal_id`, `kind`, `recipient_ref`, `channel` | S | from the row |
-//! | `zone`, `local_due_date`, `local_send_time`, `window_minutes` | S, S, S, N | from the row |
+//! | `zone`, `local_due_date`, `local_send_time`, `window_minutes` | S, S, S, N | from the row (`local_send_time` exactly: `HH:MM`, or `HH:MM:SS` when it has seconds) |
 //! | `status` | S | `active`, `cancelled`, `paid` (the sender re-reads it before calling) |
 //! | `reminder_id`, `deliver_after_ms`, `deliver_by_ms` | S, N, N | computed with the DST policy |
 //! | `sched_state` | S | `scheduled` → `enqueued`, or `expired` (`sched_reason = missed_schedule_window`) |
@@ -190,6 +190,15 @@ fn from_dynamo(e: DynamoError) -> DueStoreError {
     }
 }
 
+/// A send time as the row stores it: exactly what it means, `HH:MM:SS` when it has seconds
+/// (`09:00:30` stored as `09:00` made a change of its seconds read as no change, and the
+/// stored deliver_after stale), and `HH:MM` otherwise, the form every row was written in
+/// before, so re-importing an unchanged file still finds every row unchanged.
+fn send_time(t: chrono::NaiveTime) -> String {
+    use chrono::Timelike;
+    if t.second() == 0 { t.format("%H:%M").to_string() } else { t.format("%H:%M:%S").to_string() }
+}
+
 /// The full item for a validated row, pending release when active.
 pub fn row_item(r: &Renewal, now: DateTime<Utc>) -> Item {
     let mut item: Item = [
@@ -201,7 +210,7 @@ pub fn row_item(r: &Renewal, now: DateTime<Utc>) -> Item {
         ("channel", s(&r.channel)),
         ("zone", s(&r.zone)),
         ("local_due_date", s(r.local_due_date.format("%Y-%m-%d").to_string())),
-        ("local_send_time", s(r.local_send_time.format("%H:%M").to_string())),
+        ("local_send_time", s(send_time(r.local_send_time))),
         ("window_minutes", n(r.window_minutes)),
         ("status", s(r.status.as_str())),
         ("reminder_id", s(r.reminder_id.as_str())),
@@ -257,14 +266,26 @@ enum RowWrite {
     /// since.
     Replace { item: Item, seen_state: String, seen_updated: Option<AttributeValue> },
     /// A released renewal's status change (and its `by_day` key, for a row imported before
-    /// the index): only if still in the released state read.
-    Status { status: String, seen_state: String, day_shard: String },
+    /// the index): only if still in the released state read, and still at the `deliver_after`
+    /// the key was computed from (a key on another day than the instant it sorts would hide the
+    /// row from both days' queries).
+    Status { status: String, seen_state: String, day_shard: String, seen_after: Option<AttributeValue> },
+}
+
+/// The status write of a released row `old` whose version `r` shares (see [`RowWrite::Status`]).
+fn status_write(r: &Renewal, seen_state: &str, old: &Item) -> RowWrite {
+    RowWrite::Status {
+        status: r.status.as_str().to_owned(),
+        seen_state: seen_state.to_owned(),
+        day_shard: day_shard(r.deliver_after, &r.reminder_id),
+        seen_after: old.get("deliver_after_ms").cloned(),
+    }
 }
 
 /// Decides one row against the item `old` (as read, or as it is now after a refused write).
 fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Option<RowWrite>) {
     let (outcome, write) = plan_row(r, old, now);
-    // A window already over when the row arrives (S9): a new or moved renewal whose deliver_by
+    // A window already over when the row arrives: a new or moved renewal whose deliver_by
     // has passed would only be expired at release and burn the SLO for a reminder nobody could
     // send. It is refused, with its times; a re-import of the same row, a status change, or a
     // cancelled or paid row (never sent, kept as a record) is still accepted.
@@ -288,9 +309,13 @@ fn plan_row(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome,
     let item = row_item(r, now);
     let Some(old) = old else { return (RowOutcome::Inserted, Some(RowWrite::Insert(item))) };
     let state = get_s(old, "sched_state");
-    let day = day_shard(r.deliver_after, &r.reminder_id);
-    if CONTENT.iter().all(|c| old.get(*c) == item.get(*c)) {
-        if get_s(old, "day_shard") == Some(day.as_str()) {
+    // Unchanged means the same columns AND the same computed instants: the same row computed
+    // again after a time-zone database update (a zone's rules changed) has other instants, and
+    // keeping the stored ones would release it at the old time. It is rewritten (pending) or
+    // re-armed with its new version (released) below, like any other move.
+    let same_version = VERSION.iter().all(|c| old.get(*c) == item.get(*c));
+    if same_version && CONTENT.iter().all(|c| old.get(*c) == item.get(*c)) {
+        if get_s(old, "day_shard") == Some(day_shard(r.deliver_after, &r.reminder_id).as_str()) {
             return (RowOutcome::Unchanged, None);
         }
         // Imported before the `by_day` index: the same content, written again with its key, so
@@ -300,14 +325,7 @@ fn plan_row(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome,
                 let seen_updated = old.get("updated_ms").cloned();
                 (RowOutcome::Updated, Some(RowWrite::Replace { item, seen_state: "scheduled".into(), seen_updated }))
             }
-            Some(seen) => (
-                RowOutcome::Updated,
-                Some(RowWrite::Status {
-                    status: r.status.as_str().to_owned(),
-                    seen_state: seen.to_owned(),
-                    day_shard: day,
-                }),
-            ),
+            Some(seen) => (RowOutcome::Updated, Some(status_write(r, seen, old))),
             None => (RowOutcome::Unchanged, None),
         };
     }
@@ -330,14 +348,8 @@ fn plan_row(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome,
     }
     let only_status = CONTENT.iter().filter(|c| **c != "status").all(|c| old.get(*c) == item.get(*c));
     match state {
-        Some(seen) if only_status => (
-            RowOutcome::Updated,
-            Some(RowWrite::Status {
-                status: r.status.as_str().to_owned(),
-                seen_state: seen.to_owned(),
-                day_shard: day,
-            }),
-        ),
+        // The same version (a changed one was re-armed above): the key stays on its day.
+        Some(seen) if only_status => (RowOutcome::Updated, Some(status_write(r, seen, old))),
         _ => (
             RowOutcome::Conflict(format!(
                 "renewal already {}; only its status or its schedule (due date, send time, zone, window) may change now",
@@ -537,15 +549,22 @@ impl DynamoRenewals {
                         ConditionalPut::ConditionFailed { existing } => existing,
                     }
                 }
-                RowWrite::Status { status, seen_state, day_shard } => {
-                    let update = self
+                RowWrite::Status { status, seen_state, day_shard, seen_after } => {
+                    let mut update = self
                         .client
                         .update_item()
                         .table_name(&self.table)
                         .key("pk", s(renewal_key(&r.tenant_id, &r.renewal_id)))
                         .update_expression("SET #status = :status, updated_ms = :now, day_shard = :day")
-                        .expression_attribute_values(":day", s(day_shard))
-                        .condition_expression("sched_state = :seen")
+                        .expression_attribute_values(":day", s(day_shard));
+                    update = match seen_after {
+                        Some(after) => update
+                            .condition_expression("sched_state = :seen AND deliver_after_ms = :after")
+                            .expression_attribute_values(":after", after),
+                        None => update
+                            .condition_expression("sched_state = :seen AND attribute_not_exists(deliver_after_ms)"),
+                    };
+                    let update = update
                         .expression_attribute_names("#status", "status")
                         .expression_attribute_values(":status", s(status))
                         .expression_attribute_values(":now", ms(now))
@@ -806,8 +825,8 @@ mod tests {
     use super::*;
     use punctual_core::renewal::RenewalInput;
 
-    fn renewal(status: &str) -> Renewal {
-        Renewal::validate(&RenewalInput {
+    fn input(status: &str) -> RenewalInput {
+        RenewalInput {
             tenant_id: "acme".into(),
             renewal_id: "ren-1".into(),
             recipient_ref: "cust-1".into(),
@@ -818,8 +837,106 @@ mod tests {
             window_minutes: "240".into(),
             status: status.into(),
             ..RenewalInput::default()
-        })
-        .unwrap()
+        }
+    }
+
+    fn renewal(status: &str) -> Renewal {
+        Renewal::validate(&input(status)).unwrap()
+    }
+
+    fn renewal_at(time: &str) -> Renewal {
+        Renewal::validate(&RenewalInput { local_send_time: time.into(), ..input("active") }).unwrap()
+    }
+
+    /// What the table holds after `write` lands on `old` (the conditions assumed to hold).
+    fn apply(old: &Item, write: &RowWrite) -> Item {
+        match write {
+            RowWrite::Insert(item) | RowWrite::Replace { item, .. } => item.clone(),
+            RowWrite::Status { status, day_shard, .. } => {
+                let mut item = old.clone();
+                item.insert("status".into(), s(status.as_str()));
+                item.insert("day_shard".into(), s(day_shard.as_str()));
+                item
+            }
+        }
+    }
+
+    /// The `by_day` key of `item` agrees with the instant it is sorted by: the UTC date of
+    /// `deliver_after_ms` (else a query of either day misses the row).
+    fn day_key_agrees(item: &Item) -> bool {
+        let after = get_i64(item, "deliver_after_ms").and_then(DateTime::<Utc>::from_timestamp_millis).unwrap();
+        get_s(item, "day_shard").is_some_and(|d| d.starts_with(&after.format("%Y-%m-%d#").to_string()))
+    }
+
+    #[test]
+    fn a_send_time_with_seconds_is_stored_exactly_and_a_change_of_its_seconds_is_seen() {
+        let r = renewal_at("09:00:30");
+        let now = r.deliver_after - chrono::TimeDelta::hours(12);
+        let item = row_item(&r, now);
+        assert_eq!(get_s(&item, "local_send_time"), Some("09:00:30"), "the seconds were dropped");
+        // A minute-aligned time keeps the form rows were always stored in.
+        assert_eq!(get_s(&row_item(&renewal("active"), now), "local_send_time"), Some("09:00"));
+        // 09:00:30 → 09:00:45: another deliver_after, so the row is rewritten.
+        let later = renewal_at("09:00:45");
+        let (outcome, write) = plan(&later, Some(&item), now);
+        assert_eq!(outcome, RowOutcome::Updated, "{write:?}");
+        let stored = apply(&item, &write.unwrap());
+        assert_eq!(get_i64(&stored, "deliver_after_ms"), Some(later.deliver_after.timestamp_millis()));
+        assert_eq!(plan(&later, Some(&stored), now).0, RowOutcome::Unchanged);
+    }
+
+    /// `r`'s item as an older time-zone database computed it: the same columns, its instants
+    /// an hour later (a zone whose rules changed), its `by_day` key on that instant's day.
+    fn computed_an_hour_later(r: &Renewal, now: DateTime<Utc>) -> (Item, DateTime<Utc>) {
+        let mut old = row_item(r, now);
+        let stale = r.deliver_after + chrono::TimeDelta::hours(1);
+        old.insert("deliver_after_ms".into(), ms(stale));
+        old.insert("deliver_by_ms".into(), ms(stale + chrono::TimeDelta::minutes(240)));
+        old.insert("due_after_ms".into(), ms(stale));
+        old.insert("day_shard".into(), s(day_shard(stale, &r.reminder_id)));
+        (old, stale)
+    }
+
+    #[test]
+    fn a_row_whose_computed_instants_changed_is_rewritten_not_unchanged() {
+        let r = renewal("active");
+        let now = r.deliver_after - chrono::TimeDelta::hours(12);
+        let (mut old, _) = computed_an_hour_later(&r, now);
+        // Pending: rewritten with the instants computed today.
+        let (outcome, write) = plan(&r, Some(&old), now);
+        assert_eq!(outcome, RowOutcome::Updated, "stale instants kept: {write:?}");
+        let stored = apply(&old, &write.unwrap());
+        assert_eq!(get_i64(&stored, "deliver_after_ms"), Some(r.deliver_after.timestamp_millis()));
+        // Released: another version of the same reminder, re-armed at its corrected time.
+        old.insert("sched_state".into(), s("enqueued"));
+        let (outcome, write) = plan(&r, Some(&old), now);
+        assert_eq!(outcome, RowOutcome::Rescheduled, "stale instants kept: {write:?}");
+        let stored = apply(&old, &write.unwrap());
+        assert_eq!(get_i64(&stored, "deliver_after_ms"), Some(r.deliver_after.timestamp_millis()));
+        assert_eq!(get_s(&stored, "sched_state"), Some("scheduled"));
+    }
+
+    #[test]
+    fn a_reimport_keeps_the_day_index_key_on_the_day_of_the_stored_instant() {
+        // 23:30 in London in December is 23:30 UTC; an older computation put it at 00:30 the
+        // next UTC day, with the `by_day` key of that day. Released, then imported again.
+        let r = renewal_at("23:30");
+        let now = r.deliver_after - chrono::TimeDelta::hours(12);
+        let (mut old, stale) = computed_an_hour_later(&r, now);
+        assert_ne!(stale.date_naive(), r.deliver_after.date_naive());
+        old.insert("sched_state".into(), s("enqueued"));
+        old.remove("due_shard");
+        old.remove("due_after_ms");
+        assert!(day_key_agrees(&old));
+        let (_, write) = plan(&r, Some(&old), now);
+        let stored = write.map_or_else(|| old.clone(), |w| apply(&old, &w));
+        assert!(day_key_agrees(&stored), "the row fell out of both days' by_day queries: {stored:?}");
+        assert_eq!(get_i64(&stored, "deliver_after_ms"), Some(r.deliver_after.timestamp_millis()));
+        // A status change of a released row keeps its key on its own day too.
+        let mut cancelled = r.clone();
+        cancelled.status = RenewalStatus::Cancelled;
+        let (_, write) = plan(&cancelled, Some(&stored), now);
+        assert!(day_key_agrees(&apply(&stored, &write.unwrap())));
     }
 
     #[test]

@@ -30,7 +30,8 @@ struct Cli {
 enum Command {
     /// Import renewals from a CSV or JSON Lines file into the renewals table.
     ///
-    /// Exit status: 0 all rows imported, 3 some rows rejected (the rest imported), 1 failure.
+    /// Exit status: 0 all rows imported, 3 some rows rejected (the rest imported), 1 failure (a
+    /// table failure part-way prints the summary of what was written first).
     Import(ImportArgs),
     /// Run the whole pipeline on this machine against the emulator, with a live progress line
     /// and a final report: import → scheduler → SQS → sender → provider double.
@@ -443,14 +444,24 @@ async fn import(a: ImportArgs) -> ExitCode {
     if !a.json {
         eprintln!("importing into {}", target.describe);
     }
+    let show = |summary: &punctual_ops::import::ImportSummary| {
+        if a.json {
+            print_json(summary);
+        } else {
+            print!("{}", summary.render());
+        }
+    };
     match punctual_ops::import::import_file(&target, &a.file, a.format, !a.json).await {
         Ok(summary) => {
-            if a.json {
-                print_json(&summary);
-            } else {
-                print!("{}", summary.render());
-            }
+            show(&summary);
             if summary.rejected.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(3) }
+        }
+        // Stopped part-way: what was written is said first, then why it stopped (exit 1).
+        Err(e @ punctual_ops::import::ImportError::Stopped { .. }) => {
+            if let punctual_ops::import::ImportError::Stopped { summary, .. } = &e {
+                show(summary);
+            }
+            fail(&e)
         }
         Err(e) => fail(&e),
     }

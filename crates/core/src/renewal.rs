@@ -49,7 +49,7 @@ pub struct RenewalInput {
     pub zone: String,
     /// `YYYY-MM-DD`, local to `zone`.
     pub local_due_date: String,
-    /// `HH:MM`, local to `zone` (default `09:00`).
+    /// `HH:MM` or `HH:MM:SS`, local to `zone` (default `09:00`).
     #[serde(default)]
     pub local_send_time: String,
     /// Minutes from `deliver_after` to `deliver_by`.
@@ -153,7 +153,7 @@ pub enum RowError {
     #[error("local_due_date {0:?} is not a date (expected YYYY-MM-DD)")]
     BadDate(String),
     /// The time does not parse.
-    #[error("local_send_time {0:?} is not a time of day (expected HH:MM)")]
+    #[error("local_send_time {0:?} is not a time of day (expected HH:MM or HH:MM:SS)")]
     BadTime(String),
     /// The window is not a whole number of minutes in range.
     #[error("window_minutes {0:?} must be a whole number of minutes from 1 to {MAX_WINDOW_MINUTES}")]

@@ -1,23 +1,38 @@
 //! `punctual import FILE`: renewals from CSV or JSON Lines into the renewals table.
 //!
 //! Every row is validated on its own (zone, date, time, window, ids); valid rows are written
-//! whatever their neighbours look like, and each rejected line is reported with its number
-//! and reason. Re-importing the same file writes nothing new (unchanged rows are skipped).
+//! whatever their neighbours look like, and each rejected line is reported with its line in
+//! the file and its reason. Re-importing the same file writes nothing new (unchanged rows are
+//! skipped).
+//!
+//! The file is streamed, never held. A first pass reads it to check every line (validation,
+//! duplicates, addresses) and writes the addresses; a second reads it again and writes the
+//! renewals, [`CHUNK`] rows at a time. What stays in memory is one chunk and, for the checks
+//! that span the whole file, a 128-bit digest of each row's key (and of each recipient and its
+//! address): ~40 bytes a row, against ~1 KB a row when the whole file was parsed and then
+//! validated into a second copy before the first write (measured in docs/measurements.md).
+//! Two passes because the first decides what the second may write: a file with addresses
+//! and no recipients table is refused before anything is written, and every address is in
+//! before any renewal that needs it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::io::BufRead;
 use std::path::Path;
 
 use chrono::Utc;
 use punctual_aws::renewals::{DynamoRenewals, RowOutcome};
-use punctual_core::renewal::{Renewal, RenewalInput, RowError};
+use punctual_core::ports::{EmailAddress, RenewalsError};
+use punctual_core::renewal::{Renewal, RenewalInput};
 use serde::Serialize;
 use serde_json::Value;
 
-/// Rows per import round trip (BatchGet 100 + BatchWrite 25 inside).
-const CHUNK: usize = 500;
+/// Rows per write round trip (BatchGet 100 + conditional writes inside): also what a store
+/// failure can leave half-written.
+pub const CHUNK: usize = 500;
 
-/// Why an import could not run at all (rows with problems are not errors: they are reported).
+/// Why an import could not run, or stopped (rows with problems are not errors: they are
+/// reported).
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
     /// The file cannot be read.
@@ -35,17 +50,29 @@ pub enum ImportError {
     /// The CSV header lacks required columns.
     #[error("CSV header is missing required columns: {0}")]
     MissingColumns(String),
-    /// The renewals table failed.
-    #[error("writing to the renewals table failed")]
-    Store(#[source] punctual_core::ports::RenewalsError),
     /// The file has addresses and there is nowhere to keep them.
     #[error(
         "the file has an email column but no recipients table is known: give --recipients-table or set RECIPIENTS_TABLE (addresses are never stored in the renewals table); nothing was imported"
     )]
     NoRecipientsTable,
-    /// The recipients table failed (before any renewal was written).
+    /// The recipients table failed (the addresses are written before any renewal).
     #[error("writing {0} to the recipients table failed; no renewal was imported (import again to retry)")]
     Recipients(String, #[source] punctual_aws::dynamodb::DynamoError),
+    /// The renewals table (or the file) failed part-way: `summary` says what was written
+    /// before, and [`Stopped`] where it stopped.
+    #[error(
+        "the import stopped at line {}: {} ({}); the rows from that line on were not all imported: import the file again to finish (rows already in are reported unchanged)",
+        .summary.stopped.as_ref().map_or(0, |s| s.line),
+        .summary.stopped.as_ref().map_or("", |s| s.what.as_str()),
+        .summary.counts()
+    )]
+    Stopped {
+        /// What the import did before it stopped.
+        summary: Box<ImportSummary>,
+        /// Why.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// No table to import into.
     #[error("no renewals table: give --table, set RENEWALS_TABLE, or start a local pipeline with `punctual local up`")]
     NoTarget,
@@ -63,16 +90,31 @@ pub enum Format {
 /// One rejected line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Reject {
-    /// 1-based line number in the file (the CSV header is line 1).
+    /// 1-based line number in the file (the CSV header is line 1), as an editor shows it:
+    /// blank lines and quoted fields spanning lines count. A record spanning lines is named by
+    /// its first.
     pub line: usize,
     /// Why.
     pub reason: String,
 }
 
+/// Where and why an import stopped part-way (see [`ImportError::Stopped`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Stopped {
+    /// The first line of the chunk being written when it failed: every row before it is
+    /// accounted for in the summary.
+    pub line: usize,
+    /// Valid rows from that line on that the summary does not account for: the failed chunk's
+    /// (at most [`CHUNK`], possibly some of them written) and every later one (not written).
+    pub rows_left: usize,
+    /// What failed.
+    pub what: String,
+}
+
 /// What an import did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ImportSummary {
-    /// Data rows read.
+    /// Data rows in the file.
     pub rows: usize,
     /// New renewals.
     pub inserted: usize,
@@ -85,28 +127,38 @@ pub struct ImportSummary {
     pub unchanged: usize,
     /// Rejected lines (validation or conflict), with reasons.
     pub rejected: Vec<Reject>,
-    /// Addresses written to the recipients table.
+    /// Imported rows that carry an address (written to the recipients table).
     pub recipients: usize,
     /// Columns (CSV header, or the first JSON object's keys) punctual does not read: a
     /// misspelled `email` would otherwise import no address without a word.
     pub ignored_columns: Vec<String>,
+    /// Set when a store failure stopped the import part-way (absent when it finished).
+    pub stopped: Option<Stopped>,
 }
 
 impl ImportSummary {
+    /// The outcome counts, as one phrase.
+    pub fn counts(&self) -> String {
+        let after_release = [(self.rescheduled, "rescheduled after release")]
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("{n} {what}, "))
+            .collect::<String>();
+        format!(
+            "{} inserted, {} updated, {after_release}{} unchanged, {} rejected",
+            self.inserted,
+            self.updated,
+            self.unchanged,
+            self.rejected.len(),
+        )
+    }
+
     /// Human report.
     pub fn render(&self) -> String {
         let mut out = format!(
-            "{} rows: {} inserted, {} updated, {}{} unchanged, {} rejected{}\n",
+            "{} rows: {}{}\n",
             self.rows,
-            self.inserted,
-            self.updated,
-            if self.rescheduled > 0 {
-                format!("{} rescheduled after release, ", self.rescheduled)
-            } else {
-                String::new()
-            },
-            self.unchanged,
-            self.rejected.len(),
+            self.counts(),
             if self.recipients > 0 {
                 format!("; {} addresses to the recipients table", self.recipients)
             } else {
@@ -118,6 +170,16 @@ impl ImportSummary {
         }
         for r in &self.rejected {
             out.push_str(&format!("  line {}: {}\n", r.line, r.reason));
+        }
+        if let Some(s) = &self.stopped {
+            out.push_str(&format!(
+                "  STOPPED at line {}: {}; the counts above are every row before it; {} valid rows from line {} on were not all written (the {} of the chunk that failed may be in part): import the file again to finish\n",
+                s.line,
+                s.what,
+                s.rows_left,
+                s.line,
+                s.rows_left.min(CHUNK)
+            ));
         }
         out
     }
@@ -140,28 +202,6 @@ const KNOWN: &[&str] = &[
     "email",
 ];
 
-/// The columns of `path` punctual does not read (see [`ImportSummary::ignored_columns`]).
-fn ignored_columns(path: &Path, format: Option<Format>) -> Vec<String> {
-    let Ok(file) = std::fs::File::open(path) else { return Vec::new() };
-    let names: Vec<String> = match format_of(path, format) {
-        Ok(Format::Csv) => csv::ReaderBuilder::new()
-            .trim(csv::Trim::All)
-            .from_reader(file)
-            .headers()
-            .map(|h| h.iter().map(str::to_owned).collect())
-            .unwrap_or_default(),
-        Ok(Format::Jsonl) => std::io::BufReader::new(file)
-            .lines()
-            .map_while(Result::ok)
-            .find(|l| !l.trim().is_empty())
-            .and_then(|l| serde_json::from_str::<serde_json::Map<String, Value>>(&l).ok())
-            .map(|o| o.keys().cloned().collect())
-            .unwrap_or_default(),
-        Err(_) => Vec::new(),
-    };
-    names.into_iter().filter(|n| !KNOWN.contains(&n.as_str())).collect()
-}
-
 fn format_of(path: &Path, explicit: Option<Format>) -> Result<Format, ImportError> {
     if let Some(f) = explicit {
         return Ok(f);
@@ -173,44 +213,206 @@ fn format_of(path: &Path, explicit: Option<Format>) -> Result<Format, ImportErro
     }
 }
 
-/// A parsed line: its number and the row, or why it could not be read.
+/// A parsed line: its line in the file, and the row or why it could not be read.
 pub type ParsedLine = (usize, Result<RenewalInput, String>);
 
-/// Parses the file into lines.
-pub fn parse(path: &Path, format: Option<Format>) -> Result<Vec<ParsedLine>, ImportError> {
-    let read = |source| ImportError::Read { path: path.display().to_string(), source };
-    let file = std::fs::File::open(path).map_err(read)?;
-    match format_of(path, format)? {
-        Format::Csv => {
-            let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).flexible(true).from_reader(file);
-            let headers = reader.headers().map_err(|e| read(std::io::Error::other(e)))?.clone();
-            let missing: Vec<_> = REQUIRED.iter().filter(|c| !headers.iter().any(|h| h == **c)).copied().collect();
-            if !missing.is_empty() {
-                return Err(ImportError::MissingColumns(missing.join(", ")));
+/// The rows of a file, read one at a time (nothing else of the file is held).
+pub struct Rows {
+    path: String,
+    inner: Inner,
+    /// Columns punctual does not read (CSV header, or the first JSON object's keys).
+    ignored: Vec<String>,
+}
+
+enum Inner {
+    Csv {
+        reader: csv::Reader<Breaks<std::fs::File>>,
+        headers: csv::StringRecord,
+        record: csv::StringRecord,
+        lines: LineBreaks,
+    },
+    Jsonl {
+        reader: std::io::BufReader<std::fs::File>,
+        line: usize,
+        bytes: u64,
+        buf: Vec<u8>,
+    },
+}
+
+impl Rows {
+    /// Opens `path` and reads its header (CSV: refused when a required column is missing).
+    pub fn open(path: &Path, format: Option<Format>) -> Result<Self, ImportError> {
+        let name = path.display().to_string();
+        let read = |source| ImportError::Read { path: name.clone(), source };
+        let format = format_of(path, format)?;
+        let file = std::fs::File::open(path).map_err(read)?;
+        let unknown = |names: Vec<String>| names.into_iter().filter(|n| !KNOWN.contains(&n.as_str())).collect();
+        match format {
+            Format::Csv => {
+                let lines = LineBreaks::default();
+                let file = Breaks { inner: file, offset: 0, lines: lines.clone() };
+                let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).flexible(true).from_reader(file);
+                let headers = reader.headers().map_err(|e| read(std::io::Error::other(e)))?.clone();
+                let missing: Vec<_> = REQUIRED.iter().filter(|c| !headers.iter().any(|h| h == **c)).copied().collect();
+                if !missing.is_empty() {
+                    return Err(ImportError::MissingColumns(missing.join(", ")));
+                }
+                let ignored = unknown(headers.iter().map(str::to_owned).collect());
+                let record = csv::StringRecord::new();
+                Ok(Self { path: name, inner: Inner::Csv { reader, headers, record, lines }, ignored })
             }
-            let mut rows = Vec::new();
-            for (i, record) in reader.records().enumerate() {
-                let line = i + 2;
-                let row = record.map_err(|e| format!("unreadable CSV record: {e}")).and_then(|r| {
-                    if r.len() != headers.len() {
-                        return Err(format!("has {} fields, the header has {}", r.len(), headers.len()));
-                    }
-                    r.deserialize::<RenewalInput>(Some(&headers)).map_err(|e| format!("unreadable CSV record: {e}"))
-                });
-                rows.push((line, row));
+            Format::Jsonl => {
+                // The first object's keys name the columns (one line read, then the file again).
+                let first = std::io::BufReader::new(std::fs::File::open(path).map_err(read)?)
+                    .lines()
+                    .map_while(Result::ok)
+                    .find(|l| !l.trim().is_empty())
+                    .and_then(|l| serde_json::from_str::<serde_json::Map<String, Value>>(&l).ok())
+                    .map(|o| o.keys().cloned().collect())
+                    .unwrap_or_default();
+                let reader = std::io::BufReader::new(file);
+                Ok(Self {
+                    path: name,
+                    inner: Inner::Jsonl { reader, line: 0, bytes: 0, buf: Vec::new() },
+                    ignored: unknown(first),
+                })
             }
-            Ok(rows)
         }
-        Format::Jsonl => {
-            let mut rows = Vec::new();
-            for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-                let text = line.map_err(read)?;
+    }
+
+    /// Bytes of the file read so far (for progress).
+    pub fn bytes_read(&self) -> u64 {
+        match &self.inner {
+            Inner::Csv { reader, .. } => reader.position().byte(),
+            Inner::Jsonl { bytes, .. } => *bytes,
+        }
+    }
+}
+
+/// Where the lines of a file end, as far as csv has read it: what names a record by the line
+/// it starts on, as an editor shows it. csv's own position does not do it: a record's
+/// position is where the reader stood after the previous record, before the blank lines it
+/// then skipped, and its line count leaves those blank lines out. Only the breaks csv has
+/// read beyond the last record asked about are kept.
+#[derive(Debug, Clone, Default)]
+struct LineBreaks(std::sync::Arc<std::sync::Mutex<BreaksSeen>>);
+
+#[derive(Debug, Default)]
+struct BreaksSeen {
+    /// `\n` and `\r` bytes read and not yet passed, with their offsets.
+    ahead: std::collections::VecDeque<(u64, u8)>,
+    /// Lines ended before the first of `ahead`.
+    passed: usize,
+}
+
+impl LineBreaks {
+    /// The line (1-based) of the first content at or after byte `from`: blank lines there
+    /// (`\n`, `\r\n`) are the ones csv skips before a record.
+    fn line_at(&self, from: u64) -> usize {
+        let mut seen = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let BreaksSeen { ahead, passed } = &mut *seen;
+        while let Some(&(at, byte)) = ahead.front() {
+            if at >= from {
+                break;
+            }
+            *passed += usize::from(byte == b'\n');
+            ahead.pop_front();
+        }
+        let mut at = from;
+        loop {
+            match (ahead.front().copied(), ahead.get(1).copied()) {
+                (Some((o, b'\n')), _) if o == at => {
+                    *passed += 1;
+                    at += 1;
+                    ahead.pop_front();
+                }
+                (Some((o, b'\r')), Some((n, b'\n'))) if o == at && n == at + 1 => {
+                    *passed += 1;
+                    at += 2;
+                    ahead.pop_front();
+                    ahead.pop_front();
+                }
+                _ => break,
+            }
+        }
+        *passed + 1
+    }
+}
+
+/// The file as csv reads it, noting every line break in [`LineBreaks`].
+struct Breaks<R> {
+    inner: R,
+    offset: u64,
+    lines: LineBreaks,
+}
+
+impl<R: std::io::Read> std::io::Read for Breaks<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let mut seen = self.lines.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (i, b) in buf[..n].iter().enumerate() {
+            if matches!(b, b'\n' | b'\r') {
+                seen.ahead.push_back((self.offset + i as u64, *b));
+            }
+        }
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
+fn failed(path: &str, source: std::io::Error) -> ImportError {
+    ImportError::Read { path: path.to_owned(), source }
+}
+
+impl Iterator for Rows {
+    type Item = Result<ParsedLine, ImportError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let Self { path, inner, .. } = self;
+        match inner {
+            Inner::Csv { reader, headers, record, lines } => {
+                // The line a record starts on in the file (see `LineBreaks`).
+                let at = |p: Option<&csv::Position>| p.map_or(0, |p| lines.line_at(p.byte()));
+                match reader.read_record(record) {
+                    Ok(false) => None,
+                    Ok(true) => {
+                        let line = at(record.position());
+                        let row = if record.len() != headers.len() {
+                            Err(format!("has {} fields, the header has {}", record.len(), headers.len()))
+                        } else {
+                            record
+                                .deserialize::<RenewalInput>(Some(headers))
+                                .map_err(|e| format!("unreadable CSV record: {e}"))
+                        };
+                        Some(Ok((line, row)))
+                    }
+                    Err(e) => match e.kind() {
+                        csv::ErrorKind::Io(_) => Some(Err(failed(path, std::io::Error::other(e.to_string())))),
+                        _ => {
+                            let line = at(e.position()).max(1);
+                            Some(Ok((line, Err(format!("unreadable CSV record: {e}")))))
+                        }
+                    },
+                }
+            }
+            Inner::Jsonl { reader, line, bytes, buf } => loop {
+                buf.clear();
+                match reader.read_until(b'\n', buf) {
+                    Ok(0) => return None,
+                    Ok(n) => {
+                        *line += 1;
+                        *bytes += n as u64;
+                    }
+                    Err(e) => return Some(Err(failed(path, e))),
+                }
+                let Ok(text) = std::str::from_utf8(buf) else {
+                    return Some(Ok((*line, Err("not valid UTF-8".into()))));
+                };
                 if text.trim().is_empty() {
                     continue;
                 }
-                rows.push((i + 1, json_row(&text)));
-            }
-            Ok(rows)
+                return Some(Ok((*line, json_row(text.trim_end_matches(['\n', '\r'])))));
+            },
         }
     }
 }
@@ -242,29 +444,140 @@ fn json_row(text: &str) -> Result<RenewalInput, String> {
     })
 }
 
-/// Validates every parsed row; later duplicates of a (tenant, renewal) are rejected.
-pub fn validate(rows: Vec<ParsedLine>) -> (Vec<(usize, Renewal)>, Vec<Reject>) {
-    let mut valid = Vec::new();
-    let mut rejected = Vec::new();
-    let mut seen: HashMap<(String, String), usize> = HashMap::new();
-    for (line, row) in rows {
-        match row.and_then(|r| Renewal::validate(&r).map_err(|e: RowError| e.to_string())) {
-            Ok(r) => {
-                let key = (r.tenant_id.to_string(), r.renewal_id.to_string());
-                if let Some(first) = seen.get(&key) {
-                    rejected.push(Reject {
-                        line,
-                        reason: format!("duplicate of line {first} (same tenant_id and renewal_id)"),
-                    });
+/// A 128-bit digest of `parts` (each followed by a NUL), for the checks that span the whole
+/// file: a row's key, a recipient, an address. Two SipHash-1-3 states with different
+/// prefixes; two different rows collide with probability ~2⁻¹²⁸, so keeping the digest instead
+/// of the strings loses nothing an import could notice.
+fn digest(parts: &[&str]) -> u128 {
+    let half = |salt: u8| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut h);
+        for p in parts {
+            h.write(p.as_bytes());
+            h.write_u8(0);
+        }
+        h.finish()
+    };
+    (u128::from(half(1)) << 64) | u128::from(half(2))
+}
+
+/// What the first pass found: every line rejected, and the rows it read.
+#[derive(Debug, Default)]
+struct Checked {
+    rows: usize,
+    rejected: Vec<Reject>,
+    valid: usize,
+}
+
+/// The first pass: checks every line and writes the addresses (a batch of [`CHUNK`] at a
+/// time, one per tenant's `recipient_ref`), so the second pass writes only renewals whose
+/// line is sound and whose address is already in.
+///
+/// Per line, in this order: unreadable; `email` not a bare address (the value is never
+/// echoed); invalid row; a later duplicate of a (tenant, renewal); a second, different address
+/// for a tenant's `recipient_ref`. A rejected line's renewal is not imported, nor its address:
+/// nothing half-imported. A reference is the tenant's own: another tenant's equal reference is
+/// another customer, never a conflict. A file with an address and no recipients table is
+/// refused before anything is written.
+async fn check(
+    rows: Rows,
+    recipients: Option<&punctual_aws::recipients::DynamoRecipients>,
+    progress: bool,
+) -> Result<Checked, ImportError> {
+    let total = std::fs::metadata(&rows.path).map_or(0, |m| m.len());
+    let mut bar = punctual_core::progress::Progress::new(total);
+    let mut out = Checked::default();
+    // Row key → its first line; recipient → (its first line, its address).
+    let mut keys: HashMap<u128, usize> = HashMap::new();
+    let mut refs: HashMap<u128, (usize, u128)> = HashMap::new();
+    let mut book: Vec<punctual_aws::recipients::Entry> = Vec::new();
+    let mut written = 0usize;
+    let mut rows = rows;
+    while let Some(next) = rows.next() {
+        let (line, row) = next?;
+        out.rows += 1;
+        let reject = |reason: String| Reject { line, reason };
+        let row = match row {
+            Ok(r) => r,
+            Err(reason) => {
+                out.rejected.push(reject(reason));
+                continue;
+            }
+        };
+        let address = if row.email.trim().is_empty() {
+            None
+        } else {
+            if recipients.is_none() {
+                return Err(ImportError::NoRecipientsTable);
+            }
+            match EmailAddress::parse(&row.email) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    out.rejected.push(reject(format!("email: {e}")));
                     continue;
                 }
-                seen.insert(key, line);
-                valid.push((line, r));
             }
-            Err(reason) => rejected.push(Reject { line, reason }),
+        };
+        let r = match Renewal::validate(&row) {
+            Ok(r) => r,
+            Err(e) => {
+                out.rejected.push(reject(e.to_string()));
+                continue;
+            }
+        };
+        let key = digest(&[r.tenant_id.as_str(), r.renewal_id.as_str()]);
+        if let Some(first) = keys.get(&key) {
+            out.rejected.push(reject(format!("duplicate of line {first} (same tenant_id and renewal_id)")));
+            continue;
+        }
+        if let (Some(a), Some(_)) = (address, recipients) {
+            let whose = digest(&[r.tenant_id.as_str(), r.recipient_ref.as_str()]);
+            let this = digest(&[a.expose()]);
+            match refs.get(&whose) {
+                Some((first, prior)) if *prior != this => {
+                    out.rejected.push(reject(format!(
+                        "recipient_ref {:?} of tenant {:?} has another email on line {first}",
+                        r.recipient_ref,
+                        r.tenant_id.as_str()
+                    )));
+                    continue;
+                }
+                Some(_) => {}
+                None => {
+                    refs.insert(whose, (line, this));
+                    book.push((r.tenant_id.clone(), r.recipient_ref.clone(), a));
+                }
+            }
+        }
+        keys.insert(key, line);
+        out.valid += 1;
+        if book.len() >= CHUNK {
+            written += put_addresses(recipients, &mut book, written).await?;
+        }
+        if progress {
+            let done = rows.bytes_read();
+            bar.update(done, || format!("checking {} rows ({} MB)", out.rows, done / 1_000_000));
         }
     }
-    (valid, rejected)
+    put_addresses(recipients, &mut book, written).await?;
+    bar.finish();
+    Ok(out)
+}
+
+/// Writes (and empties) `book`; `before` addresses were written by earlier batches.
+async fn put_addresses(
+    recipients: Option<&punctual_aws::recipients::DynamoRecipients>,
+    book: &mut Vec<punctual_aws::recipients::Entry>,
+    before: usize,
+) -> Result<usize, ImportError> {
+    let (Some(r), false) = (recipients, book.is_empty()) else { return Ok(0) };
+    let n = book.len();
+    r.put_all(book, Utc::now().timestamp_millis()).await.map_err(|e| {
+        let written = if before > 0 { format!(" ({before} written before)") } else { String::new() };
+        ImportError::Recipients(format!("{n} addresses{written}"), e)
+    })?;
+    book.clear();
+    Ok(n)
 }
 
 /// Where an import writes: found like every operator command's target
@@ -335,85 +648,23 @@ pub async fn run(
     run_with(store, None, path, format, progress).await
 }
 
-/// Each line's address, checked: invalid ones and a second, different address for the same
-/// `(tenant_id, recipient_ref)` reject their line (its renewal is not imported either: nothing
-/// half-done). A reference is the tenant's own: another tenant's equal reference is another
-/// customer, never a conflict.
-fn addresses(rows: &[ParsedLine]) -> (HashMap<usize, punctual_core::ports::EmailAddress>, Vec<Reject>) {
-    let mut out = HashMap::new();
-    let mut rejected = Vec::new();
-    let mut by_ref: HashMap<(String, String), (usize, String)> = HashMap::new();
-    for (line, row) in rows {
-        let Ok(r) = row else { continue };
-        if r.email.trim().is_empty() {
-            continue;
-        }
-        let key = (r.tenant_id.trim().to_owned(), r.recipient_ref.trim().to_owned());
-        match punctual_core::ports::EmailAddress::parse(&r.email) {
-            Err(e) => rejected.push(Reject { line: *line, reason: format!("email: {e}") }),
-            Ok(a) => match by_ref.get(&key) {
-                Some((first, prior)) if prior != a.expose() => rejected.push(Reject {
-                    line: *line,
-                    reason: format!(
-                        "recipient_ref {:?} of tenant {:?} has another email on line {first}",
-                        key.1, key.0
-                    ),
-                }),
-                _ => {
-                    by_ref.insert(key, (*line, a.expose().to_owned()));
-                    out.insert(*line, a);
-                }
-            },
-        }
-    }
-    (out, rejected)
+/// The rows of one chunk: each with its line and whether it carries an address.
+#[derive(Default)]
+struct Chunk {
+    renewals: Vec<Renewal>,
+    lines: Vec<(usize, bool)>,
 }
 
-async fn run_with(
-    store: &DynamoRenewals,
-    recipients: Option<&punctual_aws::recipients::DynamoRecipients>,
-    path: &Path,
-    format: Option<Format>,
-    progress: bool,
-) -> Result<ImportSummary, ImportError> {
-    let rows = parse(path, format)?;
-    let ignored = ignored_columns(path, format);
-    let total = rows.len();
-    let (emails, bad_emails) = addresses(&rows);
-    if (!emails.is_empty() || !bad_emails.is_empty()) && recipients.is_none() {
-        return Err(ImportError::NoRecipientsTable);
-    }
-    let bad: std::collections::HashSet<usize> = bad_emails.iter().map(|r| r.line).collect();
-    let rows = rows.into_iter().filter(|(line, _)| !bad.contains(line)).collect();
-    let (valid, mut rejected) = validate(rows);
-    rejected.extend(bad_emails);
-    // The addresses go in first (one per reference), so a renewal the scheduler releases the
-    // moment it is written already finds its recipient; an address whose renewal is then
-    // refused (a conflict) is harmless: nothing refers to it that did not before.
-    if let Some(r) = recipients {
-        let mut book: Vec<punctual_aws::recipients::Entry> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for (line, renewal) in &valid {
-            if let Some(address) = emails.get(line)
-                && seen.insert((renewal.tenant_id.clone(), renewal.recipient_ref.clone()))
-            {
-                book.push((renewal.tenant_id.clone(), renewal.recipient_ref.clone(), address.clone()));
-            }
-        }
-        if !book.is_empty() {
-            r.put_all(&book, Utc::now().timestamp_millis())
-                .await
-                .map_err(|e| ImportError::Recipients(format!("{} addresses", book.len()), e))?;
-        }
-    }
-    let mut bar = punctual_core::progress::Progress::new(valid.len() as u64);
-    let started = std::time::Instant::now();
-    let mut done = 0u64;
-    let mut summary = ImportSummary { rows: total, ignored_columns: ignored, ..ImportSummary::default() };
-    for chunk in valid.chunks(CHUNK) {
-        let renewals: Vec<Renewal> = chunk.iter().map(|(_, r)| r.clone()).collect();
-        let outcomes = store.import(&renewals, Utc::now()).await.map_err(ImportError::Store)?;
-        for ((line, _), outcome) in chunk.iter().zip(outcomes) {
+impl Chunk {
+    /// Writes the chunk and adds its outcomes to `summary` (a conflict to `rejected`).
+    async fn write(
+        &mut self,
+        store: &DynamoRenewals,
+        summary: &mut ImportSummary,
+        rejected: &mut Vec<Reject>,
+    ) -> Result<(), RenewalsError> {
+        let outcomes = store.import(&self.renewals, Utc::now()).await?;
+        for ((line, addressed), outcome) in self.lines.iter().zip(outcomes) {
             match outcome {
                 RowOutcome::Inserted => summary.inserted += 1,
                 RowOutcome::Updated => summary.updated += 1,
@@ -424,18 +675,150 @@ async fn run_with(
                     continue;
                 }
             }
-            if emails.contains_key(line) {
+            if *addressed {
                 summary.recipients += 1;
             }
         }
-        done += chunk.len() as u64;
-        if progress {
-            let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-3);
-            bar.update(done, || format!("importing {done}/{} rows  {rate:.0} rows/s", valid.len()));
+        self.renewals.clear();
+        self.lines.clear();
+        Ok(())
+    }
+}
+
+async fn run_with(
+    store: &DynamoRenewals,
+    recipients: Option<&punctual_aws::recipients::DynamoRecipients>,
+    path: &Path,
+    format: Option<Format>,
+    progress: bool,
+) -> Result<ImportSummary, ImportError> {
+    let first = Rows::open(path, format)?;
+    let ignored = first.ignored.clone();
+    let checked = check(first, recipients, progress).await?;
+    let mut summary = ImportSummary { rows: checked.rows, ignored_columns: ignored, ..ImportSummary::default() };
+    let skip: HashSet<usize> = checked.rejected.iter().map(|r| r.line).collect();
+    let mut rejected = checked.rejected;
+    let mut bar = punctual_core::progress::Progress::new(checked.valid as u64);
+    let started = std::time::Instant::now();
+    // Valid rows written so far, and the last line read.
+    let (mut done, mut last) = (0usize, 0usize);
+    let mut chunk = Chunk::default();
+    let mut rows = Rows::open(path, format)?;
+    loop {
+        let end = match rows.next() {
+            None => true,
+            Some(Err(e)) => {
+                let line = chunk.lines.first().map_or(last + 1, |(l, _)| *l);
+                let left = checked.valid - done;
+                return Err(stopped(summary, rejected, line, left, "reading the file failed", e));
+            }
+            Some(Ok((line, row))) => {
+                last = line;
+                if skip.contains(&line) {
+                    continue;
+                }
+                // The first pass checked it; a line that fails now changed between the passes.
+                let r = row.and_then(|r| {
+                    Renewal::validate(&r).map(|v| (v, !r.email.trim().is_empty())).map_err(|e| e.to_string())
+                });
+                match r {
+                    Ok((r, addressed)) => {
+                        chunk.renewals.push(r);
+                        chunk.lines.push((line, addressed));
+                    }
+                    Err(why) => {
+                        rejected.push(Reject { line, reason: format!("{why} (the file changed during the import)") })
+                    }
+                }
+                false
+            }
+        };
+        if chunk.renewals.len() >= CHUNK || (end && !chunk.renewals.is_empty()) {
+            let (line, n) = (chunk.lines.first().map_or(last, |(l, _)| *l), chunk.renewals.len());
+            if let Err(e) = chunk.write(store, &mut summary, &mut rejected).await {
+                let left = checked.valid - done;
+                return Err(stopped(summary, rejected, line, left, "writing to the renewals table failed", e));
+            }
+            done += n;
+            if progress {
+                let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-3);
+                bar.update(done as u64, || format!("importing {done}/{} rows  {rate:.0} rows/s", checked.valid));
+            }
+        }
+        if end {
+            break;
         }
     }
     bar.finish();
     rejected.sort_by_key(|r| r.line);
     summary.rejected = rejected;
     Ok(summary)
+}
+
+/// The error of an import that stopped at `line` (`what` failed) with `rows_left` valid rows
+/// not accounted for, keeping what it did before.
+fn stopped(
+    mut summary: ImportSummary,
+    mut rejected: Vec<Reject>,
+    line: usize,
+    rows_left: usize,
+    what: &str,
+    source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> ImportError {
+    rejected.sort_by_key(|r| r.line);
+    summary.rejected = rejected;
+    summary.stopped = Some(Stopped { line, rows_left, what: what.to_owned() });
+    ImportError::Stopped { summary: Box::new(summary), source: source.into() }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests state their preconditions by unwrapping
+    use super::*;
+
+    fn file(name: &str, text: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("punctual-import-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn lines(path: &Path) -> Vec<(usize, bool)> {
+        Rows::open(path, None).unwrap().map(|r| r.map(|(line, row)| (line, row.is_ok())).unwrap()).collect()
+    }
+
+    #[test]
+    fn rows_are_named_by_their_line_in_the_file() {
+        let csv = file(
+            "lines.csv",
+            "tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,window_minutes\n\
+             a,r1,c1,email,UTC,2030-01-01,60\n\
+             \n\
+             a,r2,\"c2\nstill c2\",email,UTC,2030-01-01,60\n\
+             a,r3\n\
+             \r\n\
+             a,r4,c4,email,UTC,2030-01-01,60\n",
+        );
+        assert_eq!(lines(&csv), [(2, true), (4, true), (6, false), (8, true)]);
+        let jsonl = file("lines.jsonl", "{\"tenant_id\":\"a\"}\n\n  \r\n{not json\n{}");
+        let got: Vec<usize> = lines(&jsonl).into_iter().map(|(l, _)| l).collect();
+        assert_eq!(got, [1, 4, 5], "blank lines count, and are not rows");
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_a_rejected_line_not_a_failed_import() {
+        let path = file("bytes.jsonl", "");
+        std::fs::write(&path, b"{\"a\":1}\n\xff\xfe\n{\"b\":2}\n").unwrap();
+        let rows: Vec<ParsedLine> = Rows::open(&path, None).unwrap().map(Result::unwrap).collect();
+        assert_eq!(rows.len(), 3);
+        assert_eq!((rows[1].0, rows[1].1.clone().unwrap_err()), (2, "not valid UTF-8".to_owned()));
+    }
+
+    #[test]
+    fn a_digest_tells_apart_what_concatenation_would_not() {
+        assert_ne!(digest(&["acme", "eu42"]), digest(&["acme:eu", "42"]));
+        assert_ne!(digest(&["ab", "c"]), digest(&["a", "bc"]));
+        assert_eq!(digest(&["acme", "r1"]), digest(&["acme", "r1"]));
+    }
 }

@@ -12,7 +12,7 @@
 use chrono::Utc;
 use punctual_aws::ledger::DynamoLedger;
 use punctual_core::testing::ledger_contract;
-use punctual_tests::{assert_on_dynalite, dynalite_client, on_big_stack, sdk_config, unique};
+use punctual_tests::{Operations, assert_on_dynalite, dynalite_client, on_big_stack, sdk_config, unique};
 
 async fn run_contract(client: aws_sdk_dynamodb::Client, on_dynalite: bool) {
     let table = unique("punctual-ledger");
@@ -116,26 +116,6 @@ async fn the_dead_index_counts_by_reason_on_dynalite() {
     }
 }
 
-/// Every DynamoDB operation a client sends, by name.
-#[derive(Debug, Clone, Default)]
-struct Operations(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
-
-impl aws_sdk_dynamodb::config::Intercept for Operations {
-    fn name(&self) -> &'static str {
-        "count operations"
-    }
-    fn read_before_transmit(
-        &self,
-        ctx: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
-        _: &aws_sdk_dynamodb::config::RuntimeComponents,
-        _: &mut aws_sdk_dynamodb::config::ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        let target = ctx.request().headers().get("x-amz-target").unwrap_or("?").to_owned();
-        self.0.lock().unwrap().push(target.rsplit('.').next().unwrap_or_default().to_owned());
-        Ok(())
-    }
-}
-
 /// On an engine that returns the refused item (moto, like DynamoDB), a refused claim is one
 /// round trip: the `ALL_OLD` item decides it, and the adapter's fallback read (for engines that
 /// drop the parameter) is not taken. The same claim on dynalite takes the read.
@@ -151,22 +131,18 @@ async fn a_refused_claim_reads_the_refused_item_from_the_same_round_trip() {
         let m = punctual_core::testing::message("refused", now, now + chrono::TimeDelta::hours(1));
         let lease = now + chrono::TimeDelta::seconds(30);
         ledger.claim(&m, &OwnerToken::new("a"), now, lease).await.unwrap();
-        ops.0.lock().unwrap().clear();
+        ops.clear();
         let rival = ledger.claim(&m, &OwnerToken::new("b"), now, lease).await.unwrap();
         assert_eq!(rival, ClaimView::HeldElsewhere { lease_until: lease });
-        ops.0.lock().unwrap().clone()
+        ops.sent()
     }
     let config = sdk_config().await;
     let ops = Operations::default();
-    let moto = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&config).interceptor(ops.clone()).build(),
-    );
+    let moto = ops.client(aws_sdk_dynamodb::config::Builder::from(&config));
     assert_eq!(refused_claim_operations(moto, &ops).await, ["UpdateItem"], "one round trip on moto");
     if let Ok(url) = std::env::var("PUNCTUAL_DYNALITE_URL") {
         let ops = Operations::default();
-        let dynalite = aws_sdk_dynamodb::Client::from_conf(
-            aws_sdk_dynamodb::config::Builder::from(&config).endpoint_url(url).interceptor(ops.clone()).build(),
-        );
+        let dynalite = ops.client(aws_sdk_dynamodb::config::Builder::from(&config).endpoint_url(url));
         assert_eq!(
             refused_claim_operations(dynalite, &ops).await,
             ["UpdateItem", "GetItem"],

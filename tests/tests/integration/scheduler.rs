@@ -360,3 +360,58 @@ async fn a_row_already_past_its_deadline_is_refused_and_an_old_file_still_reimpo
     assert_eq!(later, [RowOutcome::Unchanged]);
     r.stack.destroy().await;
 }
+
+/// A row computed by an older time-zone database (its stored instants an hour off, across a
+/// UTC midnight, with the `by_day` key of that day) and already released is imported again
+/// unchanged: the row is re-armed at the instant computed today, and the `by_day` index finds
+/// it on that instant's day — not on neither day. A send time with seconds is stored exactly.
+#[tokio::test]
+async fn a_reimport_corrects_stale_instants_and_the_day_index_finds_the_row_on_its_day() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let r = rig("sched-stale-instants").await;
+    let now = r.clock.now();
+    let day = (now + TimeDelta::days(1)).format("%Y-%m-%d").to_string();
+    let input = RenewalInput {
+        tenant_id: "acme".into(),
+        renewal_id: "ren-tz".into(),
+        recipient_ref: "cust-tz".into(),
+        channel: "email".into(),
+        zone: "UTC".into(),
+        local_due_date: day.clone(),
+        local_send_time: "23:30:15".into(),
+        window_minutes: "60".into(),
+        ..RenewalInput::default()
+    };
+    let row = Renewal::validate(&input).unwrap();
+    assert_eq!(r.renewals.import(std::slice::from_ref(&row), now).await.unwrap(), [RowOutcome::Inserted]);
+    let key = punctual_aws::renewals::renewal_key(&row.tenant_id, &row.renewal_id);
+    let table = format!("{}-due", r.stack.renewals_table);
+    let item = get(&r.ddb, &table, &key).await.unwrap().unwrap();
+    assert_eq!(punctual_aws::dynamodb::get_s(&item, "local_send_time"), Some("23:30:15"));
+    // What an older computation left: an hour later (the next UTC day), keyed on that day,
+    // released.
+    let stale = row.deliver_after + TimeDelta::hours(1);
+    let mut old = item.clone();
+    let ms = |t: DateTime<Utc>| AttributeValue::N(t.timestamp_millis().to_string());
+    old.insert("deliver_after_ms".into(), ms(stale));
+    old.insert("deliver_by_ms".into(), ms(stale + TimeDelta::hours(1)));
+    old.insert("day_shard".into(), AttributeValue::S(punctual_aws::renewals::day_shard(stale, &row.reminder_id)));
+    old.insert("sched_state".into(), AttributeValue::S("enqueued".into()));
+    old.insert("sched_at_ms".into(), ms(now));
+    old.remove("due_shard");
+    old.remove("due_after_ms");
+    r.ddb.put_item().table_name(&table).set_item(Some(old)).send().await.unwrap();
+
+    let out = r.renewals.import(std::slice::from_ref(&row), now).await.unwrap();
+    assert_eq!(out, [RowOutcome::Rescheduled], "stale instants kept");
+    let on = |from: DateTime<Utc>| {
+        let renewals = r.renewals.clone();
+        async move { renewals.population(from, from + TimeDelta::hours(1), None, |_| {}).await.unwrap().rows }
+    };
+    let found = on(row.deliver_after - TimeDelta::minutes(30)).await;
+    assert_eq!(found.len(), 1, "the row is not on its day in the by_day index");
+    assert_eq!((found[0].deliver_after, found[0].deliver_by), (row.deliver_after, row.deliver_by));
+    assert!(on(stale - TimeDelta::minutes(30)).await.is_empty(), "still found at the stale instant");
+    assert_eq!(r.sched_state(&row).await.0.as_deref(), Some("scheduled"));
+    r.stack.destroy().await;
+}

@@ -4,10 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
 
-use std::sync::{Arc, Mutex};
-
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use chrono::{TimeDelta, Timelike, Utc};
 use punctual_aws::ledger::DynamoLedger;
 use punctual_core::ports::{Ledger, OwnerToken, Settlement};
@@ -15,27 +11,8 @@ use punctual_core::renewal::{Renewal, RenewalInput};
 use punctual_core::{ReasonCode, ReminderState};
 use punctual_ops::Resources;
 use punctual_ops::target::Target;
-use punctual_tests::sdk_config;
 use punctual_tests::stack::Stack;
-
-#[derive(Debug, Clone, Default)]
-struct Operations(Arc<Mutex<Vec<String>>>);
-
-impl Intercept for Operations {
-    fn name(&self) -> &'static str {
-        "count operations"
-    }
-    fn read_before_transmit(
-        &self,
-        ctx: &BeforeTransmitInterceptorContextRef<'_>,
-        _: &RuntimeComponents,
-        _: &mut ConfigBag,
-    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
-        let target = ctx.request().headers().get("x-amz-target").unwrap_or("?").to_owned();
-        self.0.lock().unwrap().push(target.rsplit('.').next().unwrap_or_default().to_owned());
-        Ok(())
-    }
-}
+use punctual_tests::{Operations, sdk_config};
 
 #[tokio::test]
 async fn status_reads_indexes_never_scans_and_its_cost_does_not_grow_with_the_tables() {
@@ -78,9 +55,7 @@ async fn status_reads_indexes_never_scans_and_its_cost_does_not_grow_with_the_ta
     renewals.import(&rows, now).await.unwrap();
 
     let ops = Operations::default();
-    let counted = aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(&config).interceptor(ops.clone()).build(),
-    );
+    let counted = ops.client(aws_sdk_dynamodb::config::Builder::from(&config));
     let target = Target {
         resources: Resources {
             endpoint: punctual_tests::endpoint(),
@@ -102,7 +77,7 @@ async fn status_reads_indexes_never_scans_and_its_cost_does_not_grow_with_the_ta
     assert_eq!(by_reason.get("business_deadline_expired"), Some(&5), "{by_reason:?}");
     let waited = s.oldest_unreleased_seconds.expect("two renewals wait for the scheduler");
     assert!((540.0..=700.0).contains(&waited), "{waited}");
-    let sent = ops.0.lock().unwrap().clone();
+    let sent = ops.sent();
     assert!(!sent.iter().any(|op| op == "Scan"), "status scanned: {sent:?}");
     assert!(sent.iter().all(|op| op == "Query" || op == "GetItem"), "{sent:?}");
     // One COUNT query per reason code, one per due shard, one GetItem for the pause switch:
@@ -114,14 +89,14 @@ async fn status_reads_indexes_never_scans_and_its_cost_does_not_grow_with_the_ta
 
     // With today's SLO: the two renewals due ten minutes ago and never released are breached
     // (past the grace, nothing can meet them), and their tenant is the worst. Still no scan.
-    ops.0.lock().unwrap().clear();
+    ops.clear();
     let s = punctual_ops::status_with(&target, counted, &stack.queues, true).await.unwrap();
     let slo = s.slo_today.clone().unwrap_or_else(|| panic!("{:?}", s.slo_unavailable));
     if due.date_naive() == now.date_naive() {
         assert_eq!((slo.counts.breached, slo.counts.met), (2, 0), "{slo:?}");
         assert_eq!(slo.worst_tenants[0].tenant_id, "acme");
     }
-    let sent = ops.0.lock().unwrap().clone();
+    let sent = ops.sent();
     assert!(sent.iter().all(|op| op == "Query" || op == "GetItem" || op == "BatchGetItem"), "{sent:?}");
     assert_eq!(s.requests as usize, sent.len() + 5, "the reported cost is the real one (5 SQS reads)");
     stack.destroy().await;

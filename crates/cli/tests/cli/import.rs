@@ -116,6 +116,17 @@ async fn the_binary_prints_a_json_summary_and_exits_3_when_rows_were_rejected() 
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read /nonexistent/renewals.csv"));
 
+    // A table that fails from the first chunk on: the summary still comes first (nothing
+    // written, the line it stopped at), then the error, exit 1.
+    let gone = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["import", path.to_str().unwrap(), "--table", "punctual-no-such-table", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(gone.status.code(), Some(1), "stderr: {}", String::from_utf8_lossy(&gone.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&gone.stdout).unwrap();
+    assert_eq!((summary["inserted"].as_u64(), summary["stopped"]["line"].as_u64()), (Some(0), Some(2)), "{summary}");
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("the import stopped at line 2"), "{gone:?}");
+
     let header = write("bad.csv", "tenant_id,renewal_id\nacme,r1\n");
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
         .args(["import", header.to_str().unwrap(), "--table", &name])
@@ -237,4 +248,58 @@ async fn two_tenants_with_one_recipient_ref_keep_their_own_addresses() {
     let initech = punctual_core::TenantId::parse("initech").unwrap();
     assert_eq!(book.address(&initech, "cust-1").await.unwrap(), None, "no tenant reads another's address");
     drop(store);
+}
+
+/// A rejected line is named by its line in the file, as an editor shows it: blank lines and a
+/// quoted field spanning two lines move every later row down.
+#[tokio::test]
+async fn csv_line_numbers_are_the_files_own_lines() {
+    let (_, store) = table().await;
+    let path = write(
+        "lines.csv",
+        "tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,window_minutes\n\
+         acme,ren-1,cust-1,email,Europe/London,@DUE@,480\n\
+         \n\
+         acme,ren-2,\"cust-2\nsecond line\",email,Europe/London,@DUE@,480\n\
+         \n\
+         acme,ren-3,cust-3,email,Mars/Olympus,@DUE@,480\n\
+         acme,ren-2,cust-2,email,Europe/London,@DUE@,480\n",
+    );
+    let s = import::run(&store, &path, None, false).await.unwrap();
+    let got: Vec<(usize, &str)> = s.rejected.iter().map(|r| (r.line, r.reason.as_str())).collect();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].0, 7, "the bad zone is on line 7 of the file: {got:?}");
+    assert!(got[0].1.starts_with("unknown time zone"), "{got:?}");
+    assert_eq!(got[1], (8, "duplicate of line 4 (same tenant_id and renewal_id)"), "{got:?}");
+}
+
+/// The renewals table fails in the second chunk of 500 rows: the import stops, and what it
+/// says keeps the summary of the chunk already written and the line it stopped at.
+#[tokio::test]
+async fn a_store_error_mid_import_keeps_the_summary_of_what_was_written() {
+    let (name, _) = table().await;
+    let mut text = "tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,window_minutes\n".to_owned();
+    for i in 0..1200 {
+        text.push_str(&format!("acme,ren-{i:04},cust-{i},email,Europe/London,@DUE@,480\n"));
+    }
+    let path = write("big.csv", &text);
+    let config = sdk_config().await;
+    // Every PutItem after the 700th fails: the second chunk of 500 rows breaks.
+    let failing = punctual_tests::Operations::refusing(|op, n| op == "PutItem" && n >= 700);
+    let client = failing.client(aws_sdk_dynamodb::config::Builder::from(&config));
+    let store = DynamoRenewals::new(client, name.clone());
+    let err = import::run(&store, &path, None, false).await.unwrap_err();
+    let said = err.to_string();
+    assert!(said.contains("stopped at line 502"), "{said}");
+    assert!(said.contains("500 inserted"), "{said}");
+    let import::ImportError::Stopped { summary, .. } = err else { panic!("{said}") };
+    let stopped = summary.stopped.clone().unwrap();
+    assert_eq!((summary.rows, summary.inserted, summary.rejected.len()), (1200, 500, 0), "{summary:?}");
+    assert_eq!((stopped.line, stopped.rows_left), (502, 700), "{stopped:?}");
+    assert!(summary.render().contains("STOPPED at line 502"), "{}", summary.render());
+    // Imported again on a table that answers, the file finishes: the first chunk is unchanged.
+    let healthy = DynamoRenewals::new(aws_sdk_dynamodb::Client::new(&config), name);
+    let again = import::run(&healthy, &path, None, false).await.unwrap();
+    assert_eq!(again.unchanged + again.inserted, 1200, "{again:?}");
+    assert!(again.unchanged >= 500, "{again:?}");
 }
