@@ -321,6 +321,43 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         Ok(())
     }
 
+    /// Expires `dead` (renewals found past their `deliver_by`, `missed_schedule_window`)
+    /// [`CHUNKS_IN_FLIGHT`] × 10 at a time, the marks of a window side by side (4,000 a second
+    /// at 10 ms a write, where one at a time made 100). Called after the live renewals read with
+    /// them are released. Stops at the safety margin: what is left stays in `dead` (and in the
+    /// index, for the next tick).
+    async fn expire(
+        &self,
+        dead: &mut Vec<Pending>,
+        deadline: DateTime<Utc>,
+        report: &mut TickReport,
+    ) -> Result<(), SchedulerError> {
+        let mut done = 0;
+        let mut failed = None;
+        while done < dead.len() && failed.is_none() {
+            let now = self.clock.now();
+            if until(now, deadline) <= self.settings.safety_margin {
+                break;
+            }
+            let window = &dead[done..(done + CHUNKS_IN_FLIGHT * 10).min(dead.len())];
+            let marks = futures_util::future::join_all(window.iter().map(|p| self.store.mark_expired(p, now))).await;
+            // Every mark of the window is counted before a failed one is reported.
+            for (p, m) in window.iter().zip(marks) {
+                match m {
+                    Ok(Marked::Done) => {
+                        report.expired_missed += 1;
+                        report.due_by_tenant.entry(p.tenant_id.to_string()).or_default().1 += 1;
+                    }
+                    Ok(Marked::NotPending) => report.not_pending += 1,
+                    Err(e) => failed = failed.or(Some(e.into())),
+                }
+            }
+            done += window.len();
+        }
+        dead.drain(..done);
+        failed.map_or(Ok(()), Err)
+    }
+
     /// Runs one tick within an invocation ending at `deadline`.
     pub async fn tick(&self, deadline: DateTime<Utc>) -> Result<TickReport, SchedulerError> {
         let mut report = TickReport::default();
@@ -390,6 +427,12 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         // next tick finds it.
         let mut urgent: Vec<Pending> = Vec::new();
         let mut roomy: Vec<Pending> = Vec::new();
+        // What is already past its deadline waits for the live renewals read with it: after an
+        // outage the index holds hours of missed renewals ahead of live ones (pages come in
+        // `deliver_after` order), and expiring them one write at a time as they were read held
+        // every live reminder behind them (a 3-hour backlog: 77 s, and some crossed their
+        // deadline waiting). They are expired after each group's release, side by side.
+        let mut dead: Vec<Pending> = Vec::new();
         let mut per_chunk = Duration::from_millis(50);
         loop {
             let now = self.clock.now();
@@ -398,8 +441,9 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
             if until(now, deadline) <= s.safety_margin + flush {
                 break;
             }
-            if urgent.len() + roomy.len() >= RELEASE_GROUP {
+            if urgent.len() + roomy.len() >= RELEASE_GROUP || dead.len() >= RELEASE_GROUP {
                 self.release_group(&mut urgent, &mut roomy, &mut planner, &mut per_chunk, report).await?;
+                self.expire(&mut dead, deadline, report).await?;
             }
             // One page from every shard that has more, merged and released in deadline order.
             let mut batch = Vec::new();
@@ -417,16 +461,8 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
             }
             batch.sort_by(|a, b| (a.deliver_by, &a.reminder_id).cmp(&(b.deliver_by, &b.reminder_id)));
             let now = self.clock.now();
-            let (dead, live): (Vec<_>, Vec<_>) = batch.into_iter().partition(|p| p.deliver_by <= now);
-            for p in &dead {
-                match self.store.mark_expired(p, now).await? {
-                    Marked::Done => {
-                        report.expired_missed += 1;
-                        report.due_by_tenant.entry(p.tenant_id.to_string()).or_default().1 += 1;
-                    }
-                    Marked::NotPending => report.not_pending += 1,
-                }
-            }
+            let (missed, live): (Vec<_>, Vec<_>) = batch.into_iter().partition(|p| p.deliver_by <= now);
+            dead.extend(missed);
             for p in &live {
                 if p.deliver_after <= now {
                     oldest_due = Some(oldest_due.map_or(p.deliver_after, |o| o.min(p.deliver_after)));
@@ -440,6 +476,9 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
             roomy.extend(rest);
         }
         self.release_group(&mut urgent, &mut roomy, &mut planner, &mut per_chunk, report).await?;
+        self.expire(&mut dead, deadline, report).await?;
+        // Expiries cut short by the deadline stay pending: the next tick finds them first.
+        report.finished &= dead.is_empty();
         if report.finished && report.refused == 0 {
             self.store.advance_watermark(horizon).await?;
         }
