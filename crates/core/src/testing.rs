@@ -1420,6 +1420,83 @@ impl crate::ports::DueStore for MemoryDueStore {
     }
 }
 
+/// The in-memory index behind a store's latency, slept on `clock` (a query page `query`, a
+/// mark `write`), one of whose marks can fail before writing ([`SlowDueStore::fail_mark`]: a
+/// throttled write after its message was sent).
+#[derive(Debug, Clone)]
+pub struct SlowDueStore<C> {
+    inner: MemoryDueStore,
+    clock: C,
+    query: Duration,
+    write: Duration,
+    failing: Arc<AtomicU32>,
+}
+
+impl<C: Clock> SlowDueStore<C> {
+    /// `inner` behind `query` and `write` of latency on `clock`.
+    pub fn new(inner: MemoryDueStore, clock: C, query: Duration, write: Duration) -> Self {
+        Self { inner, clock, query, write, failing: Arc::default() }
+    }
+
+    /// The `k`-th mark from now (either kind; 1: the next) fails without writing.
+    pub fn fail_mark(&self, k: u32) {
+        self.failing.store(k, Ordering::SeqCst);
+    }
+
+    async fn mark(&self) -> Result<(), crate::ports::DueStoreError> {
+        self.clock.sleep(self.write).await;
+        match self.failing.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |k| k.checked_sub(1)) {
+            Ok(1) => Err(crate::ports::DueStoreError::Unknown("the renewals table throttled the mark".into())),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<C: Clock> crate::ports::DueStore for SlowDueStore<C> {
+    type Cursor = <MemoryDueStore as crate::ports::DueStore>::Cursor;
+
+    fn shards(&self) -> u32 {
+        self.inner.shards()
+    }
+
+    async fn due_page(
+        &self,
+        shard: u32,
+        horizon: DateTime<Utc>,
+        limit: usize,
+        cursor: Option<Self::Cursor>,
+    ) -> Result<crate::ports::Page<Self::Cursor>, crate::ports::DueStoreError> {
+        self.clock.sleep(self.query).await;
+        self.inner.due_page(shard, horizon, limit, cursor).await
+    }
+
+    async fn mark_enqueued(
+        &self,
+        p: &crate::ports::Pending,
+        at: DateTime<Utc>,
+    ) -> Result<crate::ports::Marked, crate::ports::DueStoreError> {
+        self.mark().await?;
+        self.inner.mark_enqueued(p, at).await
+    }
+
+    async fn mark_expired(
+        &self,
+        p: &crate::ports::Pending,
+        at: DateTime<Utc>,
+    ) -> Result<crate::ports::Marked, crate::ports::DueStoreError> {
+        self.mark().await?;
+        self.inner.mark_expired(p, at).await
+    }
+
+    async fn watermark(&self) -> Result<Option<DateTime<Utc>>, crate::ports::DueStoreError> {
+        self.inner.watermark().await
+    }
+
+    async fn advance_watermark(&self, to: DateTime<Utc>) -> Result<(), crate::ports::DueStoreError> {
+        self.inner.advance_watermark(to).await
+    }
+}
+
 /// A release queue that records what it was given.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryRelease {

@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use punctual_core::clock::{Clock, ManualClock};
 use punctual_core::ports::Pending;
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
-use punctual_core::testing::{MemoryDueStore, MemoryRelease};
+use punctual_core::testing::{MemoryDueStore, MemoryRelease, SlowDueStore};
 use punctual_core::{ReminderKind, RenewalId, TenantId};
 
 fn t0() -> DateTime<Utc> {
@@ -268,49 +268,6 @@ impl Clock for TokioClock {
     }
 }
 
-/// The due index with DynamoDB's latency: a query page 15 ms, a conditional write 10 ms.
-#[derive(Clone)]
-struct SlowDue(MemoryDueStore);
-
-impl punctual_core::ports::DueStore for SlowDue {
-    type Cursor = <MemoryDueStore as punctual_core::ports::DueStore>::Cursor;
-    fn shards(&self) -> u32 {
-        self.0.shards()
-    }
-    async fn due_page(
-        &self,
-        shard: u32,
-        horizon: DateTime<Utc>,
-        limit: usize,
-        cursor: Option<Self::Cursor>,
-    ) -> Result<punctual_core::ports::Page<Self::Cursor>, punctual_core::ports::DueStoreError> {
-        tokio::time::sleep(Duration::from_millis(15)).await;
-        self.0.due_page(shard, horizon, limit, cursor).await
-    }
-    async fn mark_enqueued(
-        &self,
-        p: &Pending,
-        at: DateTime<Utc>,
-    ) -> Result<punctual_core::ports::Marked, punctual_core::ports::DueStoreError> {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        self.0.mark_enqueued(p, at).await
-    }
-    async fn mark_expired(
-        &self,
-        p: &Pending,
-        at: DateTime<Utc>,
-    ) -> Result<punctual_core::ports::Marked, punctual_core::ports::DueStoreError> {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        self.0.mark_expired(p, at).await
-    }
-    async fn watermark(&self) -> Result<Option<DateTime<Utc>>, punctual_core::ports::DueStoreError> {
-        self.0.watermark().await
-    }
-    async fn advance_watermark(&self, to: DateTime<Utc>) -> Result<(), punctual_core::ports::DueStoreError> {
-        self.0.advance_watermark(to).await
-    }
-}
-
 /// The send queues with SQS's latency (a `SendMessageBatch` 20 ms), recording when each
 /// message was released.
 #[derive(Clone)]
@@ -320,7 +277,10 @@ struct SlowRelease {
 }
 
 impl punctual_core::ports::ReleaseQueue for SlowRelease {
-    async fn release(&self, batch: &[punctual_core::ports::Release]) -> Result<Vec<bool>, punctual_core::ports::QueueError> {
+    async fn release(
+        &self,
+        batch: &[punctual_core::ports::Release],
+    ) -> Result<Vec<bool>, punctual_core::ports::QueueError> {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let at = self.clock.now();
         self.sent.lock().unwrap().extend(batch.iter().map(|r| (at, r.clone())));
@@ -332,11 +292,14 @@ impl punctual_core::ports::ReleaseQueue for SlowRelease {
 }
 
 /// One tick after an outage of `outage_secs` with one renewal due a second (one-hour windows,
-/// the lookahead's ten minutes beyond), over 16 shards at DynamoDB's and SQS's latencies. Only
-/// renewals due within `missed_too` of the outage's end are in the index when it is false (the
-/// same live renewals, no missed backlog). Returns the tick's report, when the last live
+/// the lookahead's ten minutes beyond), over 16 shards at DynamoDB's and SQS's latencies. Without
+/// `missed_too` only the renewals still deliverable are in the index (the same live renewals,
+/// no missed backlog). Returns the tick's report, when the last live
 /// reminder due at the start was released, and how many were released after their `deliver_by`.
-async fn tick_after_outage(outage_secs: i64, missed_too: bool) -> (punctual_core::scheduler::TickReport, Duration, usize) {
+async fn tick_after_outage(
+    outage_secs: i64,
+    missed_too: bool,
+) -> (punctual_core::scheduler::TickReport, Duration, usize) {
     let resume = t0();
     let clock = TokioClock { t0: resume, start: tokio::time::Instant::now() };
     let store = MemoryDueStore::new(16);
@@ -348,7 +311,8 @@ async fn tick_after_outage(outage_secs: i64, missed_too: bool) -> (punctual_core
     }
     let queue = SlowRelease { clock: clock.clone(), sent: Default::default() };
     let settings = SchedulerSettings { page_size: 100, ..SchedulerSettings::default() };
-    let scheduler = Scheduler::new(SlowDue(store.clone()), queue.clone(), clock.clone(), settings);
+    let due = SlowDueStore::new(store.clone(), clock.clone(), Duration::from_millis(15), Duration::from_millis(10));
+    let scheduler = Scheduler::new(due, queue.clone(), clock.clone(), settings);
     // The scheduler function's timeout: 120 s.
     let r = scheduler.tick(resume + TimeDelta::seconds(120)).await.unwrap();
     let sent = queue.sent.lock().unwrap().clone();
@@ -375,10 +339,89 @@ async fn expiring_a_missed_backlog_does_not_hold_back_live_reminders() {
         r.expired_missed,
     );
     assert_eq!(alone.expired_missed, 0);
-    assert!(waited <= baseline + Duration::from_millis(1_500), "live reminders waited {waited:?} behind the expiries (alone {baseline:?})");
+    assert!(
+        waited <= baseline + Duration::from_millis(1_500),
+        "live reminders waited {waited:?} behind the expiries (alone {baseline:?})"
+    );
     assert_eq!(crossed, 0, "live reminders released after their deliver_by");
     // Those whose deadline passed while the index was read (the first ~2 s) aside, every renewal
     // deliverable when the tick started is released.
     assert!(r.expired_missed <= 7_202 && r.released + r.expired_missed == 11_400, "{r:?}");
     assert!(r.finished);
+}
+
+/// The SLO's verdicts (met + breached) in what the scheduler's ticks and the sender's records
+/// publish.
+fn verdicts(m: &punctual_core::metrics::Metrics) -> f64 {
+    m.slo_total(punctual_core::metrics::name::SLO_MET) + m.slo_total(punctual_core::metrics::name::SLO_BREACHED)
+}
+
+/// A tick that sends a reminder and fails to mark it (the renewals table throttled the write),
+/// with a sender over `ledger`; returns the scheduler, its queue and the failed tick's metrics.
+async fn release_whose_mark_fails(
+    clock: &ManualClock,
+    ledger: &punctual_core::testing::MemoryLedger,
+) -> (Scheduler<SlowDueStore<ManualClock>, MemoryRelease, ManualClock>, MemoryRelease, punctual_core::metrics::Metrics)
+{
+    let store = MemoryDueStore::new(1);
+    store.insert(pending(1, t0(), 2)); // due now, a two-minute window
+    let due = SlowDueStore::new(store, clock.clone(), Duration::ZERO, Duration::ZERO);
+    due.fail_mark(1);
+    let queue = MemoryRelease::default();
+    let scheduler =
+        Scheduler::new(due, queue.clone(), clock.clone(), SchedulerSettings::default()).with_ledger(ledger.clone());
+    let mut partial = punctual_core::scheduler::TickReport::default();
+    assert!(scheduler.tick_into(far(), &mut partial).await.is_err(), "the mark failed");
+    assert_eq!(queue.sent().len(), 1, "sent before the mark");
+    (scheduler, queue, punctual_core::metrics::scheduler::failure_metrics(&partial))
+}
+
+/// Processes the one released copy with a sender over `ledger` whose provider accepts it, and
+/// returns the record's metrics.
+async fn sender_processes(
+    clock: &ManualClock,
+    ledger: &punctual_core::testing::MemoryLedger,
+    queue: &MemoryRelease,
+) -> punctual_core::metrics::Metrics {
+    use punctual_core::provider::ProviderOutcome;
+    let accepted = ProviderOutcome::Accepted { status: 202, receipt: None, budget: None };
+    let (sender, _, _) =
+        punctual_core::testing::scripted_sender(ledger.clone(), clock, Duration::from_millis(50), vec![accepted], 7);
+    let body = queue.sent()[0].0.encode();
+    let received = punctual_core::sender::Received { message_id: "m-1", body: &body };
+    let p = sender.process(received, far()).await.unwrap();
+    let mut m = punctual_core::metrics::Metrics::new();
+    punctual_core::metrics::sender::record(&mut m, &p, &punctual_core::slo::SloPolicy::default());
+    m
+}
+
+/// A mark that fails after its message was sent leaves the row pending. The sender delivers
+/// the copy and judges it (met); a later tick finds the row past its deadline and must not
+/// expire it with a second verdict (breached) for the same reminder.
+#[tokio::test]
+async fn a_delivered_release_whose_mark_failed_gets_no_second_verdict_at_expiry() {
+    let clock = ManualClock::new(t0());
+    let ledger = punctual_core::testing::MemoryLedger::new();
+    let (scheduler, queue, mut m) = release_whose_mark_fails(&clock, &ledger).await;
+    m.merge(&sender_processes(&clock, &ledger, &queue).await);
+    assert_eq!(verdicts(&m), 1.0, "the sender's");
+    clock.advance(Duration::from_secs(180));
+    let r = scheduler.tick(far()).await.unwrap();
+    m.merge(&punctual_core::metrics::scheduler::metrics(&r));
+    assert_eq!(verdicts(&m), 1.0, "one reminder, one verdict: {r:?}");
+}
+
+/// The same, with the copy still on its lane when the later tick expires the row (the senders
+/// were slow, paused or down): the scheduler judges it at release, and the sender, meeting the
+/// copy past its deadline, must not judge it again.
+#[tokio::test]
+async fn a_queued_release_whose_mark_failed_is_judged_once_when_it_expires() {
+    let clock = ManualClock::new(t0());
+    let ledger = punctual_core::testing::MemoryLedger::new();
+    let (scheduler, queue, mut m) = release_whose_mark_fails(&clock, &ledger).await;
+    clock.advance(Duration::from_secs(180));
+    let r = scheduler.tick(far()).await.unwrap();
+    m.merge(&punctual_core::metrics::scheduler::metrics(&r));
+    m.merge(&sender_processes(&clock, &ledger, &queue).await);
+    assert_eq!(verdicts(&m), 1.0, "one reminder, one verdict: {r:?}");
 }
