@@ -341,6 +341,58 @@ impl Ledger for MemoryLedger {
     }
 }
 
+/// A ledger whose reads take `read` of `clock`'s time (DynamoDB's round trip, when a service
+/// reads many records); its writes take none.
+#[derive(Debug, Clone)]
+pub struct SlowReads<L, C> {
+    inner: L,
+    clock: C,
+    read: Duration,
+}
+
+impl<L, C> SlowReads<L, C> {
+    /// `inner`, each read taking `read` on `clock`.
+    pub fn new(inner: L, clock: C, read: Duration) -> Self {
+        Self { inner, clock, read }
+    }
+}
+
+impl<L: Ledger, C: Clock> Ledger for SlowReads<L, C> {
+    async fn claim(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<ClaimView, LedgerError> {
+        self.inner.claim(msg, owner, now, lease_until).await
+    }
+
+    async fn settle(
+        &self,
+        msg: &ReminderMessage,
+        owner: Option<&OwnerToken>,
+        now: DateTime<Utc>,
+        s: &Settlement,
+    ) -> Result<SettleOutcome, LedgerError> {
+        self.inner.settle(msg, owner, now, s).await
+    }
+
+    async fn mark_call(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+    ) -> Result<bool, LedgerError> {
+        self.inner.mark_call(msg, owner, now).await
+    }
+
+    async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
+        self.clock.sleep(self.read).await;
+        self.inner.get(id).await
+    }
+}
+
 /// Which ledger call a [`FaultyLedger`] breaks, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Fault {
