@@ -981,6 +981,7 @@ WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dyn
 KEY_SOURCES = {
     "sender": [("reminder:", "crates/aws/src/ledger.rs"), ("limiter:", "crates/aws/src/limiter.rs")],
     "redrive": [("redrive:", "crates/aws/src/control.rs")],
+    "scheduler": [("reminder:", "crates/aws/src/ledger.rs")],
 }
 control = rust("crates/aws/src/control.rs")
 OPERATOR_KEYS = [k for k in re.findall(r'PAUSE_PK: &str = "([^"]+)"', control)] + [

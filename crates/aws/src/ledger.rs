@@ -566,8 +566,11 @@ impl Ledger for DynamoLedger {
         }
         // The sparse `dead` index holds exactly the reminders whose last word was the DLQ
         // (dead-lettered, or expired: `business_deadline_expired`), by reason: what `punctual
-        // status` counts without a scan.
-        if matches!(x.state, ReminderState::DeadLettered | ReminderState::Expired) {
+        // status` counts without a scan. The scheduler's expiry at release (`missed_schedule_window`)
+        // writes no letter, and a missed backlog expires thousands a second: not in it.
+        if matches!(x.state, ReminderState::DeadLettered | ReminderState::Expired)
+            && x.reason != Some(ReasonCode::MissedScheduleWindow)
+        {
             set.push("dead_reason = :dead_reason");
             update = update.expression_attribute_values(":dead_reason", s(x.reason.map_or("unknown", |r| r.as_str())));
         } else {

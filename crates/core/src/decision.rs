@@ -366,7 +366,8 @@ fn past_deadline_ledger(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision 
             Some(ReminderState::Leased | ReminderState::Deferred | ReminderState::DeadLettered) if rec.unknown_call => {
                 unknown_earlier_call(rec.attempts.max(msg.attempt), "deliver_by passed")
             }
-            // Already expired: its DLQ entry exists (the DLQ is written before the ledger).
+            // Already expired: by a sender, whose DLQ entry exists (the DLQ is written before
+            // the ledger), or by the scheduler at release (a copy whose mark failed): judged then.
             Some(ReminderState::Expired) => duplicate,
             // Nothing is owed to a cancelled renewal; a DLQ entry would be a false one.
             Some(ReminderState::Cancelled) => {

@@ -341,6 +341,58 @@ impl Ledger for MemoryLedger {
     }
 }
 
+/// A ledger whose reads take `read` of `clock`'s time (DynamoDB's round trip, when a service
+/// reads many records); its writes take none.
+#[derive(Debug, Clone)]
+pub struct SlowReads<L, C> {
+    inner: L,
+    clock: C,
+    read: Duration,
+}
+
+impl<L, C> SlowReads<L, C> {
+    /// `inner`, each read taking `read` on `clock`.
+    pub fn new(inner: L, clock: C, read: Duration) -> Self {
+        Self { inner, clock, read }
+    }
+}
+
+impl<L: Ledger, C: Clock> Ledger for SlowReads<L, C> {
+    async fn claim(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<ClaimView, LedgerError> {
+        self.inner.claim(msg, owner, now, lease_until).await
+    }
+
+    async fn settle(
+        &self,
+        msg: &ReminderMessage,
+        owner: Option<&OwnerToken>,
+        now: DateTime<Utc>,
+        s: &Settlement,
+    ) -> Result<SettleOutcome, LedgerError> {
+        self.inner.settle(msg, owner, now, s).await
+    }
+
+    async fn mark_call(
+        &self,
+        msg: &ReminderMessage,
+        owner: &OwnerToken,
+        now: DateTime<Utc>,
+    ) -> Result<bool, LedgerError> {
+        self.inner.mark_call(msg, owner, now).await
+    }
+
+    async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
+        self.clock.sleep(self.read).await;
+        self.inner.get(id).await
+    }
+}
+
 /// Which ledger call a [`FaultyLedger`] breaks, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Fault {
@@ -1417,6 +1469,83 @@ impl crate::ports::DueStore for MemoryDueStore {
         let mut s = lock(&self.inner);
         s.watermark = Some(s.watermark.map_or(to, |w| w.max(to)));
         Ok(())
+    }
+}
+
+/// The in-memory index behind a store's latency, slept on `clock` (a query page `query`, a
+/// mark `write`), one of whose marks can fail before writing ([`SlowDueStore::fail_mark`]: a
+/// throttled write after its message was sent).
+#[derive(Debug, Clone)]
+pub struct SlowDueStore<C> {
+    inner: MemoryDueStore,
+    clock: C,
+    query: Duration,
+    write: Duration,
+    failing: Arc<AtomicU32>,
+}
+
+impl<C: Clock> SlowDueStore<C> {
+    /// `inner` behind `query` and `write` of latency on `clock`.
+    pub fn new(inner: MemoryDueStore, clock: C, query: Duration, write: Duration) -> Self {
+        Self { inner, clock, query, write, failing: Arc::default() }
+    }
+
+    /// The `k`-th mark from now (either kind; 1: the next) fails without writing.
+    pub fn fail_mark(&self, k: u32) {
+        self.failing.store(k, Ordering::SeqCst);
+    }
+
+    async fn mark(&self) -> Result<(), crate::ports::DueStoreError> {
+        self.clock.sleep(self.write).await;
+        match self.failing.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |k| k.checked_sub(1)) {
+            Ok(1) => Err(crate::ports::DueStoreError::Unknown("the renewals table throttled the mark".into())),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<C: Clock> crate::ports::DueStore for SlowDueStore<C> {
+    type Cursor = <MemoryDueStore as crate::ports::DueStore>::Cursor;
+
+    fn shards(&self) -> u32 {
+        self.inner.shards()
+    }
+
+    async fn due_page(
+        &self,
+        shard: u32,
+        horizon: DateTime<Utc>,
+        limit: usize,
+        cursor: Option<Self::Cursor>,
+    ) -> Result<crate::ports::Page<Self::Cursor>, crate::ports::DueStoreError> {
+        self.clock.sleep(self.query).await;
+        self.inner.due_page(shard, horizon, limit, cursor).await
+    }
+
+    async fn mark_enqueued(
+        &self,
+        p: &crate::ports::Pending,
+        at: DateTime<Utc>,
+    ) -> Result<crate::ports::Marked, crate::ports::DueStoreError> {
+        self.mark().await?;
+        self.inner.mark_enqueued(p, at).await
+    }
+
+    async fn mark_expired(
+        &self,
+        p: &crate::ports::Pending,
+        at: DateTime<Utc>,
+    ) -> Result<crate::ports::Marked, crate::ports::DueStoreError> {
+        self.mark().await?;
+        self.inner.mark_expired(p, at).await
+    }
+
+    async fn watermark(&self) -> Result<Option<DateTime<Utc>>, crate::ports::DueStoreError> {
+        self.inner.watermark().await
+    }
+
+    async fn advance_watermark(&self, to: DateTime<Utc>) -> Result<(), crate::ports::DueStoreError> {
+        self.inner.advance_watermark(to).await
     }
 }
 

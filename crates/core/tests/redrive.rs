@@ -15,17 +15,21 @@ use punctual_core::ports::{DeadLetter, DeadLetters, DeadLettersError, Ledger, Ow
 use punctual_core::provider::ProviderOutcome;
 use punctual_core::redrive::{AbortIf, RedriveRequest, Redriver, Selection};
 use punctual_core::sender::{Received, Sender, SenderSettings};
-use punctual_core::testing::{AllActive, MemoryControl, MemoryLedger, MemoryQueue, MemorySlotStore, ScriptedProvider};
+use punctual_core::testing::{
+    AllActive, MemoryControl, MemoryLedger, MemoryQueue, MemorySlotStore, ScriptedProvider, SlowReads,
+};
 use punctual_core::{ReasonCode, ReminderMessage, ReminderState};
 
 fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-12-01T14:00:00Z").unwrap().with_timezone(&Utc)
 }
 
-/// A DLQ holding some dead letters; records what was sent back and deleted.
+/// A DLQ holding some dead letters; records what was sent back and released. A released letter
+/// can be received again, as from SQS.
 #[derive(Clone, Default)]
 struct Dlq {
     waiting: Arc<Mutex<Vec<DeadLetter>>>,
+    handed_out: Arc<Mutex<Vec<DeadLetter>>>,
     sent_back: Arc<Mutex<Vec<(String, QueueLane)>>>,
     released: Arc<Mutex<Vec<String>>>,
 }
@@ -44,18 +48,25 @@ impl Dlq {
 
 impl DeadLetters for Dlq {
     async fn receive(&self, _hold: std::time::Duration) -> Result<Vec<DeadLetter>, DeadLettersError> {
-        // Each message is handed out once (the redrive deletes or releases it).
-        Ok(std::mem::take(&mut *self.waiting.lock().unwrap()))
+        // Everything visible at once; hidden until deleted or released.
+        let out = std::mem::take(&mut *self.waiting.lock().unwrap());
+        self.handed_out.lock().unwrap().extend(out.iter().cloned());
+        Ok(out)
     }
     async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), DeadLettersError> {
         self.sent_back.lock().unwrap().push((body.to_owned(), lane));
         Ok(())
     }
-    async fn delete(&self, _: &str) -> Result<(), DeadLettersError> {
+    async fn delete(&self, handle: &str) -> Result<(), DeadLettersError> {
+        self.handed_out.lock().unwrap().retain(|d| d.handle != handle);
         Ok(())
     }
     async fn release(&self, handles: &[String]) -> Result<(), DeadLettersError> {
         self.released.lock().unwrap().extend(handles.iter().cloned());
+        let mut out = self.handed_out.lock().unwrap();
+        let (back, still): (Vec<_>, Vec<_>) = out.drain(..).partition(|d| handles.contains(&d.handle));
+        *out = still;
+        self.waiting.lock().unwrap().extend(back);
         Ok(())
     }
 }
@@ -412,4 +423,140 @@ async fn a_canary_whose_renewal_was_paid_meanwhile_is_settled_not_failed() {
     assert_eq!(sum.aborted, None, "{sum:?}");
     assert_eq!(sum.moved, 3, "{sum:?}");
     assert!(provider.calls().is_empty(), "a paid renewal was reminded");
+}
+
+/// The periodic abort check reads the outcome of every redriven reminder not settled yet; begun
+/// just before the run's stop time it must not read on past it. 140 letters moved at 20 ms of
+/// ledger read each reach the stop time (the deadline less the 5 s margin) at about 2.8 s, where
+/// the 140-move check begins: 140 more reads.
+#[tokio::test]
+async fn the_periodic_abort_check_stops_at_the_runs_stop_time() {
+    let (clock, dlq, control, redriver) = dead_letter_rig("check", 300).await;
+    let ledger = SlowReads::new(redriver.ledger().clone(), clock.clone(), Duration::from_millis(20));
+    let redriver = Redriver::new(ledger, dlq.clone(), control.clone(), clock.clone());
+    let req = RedriveRequest {
+        max_messages: 300,
+        max_per_second: 1000.0,
+        abort_if: AbortIf { failure_ratio: 1.0, ratio_429: None, window: 140 },
+        ..request()
+    };
+    let deadline = t0() + TimeDelta::seconds(8);
+    let sum = redriver.run(&req, deadline).await.unwrap();
+    let stop = deadline - TimeDelta::seconds(5);
+    let brief = format!("moved {}, left {}, aborted {:?}", sum.moved, sum.left, sum.aborted);
+    assert!(
+        clock.now() <= stop + TimeDelta::milliseconds(20),
+        "ran until {} ({} ms past its stop time): {brief}",
+        clock.now(),
+        (clock.now() - stop).num_milliseconds()
+    );
+    assert!(sum.aborted.as_deref().is_some_and(|a| a.contains("deadline")), "{brief}");
+    assert_eq!(sum.moved as usize + dlq.released.lock().unwrap().len(), 300, "the rest is visible again: {brief}");
+}
+
+/// A DLQ as SQS hands it out: ten visible letters a receive, in order, each hidden from its
+/// receive (under a new handle) until it is deleted or released; it records how long each
+/// letter was hidden, in all.
+#[derive(Clone)]
+struct TimedDlq {
+    clock: ManualClock,
+    /// (message id, letter, hidden since).
+    letters: Arc<Mutex<Vec<(String, DeadLetter, Option<DateTime<Utc>>)>>>,
+    receives: Arc<Mutex<u64>>,
+    /// Message id → time hidden so far.
+    hidden: Arc<Mutex<std::collections::HashMap<String, Duration>>>,
+}
+
+impl TimedDlq {
+    fn show(&self, handle: &str, delete: bool) {
+        let now = self.clock.now();
+        let mut letters = self.letters.lock().unwrap();
+        if let Some(k) = letters.iter().position(|(_, d, _)| d.handle == handle) {
+            let (id, _, since) = &mut letters[k];
+            if let Some(at) = since.take() {
+                *self.hidden.lock().unwrap().entry(id.clone()).or_default() += (now - at).to_std().unwrap();
+            }
+            if delete {
+                letters.remove(k);
+            }
+        }
+    }
+}
+
+impl DeadLetters for TimedDlq {
+    async fn receive(&self, _hold: Duration) -> Result<Vec<DeadLetter>, DeadLettersError> {
+        let now = self.clock.now();
+        let mut n = self.receives.lock().unwrap();
+        *n += 1;
+        let mut out = Vec::new();
+        for (id, d, since) in self.letters.lock().unwrap().iter_mut().filter(|l| l.2.is_none()).take(10) {
+            *since = Some(now);
+            d.handle = format!("{id}#{n}");
+            out.push(d.clone());
+        }
+        Ok(out)
+    }
+    async fn send_back(&self, _body: &str, _lane: QueueLane) -> Result<(), DeadLettersError> {
+        Ok(())
+    }
+    async fn delete(&self, handle: &str) -> Result<(), DeadLettersError> {
+        self.show(handle, true);
+        Ok(())
+    }
+    async fn release(&self, handles: &[String]) -> Result<(), DeadLettersError> {
+        handles.iter().for_each(|h| self.show(h, false));
+        Ok(())
+    }
+}
+
+/// A narrow redrive (one reason: 10 letters of 1,000) cannot skip what it passes over without
+/// holding it (SQS cannot be filtered), but it must not keep it hidden through its canary wait
+/// (a minute by default, five in the runbook): held letters are what `explain` and `reconcile`
+/// cannot see. Here the canary never settles within its 60 s (the threshold lets the run go on).
+#[tokio::test]
+async fn a_narrow_redrive_lets_go_of_what_it_passed_over_while_its_canary_settles() {
+    let (clock, _, control, redriver) = dead_letter_rig("wide", 0).await;
+    let ledger = redriver.ledger().clone();
+    let mut letters = Vec::new();
+    for i in 0..1_000 {
+        let m = punctual_core::testing::message(&format!("narrow-{i}"), t0(), t0() + TimeDelta::hours(5));
+        dead_lettered(&ledger, &m, 1, clock.now()).await;
+        let reason = if i % 100 == 50 { ReasonCode::ProviderCredentials } else { ReasonCode::AttemptLimit };
+        let d = DeadLetter { message_id: format!("dlq-{i}"), ..letter(m.encode(), reason) };
+        letters.push((d.message_id.clone(), d, None));
+    }
+    let dlq = TimedDlq {
+        clock: clock.clone(),
+        letters: Arc::new(Mutex::new(letters)),
+        receives: Arc::default(),
+        hidden: Arc::default(),
+    };
+    let redriver = Redriver::new(ledger, dlq.clone(), control, clock.clone());
+    let req = RedriveRequest {
+        selection: Selection { failure_reasons: vec![ReasonCode::ProviderCredentials], ..Selection::default() },
+        max_messages: 100,
+        max_per_second: 10.0,
+        canary: 1,
+        canary_timeout: Some(Duration::from_secs(60)),
+        abort_if: AbortIf { failure_ratio: 1.0, ..AbortIf::default() },
+        ..request()
+    };
+    let sum = redriver.run(&req, t0() + TimeDelta::minutes(5)).await.unwrap();
+    let brief = format!("selected {}, moved {}, left {}, aborted {:?}", sum.selected, sum.moved, sum.left, sum.aborted);
+    assert_eq!((sum.selected, sum.moved, sum.left), (10, 10, 990), "each letter looked at once: {brief}");
+    let letters = dlq.letters.lock().unwrap();
+    assert_eq!(letters.len(), 990, "the ten moved were deleted");
+    assert!(letters.iter().all(|(_, _, since)| since.is_none()), "the rest is visible again");
+    let hidden = dlq.hidden.lock().unwrap();
+    let (worst, longest) = hidden
+        .iter()
+        .filter(|(id, _)| letters.iter().any(|(l, _, _)| l == *id))
+        .max_by_key(|(_, d)| **d)
+        .map(|(id, d)| (id.clone(), *d))
+        .unwrap();
+    assert!(
+        longest < Duration::from_secs(10),
+        "{worst}, a letter the run did not move, was hidden {longest:?} (the run took {:?}; {brief})",
+        (clock.now() - t0()).to_std().unwrap()
+    );
 }

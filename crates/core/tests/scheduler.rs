@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use punctual_core::clock::{Clock, ManualClock};
 use punctual_core::ports::Pending;
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
-use punctual_core::testing::{MemoryDueStore, MemoryRelease};
+use punctual_core::testing::{MemoryDueStore, MemoryRelease, SlowDueStore};
 use punctual_core::{ReminderKind, RenewalId, TenantId};
 
 fn t0() -> DateTime<Utc> {
@@ -250,4 +250,178 @@ async fn delayed_work_is_not_ahead_of_a_reminder_due_now() {
     let r = Scheduler::new(store.clone(), queue.clone(), clock.clone(), settings).tick(far()).await.unwrap();
     assert_eq!(r.released, 1);
     assert!(!r.projected_breach, "12,000 messages delayed 5-10 minutes are not ahead of a reminder due now: {r:?}");
+}
+
+/// Virtual time on tokio's paused clock: requests that sleep overlap as they would on the wire.
+#[derive(Clone)]
+struct TokioClock {
+    t0: DateTime<Utc>,
+    start: tokio::time::Instant,
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> DateTime<Utc> {
+        punctual_core::clock::add(self.t0, self.start.elapsed())
+    }
+    fn sleep(&self, d: Duration) -> impl std::future::Future<Output = ()> + Send {
+        tokio::time::sleep(d)
+    }
+}
+
+/// The send queues with SQS's latency (a `SendMessageBatch` 20 ms), recording when each
+/// message was released.
+#[derive(Clone)]
+struct SlowRelease {
+    clock: TokioClock,
+    sent: std::sync::Arc<std::sync::Mutex<Vec<(DateTime<Utc>, punctual_core::ports::Release)>>>,
+}
+
+impl punctual_core::ports::ReleaseQueue for SlowRelease {
+    async fn release(
+        &self,
+        batch: &[punctual_core::ports::Release],
+    ) -> Result<Vec<bool>, punctual_core::ports::QueueError> {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let at = self.clock.now();
+        self.sent.lock().unwrap().extend(batch.iter().map(|r| (at, r.clone())));
+        Ok(vec![true; batch.len()])
+    }
+    async fn depth(&self) -> Result<punctual_core::lanes::LaneDepths, punctual_core::ports::QueueError> {
+        Ok(punctual_core::lanes::LaneDepths::default())
+    }
+}
+
+/// One tick after an outage of `outage_secs` with one renewal due a second (one-hour windows,
+/// the lookahead's ten minutes beyond), over 16 shards at DynamoDB's and SQS's latencies. Without
+/// `missed_too` only the renewals still deliverable are in the index (the same live renewals,
+/// no missed backlog). Returns the tick's report, when the last live
+/// reminder due at the start was released, and how many were released after their `deliver_by`.
+async fn tick_after_outage(
+    outage_secs: i64,
+    missed_too: bool,
+) -> (punctual_core::scheduler::TickReport, Duration, usize) {
+    let resume = t0();
+    let clock = TokioClock { t0: resume, start: tokio::time::Instant::now() };
+    let store = MemoryDueStore::new(16);
+    for s in 0..outage_secs + 600 {
+        let after = resume - TimeDelta::seconds(outage_secs) + TimeDelta::seconds(s);
+        if missed_too || after + TimeDelta::hours(1) > resume {
+            store.insert(pending(s as u32, after, 60));
+        }
+    }
+    let queue = SlowRelease { clock: clock.clone(), sent: Default::default() };
+    let settings = SchedulerSettings { page_size: 100, ..SchedulerSettings::default() };
+    let due = SlowDueStore::new(store.clone(), clock.clone(), Duration::from_millis(15), Duration::from_millis(10));
+    let scheduler = Scheduler::new(due, queue.clone(), clock.clone(), settings);
+    // The scheduler function's timeout: 120 s.
+    let r = scheduler.tick(resume + TimeDelta::seconds(120)).await.unwrap();
+    let sent = queue.sent.lock().unwrap().clone();
+    let last = sent.iter().filter(|(_, x)| x.message.deliver_after <= resume).map(|(at, _)| *at).max().unwrap();
+    let crossed = sent.iter().filter(|(at, x)| *at >= x.message.deliver_by).count();
+    (r, (last - resume).to_std().unwrap(), crossed)
+}
+
+/// After a three-hour outage the first tick finds 7,200 renewals past their deadline and 4,200
+/// still deliverable, the tightest with seconds left. Expiring the missed ones must not hold
+/// back the live ones: the last live reminder due now is on its lane no later than without the
+/// backlog, but for the time it takes to read past it (72 pages of 15 ms), and none is released
+/// after its `deliver_by` or expires while it waits. (One `mark_expired` at a time, they waited
+/// 77 s behind 7,200 × 10 ms: 66 expired in the tick and 9 went out past their deadline.)
+#[tokio::test(start_paused = true)]
+async fn expiring_a_missed_backlog_does_not_hold_back_live_reminders() {
+    let (r, waited, crossed) = tick_after_outage(3 * 3600, true).await;
+    let (alone, baseline, _) = tick_after_outage(3 * 3600, false).await;
+    eprintln!(
+        "after the backlog: last live reminder due now released {:.1} s after the tick started (without the \
+         backlog {:.1} s); {crossed} released after their deliver_by; {} expired (7,200 missed before the tick)",
+        waited.as_secs_f64(),
+        baseline.as_secs_f64(),
+        r.expired_missed,
+    );
+    assert_eq!(alone.expired_missed, 0);
+    assert!(
+        waited <= baseline + Duration::from_millis(1_500),
+        "live reminders waited {waited:?} behind the expiries (alone {baseline:?})"
+    );
+    assert_eq!(crossed, 0, "live reminders released after their deliver_by");
+    // Those whose deadline passed while the index was read (the first ~2 s) aside, every renewal
+    // deliverable when the tick started is released.
+    assert!(r.expired_missed <= 7_202 && r.released + r.expired_missed == 11_400, "{r:?}");
+    assert!(r.finished);
+}
+
+/// The SLO's verdicts (met + breached) in what the scheduler's ticks and the sender's records
+/// publish.
+fn verdicts(m: &punctual_core::metrics::Metrics) -> f64 {
+    m.slo_total(punctual_core::metrics::name::SLO_MET) + m.slo_total(punctual_core::metrics::name::SLO_BREACHED)
+}
+
+/// A tick that sends a reminder and fails to mark it (the renewals table throttled the write),
+/// with a sender over `ledger`; returns the scheduler, its queue and the failed tick's metrics.
+async fn release_whose_mark_fails(
+    clock: &ManualClock,
+    ledger: &punctual_core::testing::MemoryLedger,
+) -> (Scheduler<SlowDueStore<ManualClock>, MemoryRelease, ManualClock>, MemoryRelease, punctual_core::metrics::Metrics)
+{
+    let store = MemoryDueStore::new(1);
+    store.insert(pending(1, t0(), 2)); // due now, a two-minute window
+    let due = SlowDueStore::new(store, clock.clone(), Duration::ZERO, Duration::ZERO);
+    due.fail_mark(1);
+    let queue = MemoryRelease::default();
+    let scheduler =
+        Scheduler::new(due, queue.clone(), clock.clone(), SchedulerSettings::default()).with_ledger(ledger.clone());
+    let mut partial = punctual_core::scheduler::TickReport::default();
+    assert!(scheduler.tick_into(far(), &mut partial).await.is_err(), "the mark failed");
+    assert_eq!(queue.sent().len(), 1, "sent before the mark");
+    (scheduler, queue, punctual_core::metrics::scheduler::failure_metrics(&partial))
+}
+
+/// Processes the one released copy with a sender over `ledger` whose provider accepts it, and
+/// returns the record's metrics.
+async fn sender_processes(
+    clock: &ManualClock,
+    ledger: &punctual_core::testing::MemoryLedger,
+    queue: &MemoryRelease,
+) -> punctual_core::metrics::Metrics {
+    use punctual_core::provider::ProviderOutcome;
+    let accepted = ProviderOutcome::Accepted { status: 202, receipt: None, budget: None };
+    let (sender, _, _) =
+        punctual_core::testing::scripted_sender(ledger.clone(), clock, Duration::from_millis(50), vec![accepted], 7);
+    let body = queue.sent()[0].0.encode();
+    let received = punctual_core::sender::Received { message_id: "m-1", body: &body };
+    let p = sender.process(received, far()).await.unwrap();
+    let mut m = punctual_core::metrics::Metrics::new();
+    punctual_core::metrics::sender::record(&mut m, &p, &punctual_core::slo::SloPolicy::default());
+    m
+}
+
+/// A mark that fails after its message was sent leaves the row pending. The sender delivers
+/// the copy and judges it (met); a later tick finds the row past its deadline and must not
+/// expire it with a second verdict (breached) for the same reminder.
+#[tokio::test]
+async fn a_delivered_release_whose_mark_failed_gets_no_second_verdict_at_expiry() {
+    let clock = ManualClock::new(t0());
+    let ledger = punctual_core::testing::MemoryLedger::new();
+    let (scheduler, queue, mut m) = release_whose_mark_fails(&clock, &ledger).await;
+    m.merge(&sender_processes(&clock, &ledger, &queue).await);
+    assert_eq!(verdicts(&m), 1.0, "the sender's");
+    clock.advance(Duration::from_secs(180));
+    let r = scheduler.tick(far()).await.unwrap();
+    m.merge(&punctual_core::metrics::scheduler::metrics(&r));
+    assert_eq!(verdicts(&m), 1.0, "one reminder, one verdict: {r:?}");
+}
+
+/// The same, with the copy still on its lane when the later tick expires the row (the senders
+/// were slow, paused or down): the scheduler judges it at release, and the sender, meeting the
+/// copy past its deadline, must not judge it again.
+#[tokio::test]
+async fn a_queued_release_whose_mark_failed_is_judged_once_when_it_expires() {
+    let clock = ManualClock::new(t0());
+    let ledger = punctual_core::testing::MemoryLedger::new();
+    let (scheduler, queue, mut m) = release_whose_mark_fails(&clock, &ledger).await;
+    clock.advance(Duration::from_secs(180));
+    let r = scheduler.tick(far()).await.unwrap();
+    m.merge(&punctual_core::metrics::scheduler::metrics(&r));
+    m.merge(&sender_processes(&clock, &ledger, &queue).await);
+    assert_eq!(verdicts(&m), 1.0, "one reminder, one verdict: {r:?}");
 }

@@ -18,7 +18,9 @@ pub struct Observed {
     pub dlq: DlqContents,
     /// Messages still on the send queue (visible, in flight, delayed).
     pub on_queue: u64,
-    /// Renewals the scheduler expired at release (`missed_schedule_window`).
+    /// Renewals the scheduler expired at release (`missed_schedule_window`), from its tick
+    /// reports. Those it recorded in the ledger (the functions' scheduler expires through it)
+    /// are counted once, from their records.
     pub expired_at_release: u64,
     /// Provider requests repeating an accepted key.
     pub repeated_key_requests: u64,
@@ -79,7 +81,15 @@ pub fn count(o: &Observed, as_of: DateTime<Utc>, expected: Option<u64>) -> (Deli
     endings.iter().for_each(|e| tally.reminder(e));
     dead.iter().for_each(|r| tally.dead_letter(r));
     copies.iter().for_each(|r| tally.dlq_copy(r));
-    tally.expired_at_release(o.expired_at_release);
+    let recorded = o
+        .records
+        .iter()
+        .filter(|r| {
+            r.state == punctual_core::reason::ReminderState::Expired
+                && r.last_reason == Some(punctual_core::ReasonCode::MissedScheduleWindow)
+        })
+        .count() as u64;
+    tally.expired_at_release(o.expired_at_release.saturating_sub(recorded));
     tally.provider(o.repeated_key_requests, o.double_effects);
     let unseen = o.on_queue.saturating_sub(tally.waiting());
     (tally.finish(expected, unseen), endings)

@@ -7,6 +7,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client as DynamoClient;
 use aws_sdk_sqs::Client as SqsClient;
 use punctual_aws::control::DynamoControl;
+use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::sqs::SqsQueues;
 use punctual_core::pause::PauseGate;
@@ -19,7 +20,8 @@ use crate::config::SchedulerConfig;
 pub type App = Scheduler<DynamoRenewals, SqsQueues, SystemClock>;
 
 /// Builds the scheduler. The pause switch is read at every tick (once a minute in production):
-/// a pause takes effect at the next tick.
+/// a pause takes effect at the next tick. What it finds past its deadline is expired through
+/// the idempotency ledger (one verdict per reminder, whoever ends it).
 pub fn build(config: &SchedulerConfig, dynamodb: &DynamoClient, sqs: &SqsClient) -> App {
     // The scheduler never quarantines; it has no DLQ.
     let queues =
@@ -30,4 +32,5 @@ pub fn build(config: &SchedulerConfig, dynamodb: &DynamoClient, sqs: &SqsClient)
             SystemClock,
             Duration::ZERO,
         ))
+        .with_ledger(DynamoLedger::new(dynamodb.clone(), &config.ledger_table))
 }

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
 
 use std::path::Path;
+use std::time::Duration;
 
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use chrono::{DateTime, TimeDelta, Utc};
@@ -11,7 +12,7 @@ use lambda_runtime::{Context, LambdaEvent};
 use punctual_core::clock::{Clock, ManualClock};
 use punctual_core::ports::Pending;
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
-use punctual_core::testing::{MemoryDueStore, MemoryRelease};
+use punctual_core::testing::{MemoryDueStore, MemoryRelease, SlowDueStore};
 use punctual_core::{ReminderKind, RenewalId, TenantId};
 use punctual_scheduler::handler::{handle, metrics};
 
@@ -128,54 +129,6 @@ async fn a_paused_tick_still_measures_what_waits_and_says_who_paused() {
     assert_eq!((doc["Paused"].as_f64(), doc["FleetPaused"].as_f64()), (Some(0.0), Some(0.0)), "every tick writes both");
 }
 
-/// The in-memory index, with the `fail_at`-th `mark_enqueued` failing (a throttled write after
-/// its message was sent).
-#[derive(Clone)]
-struct FailingMark {
-    inner: MemoryDueStore,
-    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    fail_at: usize,
-}
-
-impl punctual_core::ports::DueStore for FailingMark {
-    type Cursor = <MemoryDueStore as punctual_core::ports::DueStore>::Cursor;
-    fn shards(&self) -> u32 {
-        self.inner.shards()
-    }
-    async fn due_page(
-        &self,
-        shard: u32,
-        horizon: DateTime<Utc>,
-        limit: usize,
-        cursor: Option<Self::Cursor>,
-    ) -> Result<punctual_core::ports::Page<Self::Cursor>, punctual_core::ports::DueStoreError> {
-        self.inner.due_page(shard, horizon, limit, cursor).await
-    }
-    async fn mark_enqueued(
-        &self,
-        p: &Pending,
-        at: DateTime<Utc>,
-    ) -> Result<punctual_core::ports::Marked, punctual_core::ports::DueStoreError> {
-        if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == self.fail_at {
-            return Err(punctual_core::ports::DueStoreError::Unknown("throttled".into()));
-        }
-        self.inner.mark_enqueued(p, at).await
-    }
-    async fn mark_expired(
-        &self,
-        p: &Pending,
-        at: DateTime<Utc>,
-    ) -> Result<punctual_core::ports::Marked, punctual_core::ports::DueStoreError> {
-        self.inner.mark_expired(p, at).await
-    }
-    async fn watermark(&self) -> Result<Option<DateTime<Utc>>, punctual_core::ports::DueStoreError> {
-        self.inner.watermark().await
-    }
-    async fn advance_watermark(&self, to: DateTime<Utc>) -> Result<(), punctual_core::ports::DueStoreError> {
-        self.inner.advance_watermark(to).await
-    }
-}
-
 /// The SLO documents' `SloDue` per tenant.
 fn slo_due(m: &punctual_aws::emf::Metrics) -> f64 {
     m.slo_total(punctual_aws::emf::name::SLO_DUE)
@@ -189,7 +142,9 @@ async fn found_by_review_a_tick_that_fails_part_way_still_counts_the_due_it_rele
     for n in 0..30 {
         store.insert(pending(n, clock.now() + TimeDelta::minutes(1), TimeDelta::hours(8)));
     }
-    let failing = FailingMark { inner: store.clone(), calls: Default::default(), fail_at: 15 };
+    // The 15th mark fails (a throttled write after its message was sent).
+    let failing = SlowDueStore::new(store.clone(), clock.clone(), Duration::ZERO, Duration::ZERO);
+    failing.fail_mark(15);
     let scheduler = Scheduler::new(failing, MemoryRelease::default(), clock.clone(), SchedulerSettings::default());
     let (partial, result) =
         punctual_scheduler::handler::handle_reporting(&scheduler, LambdaEvent::new(event.clone(), context(&clock)))

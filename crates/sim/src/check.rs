@@ -1036,7 +1036,9 @@ fn run_here(
             ..SchedulerSettings::default()
         },
     )
-    .with_pause(PauseGate::new(control.clone(), truth.clone(), Duration::ZERO));
+    .with_pause(PauseGate::new(control.clone(), truth.clone(), Duration::ZERO))
+    // Its expiries go through the ledger as production's do, with the ledger's faults.
+    .with_ledger(faulty.clone());
 
     let errs: Rc<RefCell<HashMap<String, u64>>> = Rc::default();
     let stop = Rc::new(std::cell::Cell::new(false));

@@ -216,6 +216,60 @@ async fn a_two_hour_pause_is_caught_up_and_what_missed_its_window_expires() {
     r.stack.destroy().await;
 }
 
+/// The scheduler's expiries go through the ledger (one verdict per reminder): a missed renewal
+/// no sender ever saw is recorded `expired` (`missed_schedule_window`, out of the dead index:
+/// it has no letter), and one a sender already delivered (an earlier release whose mark failed)
+/// is marked released, not expired.
+#[tokio::test]
+async fn the_expiries_at_release_are_recorded_in_the_ledger_and_a_delivered_release_is_not_expired() {
+    use punctual_aws::ledger::DynamoLedger;
+    use punctual_core::ports::{Ledger, OwnerToken, Pending, SettleOutcome, Settlement};
+    use punctual_core::{ReasonCode, ReminderState};
+    let r = rig("sched-ledger").await;
+    let paused_at = minute(r.clock.now()) - TimeDelta::hours(2);
+    let missed: Vec<Renewal> = (0..10).map(|n| row_at(n, ZONES[n % 5], paused_at, 60)).collect();
+    r.renewals.import(&missed, paused_at - TimeDelta::minutes(1)).await.unwrap();
+    let ledger = DynamoLedger::new(r.stack.ddb.clone(), &r.stack.ledger_table);
+    // missed[1] was released and delivered before: its tick failed to mark it.
+    let row = &missed[1];
+    let p = Pending {
+        tenant_id: row.tenant_id.clone(),
+        renewal_id: row.renewal_id.clone(),
+        kind: row.kind.clone(),
+        reminder_id: row.reminder_id.clone(),
+        deliver_after: row.deliver_after,
+        deliver_by: row.deliver_by,
+    };
+    let msg = punctual_core::scheduler::message_for(&p, row.deliver_after);
+    let (owner, at) = (OwnerToken::new("a-sender"), row.deliver_after + TimeDelta::seconds(5));
+    ledger.claim(&msg, &owner, at, at + TimeDelta::seconds(30)).await.unwrap();
+    let delivered = Settlement {
+        state: ReminderState::Delivered,
+        reason: None,
+        attempts: 1,
+        receipt: Some("r-1".into()),
+        provider_status: Some(202),
+        next_at: None,
+    };
+    assert_eq!(ledger.settle(&msg, Some(&owner), at, &delivered).await.unwrap(), SettleOutcome::Recorded);
+
+    let report = r.scheduler().with_ledger(ledger.clone()).tick(r.deadline()).await.unwrap();
+    assert_eq!((report.expired_missed, report.judged_before, report.finished), (9, 1, true), "{report:?}");
+    let due = report.due_by_tenant.values().fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    assert_eq!(due, (1, 9), "its release counted now (the failed mark never did), nine expiries");
+    assert_eq!(r.sched_state(&missed[1]).await.0.as_deref(), Some("enqueued"));
+    assert_eq!(r.sched_state(&missed[0]).await.0.as_deref(), Some("expired"));
+    let rec = ledger.get(&missed[0].reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.last_reason), (ReminderState::Expired, Some(ReasonCode::MissedScheduleWindow)));
+    assert_eq!(ledger.get(&missed[1].reminder_id).await.unwrap().unwrap().state, ReminderState::Delivered);
+    let dead = ledger.dead_by_reason(paused_at - TimeDelta::days(1)).await.unwrap().0.unwrap();
+    assert_eq!(dead.get("missed_schedule_window").copied().unwrap_or(0), 0, "{dead:?}");
+    // A second tick finds nothing left: each reminder was judged once.
+    let again = r.scheduler().with_ledger(ledger).tick(r.deadline()).await.unwrap();
+    assert_eq!((again.expired_missed, again.judged_before), (0, 0));
+    r.stack.destroy().await;
+}
+
 #[tokio::test]
 async fn reimporting_the_same_rows_changes_nothing_and_a_released_row_takes_a_status_or_schedule_change() {
     let r = rig("sched-reimport").await;

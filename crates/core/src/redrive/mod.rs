@@ -9,7 +9,7 @@
 //! most `max_per_second`, deletes from the DLQ only what was sent, watches a canary first and
 //! stops when the abort threshold trips, before the invocation deadline, or at `max_messages`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
@@ -170,10 +170,17 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
         // Outcomes already final for this run are read once, not at every check: the checks
         // were O(moved²) ledger reads (8.5 reads per reminder in `simulate --scenario redrive`).
         let mut settled: HashMap<String, Outcomes> = HashMap::new();
+        // Letters this run has looked at and left in the DLQ (handle → message id), and the
+        // message ids of those it let go of before its canary wait (see `let_go`).
+        let mut looked_at: HashMap<String, String> = HashMap::new();
+        let mut let_go: HashSet<String> = HashSet::new();
         let result = async {
             'outer: loop {
                 if self.clock.now() >= stop_at {
-                    sum.aborted.get_or_insert_with(|| "stopped before the invocation deadline".into());
+                    sum.aborted.get_or_insert_with(|| DEADLINE.into());
+                    break;
+                }
+                if sum.aborted.is_some() || sum.moved >= u64::from(req.max_messages) {
                     break;
                 }
                 // Held for what is left of the run and a little more (SQS's own limit is 12 h):
@@ -192,10 +199,17 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     if done || self.clock.now() >= stop_at {
                         sum.left += (batch.len() - i) as u64;
                         if self.clock.now() >= stop_at {
-                            sum.aborted.get_or_insert_with(|| "stopped before the invocation deadline".into());
+                            sum.aborted.get_or_insert_with(|| DEADLINE.into());
                         }
                         break 'outer;
                     }
+                    // Seen before the canary wait and let go of: held again to get past it,
+                    // and not counted twice.
+                    if let_go.contains(&dl.message_id) {
+                        looked_at.insert(dl.handle.clone(), dl.message_id.clone());
+                        continue;
+                    }
+                    looked_at.insert(dl.handle.clone(), dl.message_id.clone());
                     let Ok(mut msg) = ReminderMessage::decode(&dl.body) else {
                         // Redriving a malformed body cannot help; it stays for a human.
                         *sum.skipped.entry("malformed".into()).or_default() += 1;
@@ -252,7 +266,7 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     if at >= stop_at {
                         // The next send would fall after the run's stop time.
                         sum.left += 1;
-                        sum.aborted.get_or_insert_with(|| "stopped before the invocation deadline".into());
+                        sum.aborted.get_or_insert_with(|| DEADLINE.into());
                         continue;
                     }
                     if at > now {
@@ -261,7 +275,8 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     msg.attempt = record.as_ref().map_or(msg.attempt, |r| r.attempts.max(msg.attempt));
                     // The fresh budget starts from the attempts made so far, once: requeued
                     // copies carry this base unchanged (see `decision::attempt_limit`).
-                    msg.redrive = Some(RedriveStamp { base_attempt: msg.attempt, resend_unknown: unknown, ..stamp.clone() });
+                    msg.redrive =
+                        Some(RedriveStamp { base_attempt: msg.attempt, resend_unknown: unknown, ..stamp.clone() });
                     let lane = crate::lanes::lane_at(msg.deliver_by, self.clock.now(), self.urgent_below);
                     self.dlq.send_back(&msg.encode(), lane).await.map_err(port("sending back to the send queue"))?;
                     held.retain(|h| *h != dl.handle);
@@ -275,31 +290,51 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                         canary_checked = true;
                         sum.canary_moved = sum.moved;
                         let wanted = req.canary_timeout.unwrap_or(self.canary_timeout);
+                        // The canary wait is the run's longest (a minute by default, five in the
+                        // runbook): the letters it holds would stay hidden through it, and a
+                        // narrow redrive holds every letter it passed over. It lets go of them
+                        // all first (ten per call) and receives again after it; those it had
+                        // looked at are held again without a second look.
+                        let holding: HashSet<&String> = held.iter().collect();
+                        let_go.extend(looked_at.drain().filter(|(h, _)| holding.contains(h)).map(|(_, m)| m));
+                        if !held.is_empty() {
+                            self.dlq.release(&held).await.map_err(port("releasing what stays in the DLQ"))?;
+                            held.clear();
+                        }
                         // The wait ends by the run's own stop time: a canary still unsettled
                         // then is not a failed canary, and the run stops, releasing the rest and
                         // writing its audit record, instead of being killed mid-wait.
                         let left = until(self.clock.now(), stop_at);
-                        let o = self.watch(&id, &sum.moved_ids, &mut settled, Some(wanted.min(left))).await?;
+                        let o = self.watch(&id, &sum.moved_ids, &mut settled, Some(wanted.min(left)), stop_at).await?;
+                        let cut = wanted > left || o.cut;
                         // Failures already settled count even when the deadline cuts the wait.
                         let settled_failed = o.failed.saturating_sub(sum.moved.saturating_sub(o.settled));
-                        if wanted > left
+                        if cut
                             && o.settled < sum.moved
                             && settled_failed as f64 <= req.abort_if.failure_ratio * sum.canary_moved as f64
                         {
                             sum.aborted = Some(format!(
-                                "stopped before the invocation deadline: the canary was still settling ({} of {} settled)",
+                                "{DEADLINE}: the canary was still settling ({} of {} settled)",
                                 o.settled, sum.moved
                             ));
-                            continue;
+                            continue 'outer;
                         }
-                        let failed = if wanted > left { settled_failed } else { o.failed };
+                        let failed = if cut { settled_failed } else { o.failed };
                         sum.canary_failed = failed;
                         if failed as f64 > req.abort_if.failure_ratio * sum.canary_moved as f64 {
                             sum.aborted = Some(format!("canary: {failed} of {} failed again", sum.canary_moved));
                         }
+                        // The rest of this batch was let go of with the others: receive again.
+                        continue 'outer;
                     } else if canary_checked && sum.moved - checked_at >= u64::from(req.abort_if.window) {
                         checked_at = sum.moved;
-                        let o = self.watch(&id, &sum.moved_ids, &mut settled, None).await?;
+                        // Bounded by the stop time like every other wait: a check over thousands of
+                        // unsettled reminders begun just before it would read on past it.
+                        let o = self.watch(&id, &sum.moved_ids, &mut settled, None, stop_at).await?;
+                        if o.cut {
+                            // Not every outcome was read: no verdict on a part; the run stops next.
+                            continue;
+                        }
                         if o.settled > 0 && o.failed as f64 > req.abort_if.failure_ratio * o.settled as f64 {
                             sum.aborted =
                                 Some(format!("{} of {} settled redriven reminders failed again", o.failed, o.settled));
@@ -338,25 +373,29 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
         Ok(sum)
     }
 
-    /// Outcomes of moved reminders in the ledger — of this run (`run`) only; with `wait`, polls
-    /// until all settled or the wait ends (an unsettled canary counts as failed).
-    /// The outcomes of this run's copies of `ids` (waiting up to `wait` for all to settle).
-    /// `settled` caches the outcomes that are final for this run (delivered, or failed again):
-    /// those are not read again.
+    /// The outcomes of this run's copies of `ids` in the ledger (waiting up to `wait` for all
+    /// to settle; an unsettled one counts as failed when the wait ends). `settled` caches the
+    /// outcomes that are final for this run (delivered, or failed again): those are not read
+    /// again. No read starts at or after `stop_at`: what is left unread then is `cut`.
     async fn watch(
         &self,
         run: &RedriveId,
         ids: &[String],
         settled: &mut HashMap<String, Outcomes>,
         wait: Option<Duration>,
+        stop_at: DateTime<Utc>,
     ) -> Result<Outcomes, RedriveError> {
-        let give_up = add(self.clock.now(), wait.unwrap_or_default());
+        let give_up = add(self.clock.now(), wait.unwrap_or_default()).min(stop_at);
         loop {
             let mut o = Outcomes::default();
             for id in ids {
                 if let Some(done) = settled.get(id) {
                     o.add(done);
                     continue;
+                }
+                if self.clock.now() >= stop_at {
+                    o.cut = true;
+                    break;
                 }
                 let Ok(rid) = ReminderId::parse(id.as_str()) else { continue };
                 let rec = self.ledger.get(&rid).await.map_err(|e: LedgerError| RedriveError::Port {
@@ -392,7 +431,7 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
             if wait.is_none() || o.settled as usize >= ids.len() {
                 return Ok(o);
             }
-            if self.clock.now() >= give_up {
+            if o.cut || self.clock.now() >= give_up {
                 o.failed += ids.len() as u64 - o.settled;
                 return Ok(o);
             }
@@ -447,12 +486,17 @@ impl Pace {
     }
 }
 
+/// Why a run stopped before its work was done, when its time ran out.
+const DEADLINE: &str = "stopped before the invocation deadline";
+
 #[derive(Debug, Default, Clone, Copy)]
 struct Outcomes {
     settled: u64,
     failed: u64,
     answers: u64,
     throttled: u64,
+    /// The stop time came before every outcome was read.
+    cut: bool,
 }
 
 impl Outcomes {
