@@ -454,14 +454,16 @@ async fn the_periodic_abort_check_stops_at_the_runs_stop_time() {
     assert_eq!(sum.moved as usize + dlq.released.lock().unwrap().len(), 300, "the rest is visible again: {brief}");
 }
 
+/// A letter on the timed DLQ: (message id, letter, hidden since).
+type TimedLetter = (String, DeadLetter, Option<DateTime<Utc>>);
+
 /// A DLQ as SQS hands it out: ten visible letters a receive, in order, each hidden from its
 /// receive (under a new handle) until it is deleted or released; it records how long each
 /// letter was hidden, in all.
 #[derive(Clone)]
 struct TimedDlq {
     clock: ManualClock,
-    /// (message id, letter, hidden since).
-    letters: Arc<Mutex<Vec<(String, DeadLetter, Option<DateTime<Utc>>)>>>,
+    letters: Arc<Mutex<Vec<TimedLetter>>>,
     receives: Arc<Mutex<u64>>,
     /// Message id → time hidden so far.
     hidden: Arc<Mutex<std::collections::HashMap<String, Duration>>>,

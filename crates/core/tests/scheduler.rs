@@ -268,12 +268,15 @@ impl Clock for TokioClock {
     }
 }
 
+/// Releases with the instant each was sent.
+type Released = std::sync::Arc<std::sync::Mutex<Vec<(DateTime<Utc>, punctual_core::ports::Release)>>>;
+
 /// The send queues with SQS's latency (a `SendMessageBatch` 20 ms), recording when each
 /// message was released.
 #[derive(Clone)]
 struct SlowRelease {
     clock: TokioClock,
-    sent: std::sync::Arc<std::sync::Mutex<Vec<(DateTime<Utc>, punctual_core::ports::Release)>>>,
+    sent: Released,
 }
 
 impl punctual_core::ports::ReleaseQueue for SlowRelease {
