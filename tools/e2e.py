@@ -758,10 +758,17 @@ class Run:
         wait_for(step, "both renewals released (sched_state enqueued)", released,
                  timeout=max(10.0, 150 - (time.monotonic() - self.t_deployed)), interval=1)
         scheduler = self.physical["SchedulerFunction"]
-        ticks = [j for j in self.journal() if j["function"] == scheduler]
-        by_rule = [j for j in ticks if j.get("source") == "aws.events" and j.get("detail_type") == "Scheduled Event"]
-        if not by_rule or any(j["is_error"] for j in by_rule):
-            raise StepFailed(step, f"no successful scheduler invocation by the EventBridge rule: {ticks}")
+
+        def journalled():
+            # The invocation's journal line is written when it returns, after its marks: the
+            # rows can read released a moment before the line exists.
+            ticks = [j for j in self.journal() if j["function"] == scheduler]
+            by_rule = [j for j in ticks if j.get("source") == "aws.events" and j.get("detail_type") == "Scheduled Event"]
+            return (ticks, by_rule) if by_rule else None
+
+        ticks, by_rule = wait_for(step, "the rule's scheduler invocation in the journal", journalled, timeout=15)
+        if any(j["is_error"] for j in by_rule):
+            raise StepFailed(step, f"a scheduler invocation by the EventBridge rule failed: {ticks}")
         first = by_rule[0]["at"] - self.deployed_at
         ok(step, f"the rule invoked {scheduler} {len(by_rule)}× (first {first:.0f} s after the stack was created); "
            f"it released e2e-normal and e2e-urgent", self.t_deployed)
