@@ -185,3 +185,30 @@ async fn reading_the_dlq_keeps_every_letter_of_a_reminder() {
     assert_eq!(dlq.reason_of(m.reminder_id.as_str()), Some("attempt_limit"), "{dlq:?}");
     stack.destroy().await;
 }
+
+/// The sender's trip of the pause switch is one conditional write on the real store: an
+/// operator's pause set after the instance last read the switch stays as it is (owner, reason),
+/// and the instance then sees it; with nothing in force the trip sets the sender's own.
+#[tokio::test]
+async fn a_sender_trip_never_replaces_an_operators_pause_on_the_store() {
+    use punctual_aws::control::DynamoControl;
+    use punctual_core::pause::{PauseGate, SENDER_OWNER};
+    use punctual_core::ports::{Control, Pause};
+    let config = sdk_config().await;
+    let stack = Stack::create(&config, "pause-trip").await.unwrap();
+    let control = DynamoControl::new(stack.ddb.clone(), &stack.ledger_table);
+    let gate = PauseGate::new(control.clone(), punctual_lambda::SystemClock, Duration::from_secs(60));
+    assert!(!gate.paused().await, "read, and cached for a minute: not paused");
+    let ops =
+        Pause { reason: "provider maintenance".into(), owner: "ops@example.com".into(), since: chrono::Utc::now() };
+    control.set_pause(Some(&ops), "ops@example.com").await.unwrap();
+    gate.trip("provider refused the credentials").await.unwrap();
+    let in_force = control.pause().await.unwrap().unwrap();
+    assert_eq!((in_force.owner.as_str(), in_force.reason.as_str()), ("ops@example.com", "provider maintenance"));
+    assert_eq!(gate.pause().await.map(|p| p.owner).as_deref(), Some("ops@example.com"), "the gate sees it now");
+    control.set_pause(None, "ops@example.com").await.unwrap();
+    let gate = PauseGate::new(control.clone(), punctual_lambda::SystemClock, Duration::from_secs(60));
+    gate.trip("provider refused the credentials").await.unwrap();
+    assert_eq!(control.pause().await.unwrap().map(|p| p.owner).as_deref(), Some(SENDER_OWNER));
+    stack.destroy().await;
+}
