@@ -443,6 +443,16 @@ impl DynamoLedger {
     }
 }
 
+/// What a claim written as `item` (`ALL_NEW`, or the item our own earlier write left) says.
+fn claimed(item: &Item, owner: &OwnerToken, msg: &ReminderMessage) -> ClaimView {
+    let prior_attempts = get_i64(item, "attempts").and_then(|a| u32::try_from(a).ok()).unwrap_or(0);
+    // The claim leaves `call_owner` as it was: another owner's mark is a call whose outcome
+    // nobody recorded.
+    let unsettled_call = get_s(item, "call_owner").is_some_and(|o| o != owner.as_str())
+        && !punctual_core::ports::covered_by_operator(msg, get_s(item, "call_release"));
+    ClaimView::Claimed { prior_attempts, unsettled_call }
+}
+
 impl Ledger for DynamoLedger {
     async fn claim(
         &self,
@@ -488,17 +498,7 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":zero", n(0))
         };
         match self.write(&entry, build).await? {
-            ConditionalUpdate::Written(new) => {
-                let prior_attempts =
-                    new.as_ref().and_then(|i| get_i64(i, "attempts")).and_then(|a| u32::try_from(a).ok()).unwrap_or(0);
-                // The claim leaves `call_owner` as it was: another owner's mark is a call whose
-                // outcome nobody recorded.
-                let mark = new.as_ref().and_then(|i| get_s(i, "call_owner"));
-                let release = new.as_ref().and_then(|i| get_s(i, "call_release"));
-                let unsettled_call = mark.is_some_and(|o| o != owner.as_str())
-                    && !punctual_core::ports::covered_by_operator(msg, release);
-                Ok(ClaimView::Claimed { prior_attempts, unsettled_call })
-            }
+            ConditionalUpdate::Written(new) => Ok(claimed(&new.unwrap_or_default(), owner, msg)),
             ConditionalUpdate::ConditionFailed(old) => {
                 let old = old.ok_or_else(|| LedgerError::Corrupt {
                     reminder_id: msg.reminder_id.to_string(),
@@ -510,6 +510,13 @@ impl Ledger for DynamoLedger {
                         return Ok(ClaimView::Ended { state });
                     }
                     _ => {}
+                }
+                // Our own claim, applied by a write whose answer was lost and sent again (the
+                // SDK retries a 500 or a timeout). A plain claim's second write passes its own
+                // `#owner = :owner`; a compacting one's does not (the history it expected full
+                // is compacted, by itself). Owner tokens are unique per processing.
+                if get_s(&old, "owner") == Some(owner.as_str()) && state_of(&old) == Some(ReminderState::Leased) {
+                    return Ok(claimed(&old, owner, msg));
                 }
                 let release = msg.redrive.as_ref().map_or("", |r| r.id.as_str());
                 if get_s(&old, "release_id").is_some_and(|latest| release < latest) {

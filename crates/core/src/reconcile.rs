@@ -580,16 +580,9 @@ mod tests {
 
     fn record(row: &DueRow, state: ReminderState, reason: Option<ReasonCode>, at: i64) -> LedgerRecord {
         LedgerRecord {
-            reminder_id: row.reminder_id.clone(),
-            state,
             attempts: 1,
-            owner: None,
-            lease_until: None,
-            receipt: None,
             last_reason: reason,
-            next_at: None,
             deliver_after: Some(row.deliver_after),
-            deliver_by: row.deliver_by,
             history: vec![HistoryEntry {
                 at: t(at),
                 state,
@@ -600,10 +593,7 @@ mod tests {
                 provider_status: None,
                 next_at: None,
             }],
-            history_dropped: 0,
-            release_id: None,
-            call_owner: None,
-            call_release: None,
+            ..LedgerRecord::new(row.reminder_id.clone(), state, row.deliver_by)
         }
     }
 

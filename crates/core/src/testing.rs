@@ -190,21 +190,8 @@ impl MemoryLedger {
 
 fn fresh_record(msg: &ReminderMessage) -> LedgerRecord {
     LedgerRecord {
-        reminder_id: msg.reminder_id.clone(),
-        state: ReminderState::Enqueued,
-        attempts: 0,
-        owner: None,
-        lease_until: None,
-        receipt: None,
-        last_reason: None,
-        next_at: None,
         deliver_after: Some(msg.deliver_after),
-        deliver_by: msg.deliver_by,
-        history: Vec::new(),
-        history_dropped: 0,
-        release_id: None,
-        call_owner: None,
-        call_release: None,
+        ..LedgerRecord::new(msg.reminder_id.clone(), ReminderState::Enqueued, msg.deliver_by)
     }
 }
 

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use punctual_aws::sqs::SqsQueues;
 use punctual_core::accounting::{DeliveryCounts, Ending, Outcome, Tally};
 use punctual_core::ports::LedgerRecord;
+use punctual_core::reason::ReminderState;
 
 pub use punctual_ops::dlq::{BACKSTOP, DlqContents, peek_dlq};
 
@@ -29,24 +30,32 @@ pub struct Observed {
 }
 
 /// The endings of every reminder the ledger knows (a non-terminal reminder in the DLQ is
-/// dead-lettered with the DLQ's reason), the DLQ messages of reminders the ledger never saw,
-/// and the DLQ copies of reminders that ended in another bucket (expired).
+/// dead-lettered with its letters' reason), the DLQ letters of reminders the ledger never saw
+/// (one reminder each), and the DLQ letters that are copies: every letter of a reminder that
+/// ended in another bucket (expired, delivered), and every letter of a reminder beyond its own.
+/// Each letter read is in exactly one of these.
 pub fn endings(o: &Observed) -> (Vec<Ending>, Vec<String>, Vec<String>) {
     let mut waiting_left = o.on_queue;
     let mut endings = Vec::with_capacity(o.records.len());
     let mut known = std::collections::HashSet::new();
     let mut copies = Vec::new();
+    let no_letters: &[String] = &[];
     for rec in &o.records {
-        known.insert(rec.reminder_id.to_string());
-        if rec.state.is_terminal()
-            && let Some(reason) = o.dlq.by_reminder.get(rec.reminder_id.as_str())
-        {
-            // An expired (or already dead-lettered) reminder's DLQ message.
-            copies.push(reason.clone());
-        }
-        // A non-terminal reminder with a DLQ letter is dead-lettered (the backstop moved it);
-        // only the rest may take one of the copies still on the queue.
-        let dead = (!rec.state.is_terminal()).then(|| o.dlq.by_reminder.get(rec.reminder_id.as_str())).flatten();
+        let id = rec.reminder_id.as_str();
+        known.insert(id);
+        let letters = o.dlq.by_reminder.get(id).map_or(no_letters, Vec::as_slice);
+        // The letter that is the reminder itself: a dead-lettered record's (by its reason), or
+        // a non-terminal one's (the backstop moved it; it is dead-lettered by its letters).
+        let own = match rec.state {
+            ReminderState::DeadLettered => {
+                let reason = rec.last_reason.map(|r| r.as_str());
+                letters.iter().position(|l| Some(l.as_str()) == reason).or((!letters.is_empty()).then_some(0))
+            }
+            s if !s.is_terminal() => o.dlq.reason_of(id).and_then(|reason| letters.iter().position(|l| l == reason)),
+            _ => None,
+        };
+        copies.extend(letters.iter().enumerate().filter(|(i, _)| Some(*i) != own).map(|(_, l)| l.clone()));
+        let dead = (!rec.state.is_terminal()).then(|| own.map(|i| &letters[i])).flatten();
         let mut e = Ending::from_record(rec, dead.is_none() && waiting_left > 0);
         if e.outcome == Outcome::Waiting {
             waiting_left -= 1;
@@ -57,18 +66,12 @@ pub fn endings(o: &Observed) -> (Vec<Ending>, Vec<String>, Vec<String>) {
         endings.push(e);
     }
     let mut dead: Vec<String> = o.dlq.anonymous.clone();
-    dead.extend(o.dlq.by_reminder.iter().filter(|(id, _)| !known.contains(*id)).map(|(_, r)| r.clone()));
-    // A dead-lettered record's own DLQ message is the reminder itself, not a copy.
-    let own: Vec<String> = o
-        .records
-        .iter()
-        .filter(|r| r.state == punctual_core::reason::ReminderState::DeadLettered)
-        .filter_map(|r| o.dlq.by_reminder.get(r.reminder_id.as_str()).cloned())
-        .collect();
-    for reason in own {
-        if let Some(i) = copies.iter().position(|c| *c == reason) {
-            copies.swap_remove(i);
-        }
+    for (id, letters) in o.dlq.by_reminder.iter().filter(|(id, _)| !known.contains(id.as_str())) {
+        // A reminder the ledger never saw is one dead-lettered reminder, however many letters.
+        let reason = o.dlq.reason_of(id).unwrap_or(BACKSTOP);
+        let own = letters.iter().position(|l| l == reason);
+        dead.push(reason.to_owned());
+        copies.extend(letters.iter().enumerate().filter(|(i, _)| Some(*i) != own).map(|(_, l)| l.clone()));
     }
     (endings, dead, copies)
 }
@@ -85,8 +88,7 @@ pub fn count(o: &Observed, as_of: DateTime<Utc>, expected: Option<u64>) -> (Deli
         .records
         .iter()
         .filter(|r| {
-            r.state == punctual_core::reason::ReminderState::Expired
-                && r.last_reason == Some(punctual_core::ReasonCode::MissedScheduleWindow)
+            r.state == ReminderState::Expired && r.last_reason == Some(punctual_core::ReasonCode::MissedScheduleWindow)
         })
         .count() as u64;
     tally.expired_at_release(o.expired_at_release.saturating_sub(recorded));
@@ -177,4 +179,48 @@ pub async fn check_window(
         unaccounted_reminders: named,
         slo: r.slo,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeDelta, Utc};
+    use punctual_core::ReasonCode;
+    use punctual_core::ids::ReminderId;
+
+    use super::*;
+
+    fn record(n: u32, state: ReminderState, reason: Option<ReasonCode>) -> LedgerRecord {
+        let (now, id) = (Utc::now(), ReminderId::parse(format!("rem_{n:032x}")).unwrap_or_else(|e| panic!("{e}")));
+        LedgerRecord {
+            attempts: 1,
+            last_reason: reason,
+            deliver_after: Some(now - TimeDelta::minutes(10)),
+            ..LedgerRecord::new(id, state, now + TimeDelta::hours(1))
+        }
+    }
+
+    /// Every letter read is counted, once: a reminder with two letters has one of its own and a
+    /// copy, and conservation counts the reminder once.
+    #[test]
+    fn every_letter_is_counted_and_every_reminder_once() {
+        let dead = record(1, ReminderState::DeadLettered, Some(ReasonCode::AttemptLimit));
+        let moved = record(2, ReminderState::Deferred, Some(ReasonCode::RateLimited));
+        let expired = record(3, ReminderState::Expired, Some(ReasonCode::BusinessDeadlineExpired));
+        let letters = |v: &[&str]| v.iter().map(|r| (*r).to_owned()).collect::<Vec<_>>();
+        let mut dlq = DlqContents::default();
+        dlq.by_reminder.insert(dead.reminder_id.to_string(), letters(&[BACKSTOP, "attempt_limit"]));
+        dlq.by_reminder.insert(moved.reminder_id.to_string(), letters(&[BACKSTOP, "attempt_limit"]));
+        dlq.by_reminder.insert(expired.reminder_id.to_string(), letters(&["business_deadline_expired"]));
+        dlq.by_reminder.insert(format!("rem_{:032x}", 9), letters(&[BACKSTOP, BACKSTOP]));
+        dlq.anonymous.push("malformed".into());
+        let o = Observed { records: vec![dead, moved, expired], dlq, ..Observed::default() };
+        let (counts, endings) = count(&o, Utc::now(), Some(5));
+        assert_eq!(counts.dead_lettered.values().sum::<u64>(), 8, "every letter: {counts:?}");
+        assert_eq!((counts.lost, counts.expired), (0, 1), "{counts:?}");
+        assert_eq!(
+            endings[1].outcome,
+            Outcome::DeadLettered { reason: "attempt_limit".into() },
+            "a non-terminal reminder with letters takes the sender's reason, not the backstop's"
+        );
+    }
 }

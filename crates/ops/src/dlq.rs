@@ -7,13 +7,28 @@ use std::collections::HashMap;
 use punctual_aws::sqs::{SqsQueues, attr};
 use punctual_core::ports::QueueError;
 
-/// What the DLQ holds, read without hiding it.
+/// What the DLQ holds, read without hiding it: every letter, also when one reminder has
+/// several (a sender's quarantine and the backstop's copy, a late copy's expiry).
 #[derive(Debug, Default, Clone)]
 pub struct DlqContents {
-    /// Reminder id → DLQ reason, for messages that name their reminder.
-    pub by_reminder: HashMap<String, String>,
+    /// Reminder id → the reason of each of its letters, for messages that name their reminder.
+    pub by_reminder: HashMap<String, Vec<String>>,
     /// Reasons of messages that name no reminder (malformed bodies).
     pub anonymous: Vec<String>,
+}
+
+impl DlqContents {
+    /// Letters read.
+    pub fn letters(&self) -> usize {
+        self.by_reminder.values().map(Vec::len).sum::<usize>() + self.anonymous.len()
+    }
+
+    /// The reason a reminder's letters give it: a sender's (it says why) before the backstop's,
+    /// which only says the sender never decided; `None` when it has no letter.
+    pub fn reason_of(&self, reminder: &str) -> Option<&str> {
+        let letters = self.by_reminder.get(reminder)?;
+        letters.iter().find(|r| *r != BACKSTOP).or(letters.first()).map(String::as_str)
+    }
 }
 
 /// DLQ messages without a `reason` attribute were moved by the queue's `maxReceiveCount`.
@@ -26,14 +41,10 @@ pub async fn peek_dlq(queues: &SqsQueues, limit: usize) -> Result<DlqContents, Q
         let get = |k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         let reason = get(attr::REASON).unwrap_or_else(|| BACKSTOP.to_owned());
         match get(attr::REMINDER_ID) {
-            Some(id) => {
-                out.by_reminder.insert(id, reason);
-            }
+            Some(id) => out.by_reminder.entry(id).or_default().push(reason),
             // Moved by the backstop: no attributes, but the body names the reminder.
             None => match punctual_core::ReminderMessage::decode(&m.body) {
-                Ok(msg) => {
-                    out.by_reminder.insert(msg.reminder_id.to_string(), reason);
-                }
+                Ok(msg) => out.by_reminder.entry(msg.reminder_id.to_string()).or_default().push(reason),
                 Err(_) => out.anonymous.push(reason),
             },
         }

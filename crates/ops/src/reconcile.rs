@@ -185,7 +185,9 @@ pub async fn reconcile_with(
         dlq_reads += 1;
         if depth.total() > 0 {
             bar.set_message(format!("reading the DLQ ({} messages)", depth.total()));
-            in_dlq = crate::dlq::peek_dlq(queues, DLQ_READ_MAX).await.map_err(step("reading the DLQ"))?.by_reminder;
+            let dlq = crate::dlq::peek_dlq(queues, DLQ_READ_MAX).await.map_err(step("reading the DLQ"))?;
+            in_dlq =
+                dlq.by_reminder.keys().filter_map(|id| Some((id.clone(), dlq.reason_of(id)?.to_owned()))).collect();
             // A receive per 10 and a visibility change per message.
             dlq_reads += depth.total().min(DLQ_READ_MAX as u64) * 11 / 10 + 1;
         }

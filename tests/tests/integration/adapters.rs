@@ -150,3 +150,65 @@ async fn every_send_to_a_send_queue_names_its_tenant_as_the_message_group() {
     assert_eq!(groups, ["tenant-a", "tenant-b", "tenant-c"]);
     stack.destroy().await;
 }
+
+/// Reading the DLQ for a count keeps every letter: two letters of one reminder (a sender's
+/// quarantine and a copy the `maxReceiveCount` backstop moved) are two letters, not one, and a
+/// malformed body is a third.
+#[tokio::test]
+async fn reading_the_dlq_keeps_every_letter_of_a_reminder() {
+    use punctual_core::ReasonCode;
+    use punctual_core::ports::{Quarantine, SendQueue};
+    let config = sdk_config().await;
+    let stack = Stack::create(&config, "dlq-letters").await.unwrap();
+    let now = chrono::Utc::now();
+    let m = punctual_core::testing::message("two-letters", now, now + chrono::TimeDelta::hours(1));
+    let body = m.encode();
+    let q = Quarantine {
+        body: &body,
+        reason: ReasonCode::AttemptLimit,
+        detail: "eight attempts",
+        attempts: 8,
+        provider_status: Some(500),
+        reminder_id: Some(&m.reminder_id),
+        first_enqueued: Some(m.first_enqueued),
+        original_message_id: "m-1",
+        at: now,
+    };
+    stack.queues.dead_letter(&q).await.unwrap();
+    // The backstop's copy: the body alone, no attributes.
+    for raw in [body.as_str(), "{\"v\":1}"] {
+        stack.sqs.send_message().queue_url(stack.queues.dlq_url()).message_body(raw).send().await.unwrap();
+    }
+    let dlq = punctual_ops::dlq::peek_dlq(&stack.queues, 100).await.unwrap();
+    assert_eq!(dlq.letters(), 3, "{dlq:?}");
+    // Whatever order SQS hands them out in, the sender's reason says why.
+    assert_eq!(dlq.reason_of(m.reminder_id.as_str()), Some("attempt_limit"), "{dlq:?}");
+    stack.destroy().await;
+}
+
+/// The sender's trip of the pause switch is one conditional write on the real store: an
+/// operator's pause set after the instance last read the switch stays as it is (owner, reason),
+/// and the instance then sees it; with nothing in force the trip sets the sender's own.
+#[tokio::test]
+async fn a_sender_trip_never_replaces_an_operators_pause_on_the_store() {
+    use punctual_aws::control::DynamoControl;
+    use punctual_core::pause::{PauseGate, SENDER_OWNER};
+    use punctual_core::ports::{Control, Pause};
+    let config = sdk_config().await;
+    let stack = Stack::create(&config, "pause-trip").await.unwrap();
+    let control = DynamoControl::new(stack.ddb.clone(), &stack.ledger_table);
+    let gate = PauseGate::new(control.clone(), punctual_lambda::SystemClock, Duration::from_secs(60));
+    assert!(!gate.paused().await, "read, and cached for a minute: not paused");
+    let ops =
+        Pause { reason: "provider maintenance".into(), owner: "ops@example.com".into(), since: chrono::Utc::now() };
+    control.set_pause(Some(&ops), "ops@example.com").await.unwrap();
+    gate.trip("provider refused the credentials").await.unwrap();
+    let in_force = control.pause().await.unwrap().unwrap();
+    assert_eq!((in_force.owner.as_str(), in_force.reason.as_str()), ("ops@example.com", "provider maintenance"));
+    assert_eq!(gate.pause().await.map(|p| p.owner).as_deref(), Some("ops@example.com"), "the gate sees it now");
+    control.set_pause(None, "ops@example.com").await.unwrap();
+    let gate = PauseGate::new(control.clone(), punctual_lambda::SystemClock, Duration::from_secs(60));
+    gate.trip("provider refused the credentials").await.unwrap();
+    assert_eq!(control.pause().await.unwrap().map(|p| p.owner).as_deref(), Some(SENDER_OWNER));
+    stack.destroy().await;
+}

@@ -150,3 +150,93 @@ async fn a_refused_claim_reads_the_refused_item_from_the_same_round_trip() {
         );
     }
 }
+
+/// Loses the answer to the first compacting write (the one whose request binds
+/// `:history_seen`): the write applies, then the SDK reads DynamoDB's 500 and sends the same
+/// request again, as it does after any answer lost on the way back.
+#[derive(Debug, Default, Clone)]
+struct LoseCompactingAnswer {
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    lost: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl aws_sdk_dynamodb::config::Intercept for LoseCompactingAnswer {
+    fn name(&self) -> &'static str {
+        "LoseCompactingAnswer"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let body = context.request().body().bytes().map(String::from_utf8_lossy).unwrap_or_default();
+        let first = self.lost.load(std::sync::atomic::Ordering::SeqCst) == 0;
+        self.armed.store(first && body.contains(":history_seen"), std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            self.lost.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let response = context.response_mut();
+            *response.status_mut() = 500u16.try_into()?;
+            response.headers_mut().remove("x-amz-crc32");
+            *response.body_mut() =
+                r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"answer lost"}"#.into();
+        }
+        Ok(())
+    }
+}
+
+/// A claim that finds the history full compacts it (a second, conditional write). When that
+/// write's answer is lost, the SDK sends it again; it finds the history compacted already (by
+/// itself) and fails its condition. The claim is this owner's all the same: it must not read as
+/// held elsewhere behind its own lease (which left the message to come back after the lease
+/// and poll `claimed_elsewhere` meanwhile).
+#[tokio::test]
+async fn a_compacting_claim_whose_answer_was_lost_is_its_own_claim() {
+    use punctual_core::decision::ClaimView;
+    use punctual_core::ports::{HISTORY_MAX, HISTORY_RECENT, Ledger, OwnerToken, Settlement};
+    use punctual_core::{ReasonCode, ReminderState};
+    let config = sdk_config().await;
+    let lose = LoseCompactingAnswer::default();
+    let client = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&config).interceptor(lose.clone()).build(),
+    );
+    let table = unique("punctual-ledger-lost");
+    punctual_aws::ledger::create_table(&client, &table).await.unwrap();
+    let ledger = DynamoLedger::new(client.clone(), &table);
+    let now = Utc::now();
+    let m = punctual_core::testing::message("compact", now, now + chrono::TimeDelta::hours(2));
+    let deferred = Settlement {
+        state: ReminderState::Deferred,
+        reason: Some(ReasonCode::RateLimited),
+        attempts: 0,
+        receipt: None,
+        provider_status: None,
+        next_at: Some(now),
+    };
+    // A history one entry short of full, then a claim that fills it and whose lease ends.
+    for i in 0..(HISTORY_MAX - 1) / 2 {
+        let owner = OwnerToken::new(format!("o-{i}"));
+        ledger.claim(&m, &owner, now, now + chrono::TimeDelta::seconds(30)).await.unwrap();
+        ledger.settle(&m, Some(&owner), now, &deferred).await.unwrap();
+    }
+    ledger.claim(&m, &OwnerToken::new("crashed"), now, now + chrono::TimeDelta::seconds(30)).await.unwrap();
+    assert_eq!(ledger.get(&m.reminder_id).await.unwrap().unwrap().history.len(), HISTORY_MAX);
+    let later = now + chrono::TimeDelta::seconds(60);
+    let owner = OwnerToken::new("retried");
+    let view = ledger.claim(&m, &owner, later, later + chrono::TimeDelta::seconds(30)).await.unwrap();
+    assert_eq!(lose.lost.load(std::sync::atomic::Ordering::SeqCst), 1, "the compacting write's answer was lost");
+    let rec = ledger.get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.owner.as_deref(), rec.history.len()), (Some("retried"), HISTORY_RECENT + 1), "compacted once");
+    assert!(matches!(view, ClaimView::Claimed { unsettled_call: false, .. }), "{view:?}");
+    client.delete_table().table_name(&table).send().await.unwrap();
+}

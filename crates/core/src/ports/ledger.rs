@@ -138,6 +138,30 @@ pub struct LedgerRecord {
     pub call_release: Option<String>,
 }
 
+impl LedgerRecord {
+    /// A record of `reminder_id` in `state` and nothing else yet: no attempt, lease, reason or
+    /// history, `deliver_after` unknown.
+    pub fn new(reminder_id: ReminderId, state: ReminderState, deliver_by: DateTime<Utc>) -> Self {
+        Self {
+            reminder_id,
+            state,
+            attempts: 0,
+            owner: None,
+            lease_until: None,
+            receipt: None,
+            last_reason: None,
+            next_at: None,
+            deliver_after: None,
+            deliver_by,
+            history: Vec::new(),
+            history_dropped: 0,
+            release_id: None,
+            call_owner: None,
+            call_release: None,
+        }
+    }
+}
+
 /// A transition to record when settling a reminder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
