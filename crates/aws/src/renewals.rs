@@ -290,7 +290,10 @@ fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Opt
     // send. It is refused, with its times; a re-import of the same row, a status change, or a
     // cancelled or paid row (never sent, kept as a record) is still accepted.
     let arms = r.status == RenewalStatus::Active
-        && matches!(outcome, RowOutcome::Inserted | RowOutcome::Updated | RowOutcome::Rescheduled)
+        && matches!(
+            outcome,
+            RowOutcome::Inserted | RowOutcome::Updated | RowOutcome::Rescheduled | RowOutcome::Reactivated
+        )
         && matches!(write, Some(RowWrite::Insert(_) | RowWrite::Replace { .. }));
     if arms && r.deliver_by <= now {
         return (
@@ -347,6 +350,24 @@ fn plan_row(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome,
         return (RowOutcome::Rescheduled, Some(RowWrite::Replace { item, seen_state: seen.to_owned(), seen_updated }));
     }
     let only_status = CONTENT.iter().filter(|c| **c != "status").all(|c| old.get(*c) == item.get(*c));
+    // Active again (cancelled or paid after release, then not: a payment that bounced, a
+    // cancellation undone) while its window is open: its copy may have been cancelled at send
+    // meanwhile, and nothing else would release it again. The row is re-armed as it is, pending
+    // release at the next tick; the ledger then decides, as for every copy: a reminder already
+    // delivered stays delivered (the new copy is a duplicate), one cancelled at send is claimed
+    // by the new copy, released after the cancellation, and sent once
+    // (`punctual_core::ports::revives_cancelled`). Re-arming rather than giving it a new
+    // reminder id keeps that decision with the ledger: a new id would send a reminder already
+    // delivered before the cancellation a second time, and the import cannot read the ledger.
+    let reactivated = r.status == RenewalStatus::Active && get_s(old, "status") != Some("active");
+    if let Some(seen) = state
+        && only_status
+        && reactivated
+        && r.deliver_by > now
+    {
+        let seen_updated = old.get("updated_ms").cloned();
+        return (RowOutcome::Reactivated, Some(RowWrite::Replace { item, seen_state: seen.to_owned(), seen_updated }));
+    }
     match state {
         // The same version (a changed one was re-armed above): the key stays on its day.
         Some(seen) if only_status => (RowOutcome::Updated, Some(status_write(r, seen, old))),
@@ -370,6 +391,9 @@ pub enum RowOutcome {
     /// Released renewal with a new version (due date or times): re-armed, pending release at
     /// its new time; the copy released from the old version is dropped by its sender.
     Rescheduled,
+    /// Released renewal active again (it was cancelled or paid) before its deadline: re-armed,
+    /// released again at the next tick; the ledger sends the reminder if it is still owed.
+    Reactivated,
     /// Already present with the same content: nothing written (re-import is idempotent).
     Unchanged,
     /// Already released; only a status change may follow it. The text says why not.

@@ -6,7 +6,9 @@
 //! Buckets, in the order they are decided for each renewal:
 //! 1. a terminal ledger record decides: `delivered` (and `delivered_late` when at or after
 //!    `deliver_by`: the sender never calls after it, so only a call in flight at the deadline
-//!    can land there), `expired`, `cancelled` (at send), `dead_lettered{reason}`;
+//!    can land there), `expired`, `cancelled` (at send), `dead_lettered{reason}` — except a
+//!    cancellation at send of a renewal active again and re-armed since, which the steps below
+//!    decide as if no copy had reached a sender (the reminder is owed again);
 //! 2. one the scheduler expired at release (`missed_schedule_window`) is `expired` — even if
 //!    the renewal was paid afterwards: it was due, and missed;
 //! 3. a renewal cancelled or paid (and not ended otherwise before) is `excluded` from the due
@@ -44,6 +46,7 @@ use crate::accounting::{Ending, Outcome};
 use crate::clock::{add, until};
 use crate::ids::ReminderId;
 use crate::ports::LedgerRecord;
+use crate::reason::ReminderState;
 use crate::renewal::RenewalStatus;
 use crate::slo::{SloPolicy, SloSummary, SloTally, judge};
 
@@ -245,6 +248,25 @@ fn slack(row: &DueRow, now: DateTime<Utc>) -> f64 {
     }
 }
 
+/// The ledger record that decides `row`: its record, except a cancellation at send the row has
+/// superseded since — the renewal active again and re-armed (pending, released again after
+/// the cancellation, or expired at release since). Its reminder was owed again: the old
+/// cancellation must not file it as cancelled, nor hide a loss of its new copy; the row's own
+/// state decides it, as for a renewal no copy has reached yet. A renewal active again with
+/// nothing released since (its window was over when it came back) stays cancelled.
+fn deciding<'a>(row: &DueRow, rec: Option<&'a LedgerRecord>) -> Option<&'a LedgerRecord> {
+    let superseded = rec.is_some_and(|r| {
+        let cancelled_at = r.history.last().map(|h| h.at);
+        r.state == ReminderState::Cancelled
+            && row.status == RenewalStatus::Active
+            && match row.release {
+                ReleaseState::Scheduled | ReleaseState::ExpiredAtRelease => true,
+                ReleaseState::Enqueued(at) => matches!((at, cancelled_at), (Some(at), Some(c)) if at > c),
+            }
+    });
+    if superseded { None } else { rec }
+}
+
 /// True for a renewal steps 4 and 5 decide: active, not expired at release, released (by the
 /// table or by a ledger record) and in no terminal state.
 fn is_open(row: &DueRow, rec: Option<&LedgerRecord>) -> bool {
@@ -256,7 +278,7 @@ fn is_open(row: &DueRow, rec: Option<&LedgerRecord>) -> bool {
 /// How many renewals of `rows` are released and in no terminal state: when there are some, the
 /// DLQ is worth reading (a backstop letter is one of them).
 pub fn open_releases(rows: &[DueRow], records: &HashMap<ReminderId, LedgerRecord>) -> usize {
-    rows.iter().filter(|r| is_open(r, records.get(&r.reminder_id))).count()
+    rows.iter().filter(|r| is_open(r, deciding(r, records.get(&r.reminder_id)))).count()
 }
 
 /// Reconciles one window.
@@ -294,7 +316,7 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
         w.min_slack_seconds = Some(w.min_slack_seconds.map_or(s, |m: f64| m.min(s)));
     };
     for row in input.rows {
-        let rec = input.records.get(&row.reminder_id);
+        let rec = deciding(row, input.records.get(&row.reminder_id));
         let ending = |outcome: Outcome| Ending {
             deliver_after: Some(row.deliver_after),
             deliver_by: row.deliver_by,
@@ -559,7 +581,7 @@ pub fn parse_population(text: &str) -> Result<Vec<DueRow>, String> {
 mod tests {
     use super::*;
     use crate::ports::HistoryEntry;
-    use crate::reason::{ReasonCode, ReminderState};
+    use crate::reason::ReasonCode;
     use chrono::TimeDelta;
 
     fn t(s: i64) -> DateTime<Utc> {
@@ -782,6 +804,38 @@ mod tests {
         // Long after, with the lanes empty, it is named.
         let r = run(&rows, &recs, 0, 900);
         assert_eq!(r.unaccounted_reminders[0].problem, Problem::ReleasedNotOnAnyQueue);
+    }
+
+    #[test]
+    fn a_renewal_active_again_after_a_cancel_at_send_is_not_filed_as_cancelled() {
+        // Cancelled at send 10 minutes before, then active again and re-armed: released again
+        // 5 minutes ago, its new copy on a lane.
+        let cancelled_at = -600;
+        let rows = [row(1, RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-300))))];
+        let mut recs = HashMap::new();
+        recs.insert(
+            rows[0].reminder_id.clone(),
+            record(&rows[0], ReminderState::Cancelled, Some(ReasonCode::Cancelled), cancelled_at),
+        );
+        let r = run(&rows, &recs, 1, 0);
+        assert_eq!((r.cancelled, r.waiting.on_queue, r.due), (0, 1, 1), "{r:#?}");
+        // With the lanes empty, its new copy is missing: named, not hidden as a cancellation.
+        let r = run(&rows, &recs, 0, 0);
+        assert_eq!(r.unaccounted_reminders[0].problem, Problem::ReleasedNotOnAnyQueue, "{r:#?}");
+        // Re-armed and not released again yet: pending, then never released past the grace.
+        let pending = [row(1, RenewalStatus::Active, ReleaseState::Scheduled)];
+        assert_eq!(run(&pending, &recs, 0, 0).waiting.not_yet_released, 1);
+        let late = run(&pending, &recs, 0, 900);
+        assert_eq!(late.unaccounted_reminders[0].problem, Problem::NeverReleased, "{late:#?}");
+        // Still cancelled, or released only before the cancellation (active again after its
+        // window, nothing re-armed): the cancellation at send stands.
+        for (status, release) in [
+            (RenewalStatus::Cancelled, ReleaseState::Enqueued(Some(t(-300)))),
+            (RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-900)))),
+        ] {
+            let r = run(&[row(1, status, release)], &recs, 0, 0);
+            assert_eq!((r.cancelled, r.unaccounted), (1, 0), "{r:#?}");
+        }
     }
 
     #[test]
