@@ -24,7 +24,12 @@
 //!    candidates they are `waiting.on_queue`; with **none**, every candidate is unaccounted by
 //!    name (`released_not_on_any_queue`); with fewer, the shortfall is unaccounted and the
 //!    candidates are listed as `suspects` (which of them is missing cannot be told from
-//!    counts). The lanes also hold other windows' messages, so a count covers a loss only while
+//!    counts). Messages of the window that may be on a lane but are not candidates' are set
+//!    aside first: a release younger than `grace`, a copy of a renewal cancelled or paid after
+//!    release, and a dead-lettered reminder whose letter is not in the DLQ as read (a redrive
+//!    moved it back to a lane; the ledger says dead-lettered until that copy claims) — so
+//!    none of them covers a loss. A letter deleted by hand is set aside the same way: the
+//!    count then errs towards naming suspects, never towards hiding one. The lanes also hold other windows' messages, so a count covers a loss only while
 //!    those fill the gap: reconcile after the incident, when the window has drained, for a
 //!    verdict by name;
 //! 6. one never released: `waiting.not_yet_released` while its `deliver_after` is less than
@@ -309,7 +314,8 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
     let mut slo = SloTally::new();
     let mut candidates: Vec<(&DueRow, Option<&LedgerRecord>)> = Vec::new();
     // Messages of the window that are on the lanes but not candidates' (fresh releases, copies
-    // of renewals cancelled after release): they must not cover a candidate's missing one.
+    // of renewals cancelled after release, redriven copies of dead-lettered reminders): they
+    // must not cover a candidate's missing one.
     let mut occupying = 0u64;
     let note_slack = |w: &mut Waiting, row: &DueRow| {
         let s = slack(row, now);
@@ -339,7 +345,15 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
                 }
                 Outcome::Expired => r.expired += 1,
                 Outcome::Cancelled => r.cancelled += 1,
-                Outcome::DeadLettered { reason } => *r.dead_lettered.entry(reason.clone()).or_default() += 1,
+                Outcome::DeadLettered { reason } => {
+                    *r.dead_lettered.entry(reason.clone()).or_default() += 1;
+                    // Its letter is not among the DLQ's (or the DLQ was not read): a redrive may
+                    // have moved it back to a lane, where it waits, still dead-lettered in the
+                    // ledger until it claims. Its message must not cover a candidate's.
+                    if !input.in_dlq.contains_key(row.reminder_id.as_str()) {
+                        occupying += 1;
+                    }
+                }
                 Outcome::Waiting | Outcome::Lost => {}
             }
             Some(e)
@@ -791,6 +805,45 @@ mod tests {
         assert!(!run(&rows, &HashMap::new(), 1, 0).accounted);
         // With both messages there, both are accounted for.
         assert!(run(&rows, &HashMap::new(), 2, 0).accounted);
+    }
+
+    #[test]
+    fn a_redriven_copy_on_a_lane_does_not_cover_a_lost_reminder() {
+        // A was released 10 minutes ago and its message lost. B was dead-lettered, then
+        // redriven: its letter left the DLQ for a lane, and the ledger says dead-lettered until
+        // the copy claims it. The lanes' one message is B's.
+        let rows = [
+            row(1, RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-600)))),
+            row(2, RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-600)))),
+        ];
+        let mut recs = HashMap::new();
+        recs.insert(
+            rows[1].reminder_id.clone(),
+            record(&rows[1], ReminderState::DeadLettered, Some(ReasonCode::AttemptLimit), -300),
+        );
+        let judge = |in_dlq: &HashMap<String, String>, queued: u64| {
+            reconcile(&ReconcileInput {
+                from: t(-60),
+                to: t(60),
+                tenant: None,
+                rows: &rows,
+                records: &recs,
+                queued,
+                in_dlq,
+                now: t(0),
+                grace: DEFAULT_GRACE,
+                policy: &SloPolicy::default(),
+            })
+        };
+        let r = judge(&HashMap::new(), 1);
+        assert_eq!(r.dead_lettered, BTreeMap::from([("attempt_limit".into(), 1)]), "{r:#?}");
+        assert_eq!((r.unaccounted, r.missing_among_suspects, r.accounted), (1, 1, false), "{r:#?}");
+        assert_eq!(r.suspects[0].reminder_id, rows[0].reminder_id.to_string());
+        // With B's letter still in the DLQ, the lanes' message can be A's.
+        let letter = HashMap::from([(rows[1].reminder_id.to_string(), "attempt_limit".to_owned())]);
+        assert!(judge(&letter, 1).accounted);
+        // Both messages there: both accounted for.
+        assert!(judge(&HashMap::new(), 2).accounted);
     }
 
     #[test]
