@@ -90,6 +90,25 @@ impl Stack {
         }
     }
 
+    /// The operator commands' target for this stack (on the emulator, quota 100/s).
+    pub fn target(&self) -> punctual_ops::Target {
+        punctual_ops::Target {
+            resources: punctual_ops::Resources {
+                endpoint: crate::endpoint(),
+                send_queue_url: self.queues.send_url().to_owned(),
+                urgent_queue_url: self.queues.urgent_url().to_owned(),
+                dlq_url: self.queues.dlq_url().to_owned(),
+                ledger_table: self.ledger_table.clone(),
+                renewals_table: self.renewals_table.clone(),
+                provider_url: String::new(),
+                recipients_table: String::new(),
+                provider_kind: String::new(),
+            },
+            dynamodb_endpoint: None,
+            quota: 100.0,
+        }
+    }
+
     /// Deletes the queues and tables.
     pub async fn destroy(&self) {
         let _ = self.sqs.delete_queue().queue_url(self.queues.send_url()).send().await;

@@ -9,7 +9,8 @@
 //! | `owner`, `lease_until_ms` | S, N | the live claim, absent when none |
 //! | `receipt` | S | provider receipt, once delivered |
 //! | `last_reason`, `next_at_ms` | S, N | last reason code; next eligible time while deferred |
-//! | `deliver_after_ms`, `deliver_by_ms`, `tenant_id`, `renewal_id`, `updated_ms` | N, N, S, S, N | for `explain`, the run accounting and cleanup |
+//! | `deliver_after_ms`, `deliver_by_ms`, `tenant_id`, `renewal_id` | N, N, S, S | for `explain`, the run accounting and cleanup |
+//! | `updated_ms` | N | the last claim or settle; of a `cancelled` reminder, when it was cancelled: only a copy released after it (`first_enqueued`) claims it again |
 //! | `history` | L of M | the first transition and the most recent ones, appended by the same write that makes it |
 //! | `history_dropped` | N | transitions dropped from the middle of `history` (absent: none) |
 //! | `release_id` | S | the latest redrive whose copy claimed it; older copies are superseded |
@@ -119,16 +120,19 @@ struct Own<'a> {
     present: &'a str,
 }
 
-/// What a copy may not find when it claims or expires a reminder: ended (delivered, expired,
-/// cancelled; dead-lettered unless the copy belongs to a redrive that has not claimed it yet:
-/// release ids sort by time, "" first). Flat, see [`HistoryWrite::condition`]; a scheduler's
-/// copy binds no `:release` for it.
+/// What a copy may not find when it claims or expires a reminder: ended (delivered, expired;
+/// cancelled unless the copy was released after the cancellation —
+/// [`punctual_core::ports::revives_cancelled`], `:first_enqueued` = its `first_enqueued`, and a
+/// cancelled item's `updated_ms` is the cancellation; dead-lettered unless the copy belongs to
+/// a redrive that has not claimed it yet: release ids sort by time, "" first). Flat, see
+/// [`HistoryWrite::condition`]; a scheduler's copy binds no `:release` for it.
 fn not_ended(redriven: bool) -> &'static str {
     if redriven {
-        "#state <> :delivered AND #state <> :expired AND #state <> :cancelled AND \
+        "#state <> :delivered AND #state <> :expired AND (#state <> :cancelled OR updated_ms < :first_enqueued) AND \
          (#state <> :dead OR attribute_not_exists(release_id) OR release_id < :release)"
     } else {
-        "#state <> :delivered AND #state <> :expired AND #state <> :cancelled AND #state <> :dead"
+        "#state <> :delivered AND #state <> :expired AND (#state <> :cancelled OR updated_ms < :first_enqueued) AND \
+         #state <> :dead"
     }
 }
 
@@ -472,8 +476,9 @@ impl Ledger for DynamoLedger {
                 if msg.redrive.is_some() { ", release_id = :release" } else { "" },
                 h.set()
             ))
-            // Free, or not ended (delivered, expired, cancelled; dead-lettered unless this copy
-            // belongs to a redrive that has not claimed it yet), not superseded (a copy from
+            // Free, or not ended (delivered, expired; cancelled unless this copy was released
+            // after the cancellation; dead-lettered unless this copy belongs to a redrive that has
+            // not claimed it yet), not superseded (a copy from
             // before the latest redrive that claimed: release ids sort by time, "" first), and
             // (no lease, an ended lease, or our own lease: a retry after a write whose answer
             // was lost). A stale copy never revives an ended reminder.
@@ -484,6 +489,7 @@ impl Ledger for DynamoLedger {
             .expression_attribute_values(":delivered", s(ReminderState::Delivered.as_str()))
             .expression_attribute_values(":expired", s(ReminderState::Expired.as_str()))
             .expression_attribute_values(":cancelled", s(ReminderState::Cancelled.as_str()))
+            .expression_attribute_values(":first_enqueued", ms(msg.first_enqueued))
             .expression_attribute_values(":dead", s(ReminderState::DeadLettered.as_str()))
             // The release this copy belongs to ("" for the scheduler's; redrive ids sort by time).
             .expression_attribute_values(":release", s(msg.redrive.as_ref().map_or("", |r| r.id.as_str())))
@@ -504,8 +510,13 @@ impl Ledger for DynamoLedger {
                     reminder_id: msg.reminder_id.to_string(),
                     what: "claim refused but no ALL_OLD item returned".into(),
                 })?;
+                // A copy released after a cancellation was refused for another reason
+                // (superseded), not because the reminder ended.
+                let cancel_superseded =
+                    get_i64(&old, "updated_ms").is_some_and(|t| t < msg.first_enqueued.timestamp_millis());
                 match state_of(&old) {
                     Some(ReminderState::Delivered) => return Ok(ClaimView::AlreadyDelivered),
+                    Some(ReminderState::Cancelled) if cancel_superseded => {}
                     Some(state @ (ReminderState::Expired | ReminderState::Cancelled | ReminderState::DeadLettered)) => {
                         return Ok(ClaimView::Ended { state });
                     }
@@ -607,7 +618,8 @@ impl Ledger for DynamoLedger {
                 .expression_attribute_values(":leased", s(ReminderState::Leased.as_str()));
             Own { absent: false, present: "#owner = :owner AND #state = :leased" }
         } else {
-            // An expiry: never over a reminder that ended (delivered, expired, cancelled; and
+            // An expiry: never over a reminder that ended (delivered, expired; cancelled, unless
+            // this copy was released after the cancellation — `revives_cancelled`; and
             // dead-lettered, unless this copy belongs to a redrive that has not run on it —
             // `revives_dead_letter`, the claim's own rule: the expiry then records over the
             // quarantine, `dead_reason` included), never under a live lease.
@@ -615,7 +627,8 @@ impl Ledger for DynamoLedger {
                 .expression_attribute_values(":delivered", delivered)
                 .expression_attribute_values(":dead", s(ReminderState::DeadLettered.as_str()))
                 .expression_attribute_values(":expired", s(ReminderState::Expired.as_str()))
-                .expression_attribute_values(":cancelled", s(ReminderState::Cancelled.as_str()));
+                .expression_attribute_values(":cancelled", s(ReminderState::Cancelled.as_str()))
+                .expression_attribute_values(":first_enqueued", ms(msg.first_enqueued));
             if let Some(r) = &msg.redrive {
                 update = update.expression_attribute_values(":release", s(r.id.as_str()));
             }
@@ -785,5 +798,9 @@ mod tests {
         assert!(!expiry_condition(false).contains(":release"));
         assert!(expiry_condition(true).contains(":release"));
         assert!(claim_condition(false).contains(":release"));
+        // Every copy binds its release time, for a cancelled reminder's rule.
+        assert!(
+            expiry_condition(false).contains(":first_enqueued") && claim_condition(true).contains(":first_enqueued")
+        );
     }
 }

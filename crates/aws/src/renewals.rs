@@ -20,7 +20,7 @@
 //!
 //! The `by_day` index is not sparse: every row, whatever its status, is under
 //! `day_shard = {UTC date of deliver_after}#{00..15}`, sorted by `deliver_after_ms`, projecting
-//! the few attributes [`DAY_PROJECTION`] that `reconcile`, `status` and `forecast` read. A
+//! the few attributes [`DAY_PROJECTION`] that `reconcile`, `status`, `forecast` and `explain` read. A
 //! window's due population is 16 queries per UTC day it touches, O(population) whatever the
 //! table holds. Its cost: every write of a row (import, the scheduler's mark) writes the index
 //! too, ~250 bytes, 1 WCU; storage ~250 bytes per renewal.
@@ -290,7 +290,10 @@ fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Opt
     // send. It is refused, with its times; a re-import of the same row, a status change, or a
     // cancelled or paid row (never sent, kept as a record) is still accepted.
     let arms = r.status == RenewalStatus::Active
-        && matches!(outcome, RowOutcome::Inserted | RowOutcome::Updated | RowOutcome::Rescheduled)
+        && matches!(
+            outcome,
+            RowOutcome::Inserted | RowOutcome::Updated | RowOutcome::Rescheduled | RowOutcome::Reactivated
+        )
         && matches!(write, Some(RowWrite::Insert(_) | RowWrite::Replace { .. }));
     if arms && r.deliver_by <= now {
         return (
@@ -347,6 +350,24 @@ fn plan_row(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome,
         return (RowOutcome::Rescheduled, Some(RowWrite::Replace { item, seen_state: seen.to_owned(), seen_updated }));
     }
     let only_status = CONTENT.iter().filter(|c| **c != "status").all(|c| old.get(*c) == item.get(*c));
+    // Active again (cancelled or paid after release, then not: a payment that bounced, a
+    // cancellation undone) while its window is open: its copy may have been cancelled at send
+    // meanwhile, and nothing else would release it again. The row is re-armed as it is, pending
+    // release at the next tick; the ledger then decides, as for every copy: a reminder already
+    // delivered stays delivered (the new copy is a duplicate), one cancelled at send is claimed
+    // by the new copy, released after the cancellation, and sent once
+    // (`punctual_core::ports::revives_cancelled`). Re-arming rather than giving it a new
+    // reminder id keeps that decision with the ledger: a new id would send a reminder already
+    // delivered before the cancellation a second time, and the import cannot read the ledger.
+    let reactivated = r.status == RenewalStatus::Active && get_s(old, "status") != Some("active");
+    if let Some(seen) = state
+        && only_status
+        && reactivated
+        && r.deliver_by > now
+    {
+        let seen_updated = old.get("updated_ms").cloned();
+        return (RowOutcome::Reactivated, Some(RowWrite::Replace { item, seen_state: seen.to_owned(), seen_updated }));
+    }
     match state {
         // The same version (a changed one was re-armed above): the key stays on its day.
         Some(seen) if only_status => (RowOutcome::Updated, Some(status_write(r, seen, old))),
@@ -370,6 +391,9 @@ pub enum RowOutcome {
     /// Released renewal with a new version (due date or times): re-armed, pending release at
     /// its new time; the copy released from the old version is dropped by its sender.
     Rescheduled,
+    /// Released renewal active again (it was cancelled or paid) before its deadline: re-armed,
+    /// released again at the next tick; the ledger sends the reminder if it is still owed.
+    Reactivated,
     /// Already present with the same content: nothing written (re-import is idempotent).
     Unchanged,
     /// Already released; only a status change may follow it. The text says why not.
@@ -764,6 +788,49 @@ pub struct Population {
 }
 
 impl DynamoRenewals {
+    /// Reads the `by_day` partition `day`#`shard` for `deliver_after` in `[from, to)`, page by
+    /// page, keeping only the items `filter` (an attribute and its value) names, handing each
+    /// item to `each` until it answers false. Returns the pages read.
+    async fn day_pages(
+        &self,
+        (day, shard): (chrono::NaiveDate, u32),
+        (from, to): (DateTime<Utc>, DateTime<Utc>),
+        filter: Option<(&str, &str)>,
+        mut each: impl FnMut(&Item) -> bool,
+    ) -> Result<u64, DueStoreError> {
+        let mut pages = 0;
+        let mut start: Option<Item> = None;
+        loop {
+            let mut q = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(DAY_INDEX)
+                .key_condition_expression("day_shard = :day AND deliver_after_ms BETWEEN :from AND :last")
+                .expression_attribute_values(":day", s(day_key(day, shard)))
+                .expression_attribute_values(":from", ms(from))
+                .expression_attribute_values(":last", n(to.timestamp_millis() - 1))
+                .set_exclusive_start_key(start.take());
+            if let Some((name, value)) = filter {
+                q = q
+                    .filter_expression("#filtered = :filtered")
+                    .expression_attribute_names("#filtered", name)
+                    .expression_attribute_values(":filtered", s(value));
+            }
+            let page = q.send().await.map_err(unknown)?;
+            pages += 1;
+            for item in page.items.unwrap_or_default() {
+                if !each(&item) {
+                    return Ok(pages);
+                }
+            }
+            match page.last_evaluated_key.filter(|k| !k.is_empty()) {
+                Some(k) => start = Some(k),
+                None => return Ok(pages),
+            }
+        }
+    }
+
     /// Every renewal whose `deliver_after` is in `[from, to)` (of `tenant` only, when given):
     /// 16 queries per UTC day the window touches on the `by_day` index, paged to the end.
     /// `progress` is told the rows read so far after each page.
@@ -782,40 +849,61 @@ impl DynamoRenewals {
         let mut day = from.date_naive();
         while day <= last {
             for shard in 0..DUE_SHARDS {
-                let mut start: Option<Item> = None;
-                loop {
-                    let mut q = self
-                        .client
-                        .query()
-                        .table_name(&self.table)
-                        .index_name(DAY_INDEX)
-                        .key_condition_expression("day_shard = :day AND deliver_after_ms BETWEEN :from AND :last")
-                        .expression_attribute_values(":day", s(day_key(day, shard)))
-                        .expression_attribute_values(":from", ms(from))
-                        .expression_attribute_values(":last", n(to.timestamp_millis() - 1))
-                        .set_exclusive_start_key(start.take());
-                    if let Some(t) = tenant {
-                        q = q.filter_expression("tenant_id = :tenant").expression_attribute_values(":tenant", s(t));
-                    }
-                    let page = q.send().await.map_err(unknown)?;
-                    out.pages += 1;
-                    for item in page.items.unwrap_or_default() {
-                        match due_row(&item) {
-                            Ok(r) => out.rows.push(r),
-                            Err(why) => out.unreadable.push((get_s(&item, "pk").unwrap_or("?").to_owned(), why)),
+                let Population { rows, unreadable, .. } = &mut out;
+                out.pages += self
+                    .day_pages((day, shard), (from, to), tenant.map(|t| ("tenant_id", t)), |item| {
+                        match due_row(item) {
+                            Ok(r) => rows.push(r),
+                            Err(why) => unreadable.push((get_s(item, "pk").unwrap_or("?").to_owned(), why)),
                         }
-                    }
-                    progress(out.rows.len());
-                    match page.last_evaluated_key.filter(|k| !k.is_empty()) {
-                        Some(k) => start = Some(k),
-                        None => break,
-                    }
-                }
+                        true
+                    })
+                    .await?;
+                progress(out.rows.len());
             }
             let Some(next) = day.succ_opt() else { break };
             day = next;
         }
         Ok(out)
+    }
+
+    /// The renewal whose current reminder is `reminder`, looked for on the `by_day` index: one
+    /// query of the reminder's own shard per day in `days`, in that order, filtered on
+    /// `reminder_id` and paged (it reads that shard's renewals of the day, a sixteenth of the
+    /// day, and returns the one), until found. `Ok(None)` when no day holds it; the pages read
+    /// either way. An unreadable item of that reminder is an error.
+    pub async fn find_reminder(
+        &self,
+        reminder: &ReminderId,
+        days: impl IntoIterator<Item = chrono::NaiveDate>,
+    ) -> Result<(Option<DueRow>, u64), DueStoreError> {
+        let shard = shard_of(reminder, DUE_SHARDS);
+        let mut pages = 0;
+        for day in days {
+            let Some(from) = day.and_hms_opt(0, 0, 0).map(|t| t.and_utc()) else { continue };
+            let mut found = None;
+            pages += self
+                .day_pages(
+                    (day, shard),
+                    (from, from + chrono::TimeDelta::days(1)),
+                    Some(("reminder_id", reminder.as_str())),
+                    |item| {
+                        found = Some(due_row(item));
+                        false
+                    },
+                )
+                .await?;
+            match found {
+                Some(Ok(row)) => return Ok((Some(row), pages)),
+                Some(Err(why)) => {
+                    return Err(DueStoreError::Unknown(
+                        format!("the renewal of {reminder} is unreadable: {why}").into(),
+                    ));
+                }
+                None => {}
+            }
+        }
+        Ok((None, pages))
     }
 }
 

@@ -86,8 +86,9 @@ pub enum ClaimView {
     },
     /// The reminder is already delivered.
     AlreadyDelivered,
-    /// The reminder already ended (`expired`, `cancelled`, or `dead_lettered` for a copy that
-    /// no redrive re-released): a stale copy must not revive it. Nothing was written.
+    /// The reminder already ended (`expired`; `cancelled` for a copy released before the
+    /// cancellation; `dead_lettered` for a copy that no redrive re-released): a stale copy must
+    /// not revive it. Nothing was written.
     Ended {
         /// The terminal state recorded.
         state: ReminderState,
@@ -121,6 +122,10 @@ pub struct RecordView {
     /// on it yet ([`crate::ports::revives_dead_letter`]): the copy carries the reminder on.
     /// Any other copy of a dead-lettered reminder is a duplicate (its letter is in the DLQ).
     pub redrive_pending: bool,
+    /// The reminder is cancelled and the copy in hand was released after the cancellation
+    /// ([`crate::ports::revives_cancelled`]): the renewal was re-armed since, and the copy
+    /// carries the reminder on. Any other copy of a cancelled reminder owes nothing.
+    pub cancel_superseded: bool,
 }
 
 /// The renewal as the system of record has it now.
@@ -369,8 +374,10 @@ fn past_deadline_ledger(msg: &ReminderMessage, inputs: &Inputs<'_>) -> Decision 
             // Already expired: by a sender, whose DLQ entry exists (the DLQ is written before
             // the ledger), or by the scheduler at release (a copy whose mark failed): judged then.
             Some(ReminderState::Expired) => duplicate,
-            // Nothing is owed to a cancelled renewal; a DLQ entry would be a false one.
-            Some(ReminderState::Cancelled) => {
+            // Nothing is owed to a cancelled renewal; a DLQ entry would be a false one. A copy
+            // released after the cancellation (the renewal re-armed since) was owed again, and
+            // expires below.
+            Some(ReminderState::Cancelled) if !rec.cancel_superseded => {
                 Decision::Done(Disposition::Acknowledge { reason: ReasonCode::Cancelled })
             }
             // Never delivered (a dead-lettered one too, for a redrive's copy that reached a

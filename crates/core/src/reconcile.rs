@@ -6,7 +6,9 @@
 //! Buckets, in the order they are decided for each renewal:
 //! 1. a terminal ledger record decides: `delivered` (and `delivered_late` when at or after
 //!    `deliver_by`: the sender never calls after it, so only a call in flight at the deadline
-//!    can land there), `expired`, `cancelled` (at send), `dead_lettered{reason}`;
+//!    can land there), `expired`, `cancelled` (at send), `dead_lettered{reason}` — except a
+//!    cancellation at send of a renewal active again and re-armed since, which the steps below
+//!    decide as if no copy had reached a sender (the reminder is owed again);
 //! 2. one the scheduler expired at release (`missed_schedule_window`) is `expired` — even if
 //!    the renewal was paid afterwards: it was due, and missed;
 //! 3. a renewal cancelled or paid (and not ended otherwise before) is `excluded` from the due
@@ -22,7 +24,12 @@
 //!    candidates they are `waiting.on_queue`; with **none**, every candidate is unaccounted by
 //!    name (`released_not_on_any_queue`); with fewer, the shortfall is unaccounted and the
 //!    candidates are listed as `suspects` (which of them is missing cannot be told from
-//!    counts). The lanes also hold other windows' messages, so a count covers a loss only while
+//!    counts). Messages of the window that may be on a lane but are not candidates' are set
+//!    aside first: a release younger than `grace`, a copy of a renewal cancelled or paid after
+//!    release, and a dead-lettered reminder whose letter is not in the DLQ as read (a redrive
+//!    moved it back to a lane; the ledger says dead-lettered until that copy claims) — so
+//!    none of them covers a loss. A letter deleted by hand is set aside the same way: the
+//!    count then errs towards naming suspects, never towards hiding one. The lanes also hold other windows' messages, so a count covers a loss only while
 //!    those fill the gap: reconcile after the incident, when the window has drained, for a
 //!    verdict by name;
 //! 6. one never released: `waiting.not_yet_released` while its `deliver_after` is less than
@@ -44,6 +51,7 @@ use crate::accounting::{Ending, Outcome};
 use crate::clock::{add, until};
 use crate::ids::ReminderId;
 use crate::ports::LedgerRecord;
+use crate::reason::ReminderState;
 use crate::renewal::RenewalStatus;
 use crate::slo::{SloPolicy, SloSummary, SloTally, judge};
 
@@ -245,6 +253,25 @@ fn slack(row: &DueRow, now: DateTime<Utc>) -> f64 {
     }
 }
 
+/// The ledger record that decides `row`: its record, except a cancellation at send the row has
+/// superseded since — the renewal active again and re-armed (pending, released again after
+/// the cancellation, or expired at release since). Its reminder was owed again: the old
+/// cancellation must not file it as cancelled, nor hide a loss of its new copy; the row's own
+/// state decides it, as for a renewal no copy has reached yet. A renewal active again with
+/// nothing released since (its window was over when it came back) stays cancelled.
+fn deciding<'a>(row: &DueRow, rec: Option<&'a LedgerRecord>) -> Option<&'a LedgerRecord> {
+    let superseded = rec.is_some_and(|r| {
+        let cancelled_at = r.history.last().map(|h| h.at);
+        r.state == ReminderState::Cancelled
+            && row.status == RenewalStatus::Active
+            && match row.release {
+                ReleaseState::Scheduled | ReleaseState::ExpiredAtRelease => true,
+                ReleaseState::Enqueued(at) => matches!((at, cancelled_at), (Some(at), Some(c)) if at > c),
+            }
+    });
+    if superseded { None } else { rec }
+}
+
 /// True for a renewal steps 4 and 5 decide: active, not expired at release, released (by the
 /// table or by a ledger record) and in no terminal state.
 fn is_open(row: &DueRow, rec: Option<&LedgerRecord>) -> bool {
@@ -256,7 +283,7 @@ fn is_open(row: &DueRow, rec: Option<&LedgerRecord>) -> bool {
 /// How many renewals of `rows` are released and in no terminal state: when there are some, the
 /// DLQ is worth reading (a backstop letter is one of them).
 pub fn open_releases(rows: &[DueRow], records: &HashMap<ReminderId, LedgerRecord>) -> usize {
-    rows.iter().filter(|r| is_open(r, records.get(&r.reminder_id))).count()
+    rows.iter().filter(|r| is_open(r, deciding(r, records.get(&r.reminder_id)))).count()
 }
 
 /// Reconciles one window.
@@ -287,14 +314,15 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
     let mut slo = SloTally::new();
     let mut candidates: Vec<(&DueRow, Option<&LedgerRecord>)> = Vec::new();
     // Messages of the window that are on the lanes but not candidates' (fresh releases, copies
-    // of renewals cancelled after release): they must not cover a candidate's missing one.
+    // of renewals cancelled after release, redriven copies of dead-lettered reminders): they
+    // must not cover a candidate's missing one.
     let mut occupying = 0u64;
     let note_slack = |w: &mut Waiting, row: &DueRow| {
         let s = slack(row, now);
         w.min_slack_seconds = Some(w.min_slack_seconds.map_or(s, |m: f64| m.min(s)));
     };
     for row in input.rows {
-        let rec = input.records.get(&row.reminder_id);
+        let rec = deciding(row, input.records.get(&row.reminder_id));
         let ending = |outcome: Outcome| Ending {
             deliver_after: Some(row.deliver_after),
             deliver_by: row.deliver_by,
@@ -317,7 +345,15 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
                 }
                 Outcome::Expired => r.expired += 1,
                 Outcome::Cancelled => r.cancelled += 1,
-                Outcome::DeadLettered { reason } => *r.dead_lettered.entry(reason.clone()).or_default() += 1,
+                Outcome::DeadLettered { reason } => {
+                    *r.dead_lettered.entry(reason.clone()).or_default() += 1;
+                    // Its letter is not among the DLQ's (or the DLQ was not read): a redrive may
+                    // have moved it back to a lane, where it waits, still dead-lettered in the
+                    // ledger until it claims. Its message must not cover a candidate's.
+                    if !input.in_dlq.contains_key(row.reminder_id.as_str()) {
+                        occupying += 1;
+                    }
+                }
                 Outcome::Waiting | Outcome::Lost => {}
             }
             Some(e)
@@ -559,7 +595,7 @@ pub fn parse_population(text: &str) -> Result<Vec<DueRow>, String> {
 mod tests {
     use super::*;
     use crate::ports::HistoryEntry;
-    use crate::reason::{ReasonCode, ReminderState};
+    use crate::reason::ReasonCode;
     use chrono::TimeDelta;
 
     fn t(s: i64) -> DateTime<Utc> {
@@ -762,6 +798,45 @@ mod tests {
     }
 
     #[test]
+    fn a_redriven_copy_on_a_lane_does_not_cover_a_lost_reminder() {
+        // A was released 10 minutes ago and its message lost. B was dead-lettered, then
+        // redriven: its letter left the DLQ for a lane, and the ledger says dead-lettered until
+        // the copy claims it. The lanes' one message is B's.
+        let rows = [
+            row(1, RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-600)))),
+            row(2, RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-600)))),
+        ];
+        let mut recs = HashMap::new();
+        recs.insert(
+            rows[1].reminder_id.clone(),
+            record(&rows[1], ReminderState::DeadLettered, Some(ReasonCode::AttemptLimit), -300),
+        );
+        let judge = |in_dlq: &HashMap<String, String>, queued: u64| {
+            reconcile(&ReconcileInput {
+                from: t(-60),
+                to: t(60),
+                tenant: None,
+                rows: &rows,
+                records: &recs,
+                queued,
+                in_dlq,
+                now: t(0),
+                grace: DEFAULT_GRACE,
+                policy: &SloPolicy::default(),
+            })
+        };
+        let r = judge(&HashMap::new(), 1);
+        assert_eq!(r.dead_lettered, BTreeMap::from([("attempt_limit".into(), 1)]), "{r:#?}");
+        assert_eq!((r.unaccounted, r.missing_among_suspects, r.accounted), (1, 1, false), "{r:#?}");
+        assert_eq!(r.suspects[0].reminder_id, rows[0].reminder_id.to_string());
+        // With B's letter still in the DLQ, the lanes' message can be A's.
+        let letter = HashMap::from([(rows[1].reminder_id.to_string(), "attempt_limit".to_owned())]);
+        assert!(judge(&letter, 1).accounted);
+        // Both messages there: both accounted for.
+        assert!(judge(&HashMap::new(), 2).accounted);
+    }
+
+    #[test]
     fn found_by_second_review_a_release_seen_only_in_the_ledger_gets_the_grace_too() {
         // Read as scheduled, then released and claimed 3 s before the ledger read.
         let rows = [row(1, RenewalStatus::Active, ReleaseState::Scheduled)];
@@ -772,6 +847,38 @@ mod tests {
         // Long after, with the lanes empty, it is named.
         let r = run(&rows, &recs, 0, 900);
         assert_eq!(r.unaccounted_reminders[0].problem, Problem::ReleasedNotOnAnyQueue);
+    }
+
+    #[test]
+    fn a_renewal_active_again_after_a_cancel_at_send_is_not_filed_as_cancelled() {
+        // Cancelled at send 10 minutes before, then active again and re-armed: released again
+        // 5 minutes ago, its new copy on a lane.
+        let cancelled_at = -600;
+        let rows = [row(1, RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-300))))];
+        let mut recs = HashMap::new();
+        recs.insert(
+            rows[0].reminder_id.clone(),
+            record(&rows[0], ReminderState::Cancelled, Some(ReasonCode::Cancelled), cancelled_at),
+        );
+        let r = run(&rows, &recs, 1, 0);
+        assert_eq!((r.cancelled, r.waiting.on_queue, r.due), (0, 1, 1), "{r:#?}");
+        // With the lanes empty, its new copy is missing: named, not hidden as a cancellation.
+        let r = run(&rows, &recs, 0, 0);
+        assert_eq!(r.unaccounted_reminders[0].problem, Problem::ReleasedNotOnAnyQueue, "{r:#?}");
+        // Re-armed and not released again yet: pending, then never released past the grace.
+        let pending = [row(1, RenewalStatus::Active, ReleaseState::Scheduled)];
+        assert_eq!(run(&pending, &recs, 0, 0).waiting.not_yet_released, 1);
+        let late = run(&pending, &recs, 0, 900);
+        assert_eq!(late.unaccounted_reminders[0].problem, Problem::NeverReleased, "{late:#?}");
+        // Still cancelled, or released only before the cancellation (active again after its
+        // window, nothing re-armed): the cancellation at send stands.
+        for (status, release) in [
+            (RenewalStatus::Cancelled, ReleaseState::Enqueued(Some(t(-300)))),
+            (RenewalStatus::Active, ReleaseState::Enqueued(Some(t(-900)))),
+        ] {
+            let r = run(&[row(1, status, release)], &recs, 0, 0);
+            assert_eq!((r.cancelled, r.unaccounted), (1, 0), "{r:#?}");
+        }
     }
 
     #[test]

@@ -399,6 +399,7 @@ where
                             r.state == ReminderState::DeadLettered
                                 && crate::ports::revives_dead_letter(msg, r.release_id.as_deref())
                         }),
+                        cancel_superseded: rec.as_ref().is_some_and(|r| crate::ports::revives_cancelled(msg, r)),
                     });
                 }
                 Decision::Next(Step::CheckRenewal) => {
@@ -480,8 +481,18 @@ where
             }
             now = self.clock.now();
         };
-        let mut processed =
-            self.apply(received, &decoded, &owner, claim, now, disposition, provider_calls, provider.as_ref()).await?;
+        let mut processed = self
+            .apply(
+                received,
+                &decoded,
+                &owner,
+                claim,
+                (now, renewal_read_at),
+                disposition,
+                provider_calls,
+                provider.as_ref(),
+            )
+            .await?;
         processed.possible_double = possible_double;
         processed.call_latency = call_latency;
         Ok(processed)
@@ -494,7 +505,7 @@ where
         decoded: &Result<ReminderMessage, MalformedMessage>,
         owner: &OwnerToken,
         claim: Option<ClaimView>,
-        now: DateTime<Utc>,
+        (now, renewal_read_at): (DateTime<Utc>, Option<DateTime<Utc>>),
         disposition: Disposition,
         provider_calls: u32,
         outcome: Option<&ProviderOutcome>,
@@ -502,9 +513,16 @@ where
         let msg = decoded.as_ref().ok();
         let held = matches!(claim, Some(ClaimView::Claimed { .. })).then_some(owner);
         let mut settle_conflict = None;
+        // A cancellation (the renewal not active, or another version) is recorded as of the read
+        // of the renewal that decided it: a row re-armed after that read is released after it,
+        // and its copy may claim the reminder again (`ports::revives_cancelled`). Recorded as of
+        // the write, a re-arm and a release landing between the read and the write would leave
+        // the renewal, active again, with a reminder nobody sends.
+        let cancelled_as_of = renewal_read_at.map_or(now, |at| at.min(now));
         let mut settle = async |owner: Option<&OwnerToken>, s: Settlement| -> Result<(), SenderError> {
             if let Some(m) = msg {
-                match self.ledger.settle(m, owner, now, &s).await? {
+                let at = if s.state == ReminderState::Cancelled { cancelled_as_of } else { now };
+                match self.ledger.settle(m, owner, at, &s).await? {
                     SettleOutcome::Recorded => {}
                     other => settle_conflict = Some(other),
                 }

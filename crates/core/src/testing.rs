@@ -201,11 +201,13 @@ fn release_of(msg: &ReminderMessage) -> &str {
     msg.redrive.as_ref().map_or("", |r| r.id.as_str())
 }
 
-/// A record in `state` may be claimed by `msg`: not ended, or dead-lettered and re-released by
-/// a redrive (the ledger contract; the DynamoDB adapter's condition says the same).
-fn claimable(state: ReminderState, msg: &ReminderMessage) -> bool {
-    match state {
-        ReminderState::Delivered | ReminderState::Expired | ReminderState::Cancelled => false,
+/// A record `r` may be claimed by `msg`: not ended, or dead-lettered and re-released by a
+/// redrive, or cancelled and released again since (the ledger contract; the DynamoDB
+/// adapter's condition says the same).
+fn claimable(r: &LedgerRecord, msg: &ReminderMessage) -> bool {
+    match r.state {
+        ReminderState::Delivered | ReminderState::Expired => false,
+        ReminderState::Cancelled => crate::ports::revives_cancelled(msg, r),
         ReminderState::DeadLettered => msg.redrive.is_some(),
         _ => true,
     }
@@ -230,7 +232,7 @@ impl Ledger for MemoryLedger {
             return Ok(ClaimView::AlreadyDelivered);
         }
         let release = release_of(msg);
-        if !claimable(r.state, msg)
+        if !claimable(&r, msg)
             || (r.state == ReminderState::DeadLettered
                 && !crate::ports::revives_dead_letter(msg, r.release_id.as_deref()))
         {
@@ -274,8 +276,9 @@ impl Ledger for MemoryLedger {
                 return Ok(SettleOutcome::AlreadyDelivered);
             }
             if s.state != ReminderState::Delivered {
-                let revived = r.state == ReminderState::DeadLettered
-                    && crate::ports::revives_dead_letter(msg, r.release_id.as_deref());
+                let revived = (r.state == ReminderState::DeadLettered
+                    && crate::ports::revives_dead_letter(msg, r.release_id.as_deref()))
+                    || crate::ports::revives_cancelled(msg, r);
                 if owner.is_none() && r.state.is_terminal() && !revived {
                     return Ok(SettleOutcome::AlreadyEnded(r.state));
                 }
@@ -809,6 +812,11 @@ pub mod ledger_contract {
         }
     }
 
+    /// A settlement that ends a reminder in `state` for `reason` (no receipt, no next time).
+    fn ending(state: ReminderState, reason: ReasonCode, attempts: u32, provider_status: Option<u16>) -> Settlement {
+        Settlement { state, reason: Some(reason), attempts, receipt: None, provider_status, next_at: None }
+    }
+
     async fn must<T, E: std::fmt::Debug>(what: &str, f: impl std::future::Future<Output = Result<T, E>>) -> T {
         match f.await {
             Ok(v) => v,
@@ -870,6 +878,7 @@ pub mod ledger_contract {
         // Each group of cases is its own boxed future: inlined, the suite's state machine
         // outgrows a test thread's stack in a debug build.
         Box::pin(ended_reminders(ledger, base)).await;
+        Box::pin(cancellations_superseded(ledger, base)).await;
         Box::pin(call_marks(ledger, base)).await;
 
         // complete with receipt; then every claim and settle sees delivered.
@@ -914,14 +923,7 @@ pub mod ledger_contract {
 
         // settle without an owner (expiry before any claim): refused under a live lease.
         let m3 = msg(3, base);
-        let expired = Settlement {
-            state: ReminderState::Expired,
-            reason: Some(ReasonCode::BusinessDeadlineExpired),
-            attempts: 0,
-            receipt: None,
-            provider_status: None,
-            next_at: None,
-        };
+        let expired = ending(ReminderState::Expired, ReasonCode::BusinessDeadlineExpired, 0, None);
         assert_eq!(must("expire fresh", ledger.settle(&m3, None, base, &expired)).await, SettleOutcome::Recorded);
         let m4 = msg(4, base);
         must("claim 4", ledger.claim(&m4, &a, base, base + s(10))).await;
@@ -1089,14 +1091,7 @@ pub mod ledger_contract {
                 must("claim to end", ledger.claim(&e, &a, base, base + s(30))).await,
                 ClaimView::Claimed { prior_attempts: 0, unsettled_call: false }
             );
-            let end = Settlement {
-                state: ended,
-                reason: Some(ReasonCode::ClassifiedPermanent),
-                attempts: 1,
-                receipt: None,
-                provider_status: Some(400),
-                next_at: None,
-            };
+            let end = ending(ended, ReasonCode::ClassifiedPermanent, 1, Some(400));
             assert_eq!(must("end", ledger.settle(&e, Some(&a), base + s(1), &end)).await, SettleOutcome::Recorded);
             assert_eq!(
                 must("stale copy claims an ended reminder", ledger.claim(&e, &b, base + s(40), base + s(70))).await,
@@ -1139,14 +1134,7 @@ pub mod ledger_contract {
                 );
                 // The later redrive's own chain dead-letters it again: another copy of that same
                 // redrive (an SQS duplicate) must not revive it.
-                let again = Settlement {
-                    state: ReminderState::DeadLettered,
-                    reason: Some(ReasonCode::ClassifiedPermanent),
-                    attempts: 2,
-                    receipt: None,
-                    provider_status: Some(400),
-                    next_at: None,
-                };
+                let again = ending(ReminderState::DeadLettered, ReasonCode::ClassifiedPermanent, 2, Some(400));
                 assert_eq!(
                     must("ended again", ledger.settle(&later, Some(&a), free + s(1), &again)).await,
                     SettleOutcome::Recorded
@@ -1157,14 +1145,7 @@ pub mod ledger_contract {
                 );
                 // An expiry (a copy past `deliver_by`) records over the quarantine only for a
                 // redrive's copy that has not run on it: never for the redrive that ended it.
-                let expired = Settlement {
-                    state: ReminderState::Expired,
-                    reason: Some(ReasonCode::BusinessDeadlineExpired),
-                    attempts: 2,
-                    receipt: None,
-                    provider_status: None,
-                    next_at: None,
-                };
+                let expired = ending(ReminderState::Expired, ReasonCode::BusinessDeadlineExpired, 2, None);
                 assert_eq!(
                     must("expiry by the same redrive", ledger.settle(&later, None, free + s(80), &expired)).await,
                     SettleOutcome::AlreadyEnded(ReminderState::DeadLettered)
@@ -1192,6 +1173,67 @@ pub mod ledger_contract {
                 );
             }
         }
+    }
+
+    /// A reminder cancelled at send (its renewal was cancelled or paid, or the copy was of
+    /// another version) is ended for every copy released before the cancellation; a copy
+    /// released after it (`first_enqueued` later: the scheduler's release of a row re-armed
+    /// since, a renewal active again or moved back to this due date) claims it, and a late one
+    /// records its expiry. A delivered reminder is never claimed again, whenever its copy was
+    /// released.
+    async fn cancellations_superseded<L: Ledger>(ledger: &L, base: DateTime<Utc>) {
+        let s = TimeDelta::seconds;
+        let (a, b) = (OwnerToken::new("owner-a"), OwnerToken::new("owner-b"));
+        let cancel = ending(ReminderState::Cancelled, ReasonCode::Cancelled, 0, None);
+        let stale = msg(23, base);
+        must("claim", ledger.claim(&stale, &a, base, base + s(30))).await;
+        assert_eq!(
+            must("cancel", ledger.settle(&stale, Some(&a), base + s(1), &cancel)).await,
+            SettleOutcome::Recorded
+        );
+        assert_eq!(
+            must("stale copy", ledger.claim(&stale, &b, base + s(40), base + s(70))).await,
+            ClaimView::Ended { state: ReminderState::Cancelled },
+            "a copy released before the cancellation revived it"
+        );
+        let again = ReminderMessage { first_enqueued: base + s(30), ..stale.clone() };
+        assert_eq!(
+            must("copy released after", ledger.claim(&again, &b, base + s(40), base + s(70))).await,
+            ClaimView::Claimed { prior_attempts: 0, unsettled_call: false },
+            "a copy released after the cancellation must claim the reminder"
+        );
+        // Cancelled again (the renewal is cancelled again): that copy is now the stale one.
+        assert_eq!(
+            must("cancel again", ledger.settle(&again, Some(&b), base + s(41), &cancel)).await,
+            SettleOutcome::Recorded
+        );
+        assert_eq!(
+            must("the same copy again", ledger.claim(&again, &a, base + s(50), base + s(80))).await,
+            ClaimView::Ended { state: ReminderState::Cancelled }
+        );
+        let expired = ending(ReminderState::Expired, ReasonCode::BusinessDeadlineExpired, 0, None);
+        let late = stale.deliver_by + s(1);
+        assert_eq!(
+            must("a stale copy's expiry", ledger.settle(&again, None, late, &expired)).await,
+            SettleOutcome::AlreadyEnded(ReminderState::Cancelled)
+        );
+        let last = ReminderMessage { first_enqueued: base + s(60), ..stale.clone() };
+        assert_eq!(
+            must("a later release's expiry", ledger.settle(&last, None, late, &expired)).await,
+            SettleOutcome::Recorded,
+            "a copy released after the cancellation, late, expires the reminder"
+        );
+        let rec = must("read", ledger.get(&stale.reminder_id)).await.unwrap_or_else(|| panic!("record must exist"));
+        assert_eq!((rec.state, rec.last_reason), (ReminderState::Expired, Some(ReasonCode::BusinessDeadlineExpired)));
+        // Delivered is final for every copy.
+        let done = msg(24, base);
+        must("claim", ledger.claim(&done, &a, base, base + s(30))).await;
+        must("deliver", ledger.settle(&done, Some(&a), base + s(1), &delivered(1))).await;
+        let later = ReminderMessage { first_enqueued: base + s(60), ..done.clone() };
+        assert_eq!(
+            must("a later release of a delivered one", ledger.claim(&later, &b, base + s(61), base + s(90))).await,
+            ClaimView::AlreadyDelivered
+        );
     }
 
     /// Claim+settle cycles of one reminder in [`bounded_history`]: far past the ~2,100 cycles

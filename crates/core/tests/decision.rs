@@ -114,7 +114,14 @@ impl World {
 }
 
 fn late(state: Option<ReminderState>, attempts: u32) -> RecordView {
-    RecordView { state, attempts, unknown_call: false, lease_until: None, redrive_pending: false }
+    RecordView {
+        state,
+        attempts,
+        unknown_call: false,
+        lease_until: None,
+        redrive_pending: false,
+        cancel_superseded: false,
+    }
 }
 
 /// Leased until `until` by a worker whose call is marked and not settled.
@@ -125,6 +132,7 @@ fn leased_with_a_call(until: DateTime<Utc>) -> RecordView {
         unknown_call: true,
         lease_until: Some(until),
         redrive_pending: false,
+        cancel_superseded: false,
     }
 }
 
@@ -623,6 +631,7 @@ fn drive(run: &Run) -> (World, Disposition, Option<(DateTime<Utc>, Duration)>) {
                     unknown_call: false,
                     lease_until: None,
                     redrive_pending: false,
+                    cancel_superseded: false,
                 });
             }
             Decision::Next(Step::CheckRenewal) => world.renewal = Some(run.renewal),

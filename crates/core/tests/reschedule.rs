@@ -199,3 +199,117 @@ async fn the_current_version_is_delivered_and_a_cancel_still_wins() {
     r.renewals.set(&other.tenant_id, &other.renewal_id, RenewalView::Cancelled);
     assert!(matches!(r.process(&other).await, Disposition::Cancel { .. }));
 }
+
+/// The released copy of a renewal cancelled after release, cancelled at send by `r`'s sender.
+async fn cancelled_at_send(r: &Rig) -> ReminderMessage {
+    let m = released();
+    r.holds(&m);
+    r.renewals.set(&m.tenant_id, &m.renewal_id, RenewalView::Cancelled);
+    assert!(matches!(r.process(&m).await, Disposition::Cancel { .. }));
+    m
+}
+
+/// The copy the scheduler releases from a row re-armed at `at` (the same reminder, released
+/// again).
+fn released_again(m: &ReminderMessage, at: DateTime<Utc>) -> ReminderMessage {
+    ReminderMessage { first_enqueued: at, ..m.clone() }
+}
+
+/// A renewal cancelled (or paid) after release: its copy is cancelled at send. The customer
+/// is then active again before `deliver_by` (a payment that bounced, a cancellation undone),
+/// and the import re-arms the row: the copy the scheduler releases from it is delivered, once.
+/// A copy released before the cancellation never revives the reminder.
+#[tokio::test]
+async fn a_renewal_active_again_after_a_cancel_at_send_is_delivered_once() {
+    let r = rig();
+    let m = cancelled_at_send(&r).await;
+    let rec = r.ledger.get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.last_reason), (ReminderState::Cancelled, Some(ReasonCode::Cancelled)));
+
+    // Active again; the re-armed row's release comes at the next tick.
+    r.clock.advance(Duration::from_secs(120));
+    r.renewals.set(&m.tenant_id, &m.renewal_id, RenewalView::Active);
+    // A stale copy (released before the cancellation: an SQS duplicate) revives nothing.
+    assert!(matches!(r.process(&m).await, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }));
+    assert!(r.provider.calls().is_empty());
+    let again = released_again(&m, r.clock.now());
+    let d = r.process(&again).await;
+    assert!(matches!(d, Disposition::Delivered { attempt: 1, .. }), "the re-activated renewal was not sent: {d:?}");
+    // Once: another copy of that release, or the stale one, is a duplicate.
+    assert!(matches!(r.process(&again).await, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }));
+    assert!(matches!(r.process(&m).await, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate }));
+    assert_eq!(r.provider.calls().len(), 1);
+}
+
+/// The re-armed copy reaches a sender only after `deliver_by`: the reminder was owed again and
+/// missed, so it expires (counted late), not "cancelled" by the old record.
+#[tokio::test]
+async fn a_renewal_active_again_whose_copy_comes_after_its_deadline_expires() {
+    let r = rig();
+    let m = cancelled_at_send(&r).await;
+    let again = released_again(&m, r.clock.now() + TimeDelta::seconds(60));
+    r.renewals.set(&m.tenant_id, &m.renewal_id, RenewalView::Active);
+    r.clock.set(m.deliver_by + TimeDelta::seconds(1));
+    let d = r.process(&again).await;
+    assert!(matches!(d, Disposition::Expire { .. }), "{d:?}");
+    let rec = r.ledger.get(&m.reminder_id).await.unwrap().unwrap();
+    assert_eq!((rec.state, rec.last_reason), (ReminderState::Expired, Some(ReasonCode::BusinessDeadlineExpired)));
+    // A stale copy past the deadline is still just the old cancellation's duplicate.
+    let r2 = rig();
+    cancelled_at_send(&r2).await;
+    r2.clock.set(m.deliver_by + TimeDelta::seconds(1));
+    assert!(matches!(r2.process(&m).await, Disposition::Acknowledge { reason: ReasonCode::Cancelled }));
+}
+
+/// A renewals table whose reads take `slow` (under the sender's 1 s freshness: a read that
+/// takes longer is read again, and again): the clock moves on while a sender reads.
+#[derive(Clone)]
+struct SlowRead {
+    inner: MemoryRenewals,
+    clock: ManualClock,
+    slow: Duration,
+}
+
+impl punctual_core::ports::Renewals for SlowRead {
+    async fn lookup(
+        &self,
+        tenant: &punctual_core::TenantId,
+        renewal: &punctual_core::ids::RenewalId,
+    ) -> Result<punctual_core::ports::RenewalLookup, punctual_core::ports::RenewalsError> {
+        let seen = self.inner.lookup(tenant, renewal).await;
+        self.clock.advance(self.slow);
+        seen
+    }
+}
+
+/// The renewal is active again, re-armed and released while a sender is between its read
+/// (which found it cancelled) and its write of the cancellation: the copy released then was
+/// released after what the read saw, and still claims the reminder.
+#[tokio::test]
+async fn a_release_between_the_read_and_the_cancellation_still_claims() {
+    let r = rig();
+    let slow = SlowRead { inner: r.renewals.clone(), clock: r.clock.clone(), slow: Duration::from_millis(800) };
+    let limiter = SharedLimiter::new(MemorySlotStore::default(), r.clock.clone(), LimiterSettings::new(100.0), 1);
+    let sender = Sender::new(
+        r.ledger.clone(),
+        slow,
+        limiter,
+        r.provider.clone(),
+        r.queue.clone(),
+        r.clock.clone(),
+        SenderSettings::default(),
+        7,
+    );
+    let m = released();
+    r.holds(&m);
+    r.renewals.set(&m.tenant_id, &m.renewal_id, RenewalView::Cancelled);
+    let read_at = r.clock.now();
+    let deadline = read_at + TimeDelta::seconds(30);
+    let d = sender.process(Received { message_id: "m-1", body: &m.encode() }, deadline).await.unwrap().disposition;
+    assert!(matches!(d, Disposition::Cancel { .. }), "{d:?}");
+    // Released 400 ms into the 800 ms read: after the read began, before the write.
+    r.renewals.set(&m.tenant_id, &m.renewal_id, RenewalView::Active);
+    let again = released_again(&m, read_at + TimeDelta::milliseconds(400));
+    let d = r.process(&again).await;
+    assert!(matches!(d, Disposition::Delivered { .. }), "{d:?}");
+}

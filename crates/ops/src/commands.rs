@@ -273,6 +273,32 @@ pub struct Explanation {
     pub redrive_would_consume: String,
     /// Every transition.
     pub history: Vec<serde_json::Value>,
+    /// The renewal whose reminder it is, and what `reconcile` says of it (absent when no row of
+    /// the renewals table names this reminder any more: moved to another due date, or gone).
+    pub renewal: Option<RenewalSeen>,
+}
+
+/// A reminder's renewal as the renewals table has it, and what `punctual reconcile` says of the
+/// two together (the same judgement, over a window of this one renewal).
+#[derive(Debug, Clone, Serialize)]
+pub struct RenewalSeen {
+    /// Tenant.
+    pub tenant_id: String,
+    /// Renewal.
+    pub renewal_id: String,
+    /// `active`, `cancelled` or `paid`.
+    pub status: String,
+    /// Where the scheduler left it: `not released`, `released <time>`, `expired at release`.
+    pub release: String,
+    /// Due from.
+    pub deliver_after: DateTime<Utc>,
+    /// Deadline.
+    pub deliver_by: DateTime<Utc>,
+    /// Reconcile's bucket: `delivered`, `expired`, `cancelled`, `dead_lettered`, `excluded`,
+    /// `waiting` or `unaccounted`.
+    pub reconcile: String,
+    /// What reconcile's bucket means for it, in words.
+    pub verdict: String,
 }
 
 impl Explanation {
@@ -298,27 +324,259 @@ impl Explanation {
         for h in &self.history {
             out.push_str(&format!("  {h}\n"));
         }
+        if let Some(r) = &self.renewal {
+            // The verdict in words once: `why` already says it when the row decided.
+            let verdict = if self.why.contains(&r.verdict) { String::new() } else { format!(": {}", r.verdict) };
+            out.push_str(&format!(
+                "renewal           {}/{} {}, {}; due {} by {}\nreconcile         {}{verdict}\n",
+                r.tenant_id,
+                r.renewal_id,
+                r.status,
+                r.release,
+                r.deliver_after.to_rfc3339(),
+                r.deliver_by.to_rfc3339(),
+                r.reconcile,
+            ));
+        }
         out
     }
 }
 
+/// How far back `explain` looks for the renewal of a reminder the ledger has no record of: as
+/// far as `reconcile` reaches (the ledger keeps its records 30 days past `deliver_by`).
+pub const EXPLAIN_DAYS_BACK: u64 = 31;
+/// How far ahead: the longest window, a week.
+pub const EXPLAIN_DAYS_AHEAD: u64 = 7;
+
+/// The UTC days whose `by_day` partitions may hold `rec`'s renewal: the day of its
+/// `deliver_after` and its neighbours (a move to another send time keeps the reminder id and may
+/// cross midnight) when the ledger knows it; otherwise today, then each day back to
+/// [`EXPLAIN_DAYS_BACK`] days ago, then each day ahead to [`EXPLAIN_DAYS_AHEAD`].
+fn days_to_search(rec: Option<&LedgerRecord>, now: DateTime<Utc>) -> Vec<chrono::NaiveDate> {
+    let shift = |d: chrono::NaiveDate, n: i64| d.checked_add_signed(TimeDelta::days(n));
+    if let Some(after) = rec.and_then(|r| r.deliver_after) {
+        let d = after.date_naive();
+        return [Some(d), shift(d, -1), shift(d, 1)].into_iter().flatten().collect();
+    }
+    let today = now.date_naive();
+    (0..=EXPLAIN_DAYS_BACK as i64)
+        .map(|n| shift(today, -n))
+        .chain((1..=EXPLAIN_DAYS_AHEAD as i64).map(|n| shift(today, n)))
+        .flatten()
+        .collect()
+}
+
 /// Explains a reminder id, or a message id found on the DLQ (its `original_message_id` or its
-/// own id).
+/// own id): the ledger's record, and the renewal's row with what `reconcile` says of both
+/// (docs/commands.md#punctual-explain). A reminder no sender has recorded (never released,
+/// expired at release, a letter the queue's backstop moved) is explained from its row.
 pub async fn explain(target: &Target, id: &str) -> Result<Explanation, OpsError> {
     let (ddb, queues) = target.clients().await;
-    let ledger = DynamoLedger::new(ddb, &target.resources.ledger_table);
+    let ledger = DynamoLedger::new(ddb.clone(), &target.resources.ledger_table);
     let rid = match ReminderId::parse(id) {
         Ok(r) => r,
         Err(_) => find_in_dlq(&queues, id).await?.ok_or_else(|| {
             OpsError::NotFound(format!("{id:?} is not a reminder id (rem_…) and no DLQ message has that id"))
         })?,
     };
-    let rec = ledger
-        .get(&rid)
+    let rec = ledger.get(&rid).await.map_err(step("reading the ledger"))?;
+    let now = Utc::now();
+    let days = days_to_search(rec.as_ref(), now);
+    let renewals = punctual_aws::renewals::DynamoRenewals::new(ddb, target.resources.renewals_table.clone());
+    let (row, _) = renewals
+        .find_reminder(&rid, days.iter().copied())
         .await
-        .map_err(step("reading the ledger"))?
-        .ok_or_else(|| OpsError::NotFound(format!("no ledger record for {rid}: never processed by a sender")))?;
-    Ok(explanation(&rec, Utc::now(), target))
+        .map_err(step("reading the renewals table's by_day index"))?;
+    let (seen, letter) = match &row {
+        Some(row) => {
+            let (seen, letter) = reconcile_one(&queues, row, rec.as_ref(), now).await?;
+            (Some(seen), letter)
+        }
+        None => (None, None),
+    };
+    match (rec, seen) {
+        (Some(rec), seen) => {
+            let mut e = explanation(&rec, now, target);
+            // A cancellation the renewal has superseded since (active again, re-armed): the
+            // record no longer says where the reminder is; reconcile, from the row, does.
+            if let Some(s) =
+                seen.as_ref().filter(|s| rec.state == ReminderState::Cancelled && s.reconcile != "cancelled")
+            {
+                e.why = format!(
+                    "cancelled at send earlier, but the renewal is active again and was re-armed since: {}",
+                    s.verdict
+                );
+            }
+            Ok(Explanation { renewal: seen, ..e })
+        }
+        (None, Some(seen)) => Ok(unrecorded(&rid, seen, letter, now, target)),
+        (None, None) => {
+            let span = match (days.iter().min(), days.iter().max()) {
+                (Some(a), Some(b)) => format!(" between {a} and {b}"),
+                _ => String::new(),
+            };
+            Err(OpsError::NotFound(format!(
+                "no ledger record for {rid}, and no renewal of the renewals table is due with it{span}: not a reminder of this deployment, a renewal moved to another due date since (another reminder id), or older than the ledger keeps"
+            )))
+        }
+    }
+}
+
+/// Reconcile's judgement of one renewal: its row, its ledger record, the lanes' depth, and —
+/// when it is released and in no terminal state, as reconcile reads it — its letter in the DLQ.
+/// Returns the letter's reason too.
+async fn reconcile_one(
+    queues: &SqsQueues,
+    row: &punctual_core::reconcile::DueRow,
+    rec: Option<&LedgerRecord>,
+    now: DateTime<Utc>,
+) -> Result<(RenewalSeen, Option<String>), OpsError> {
+    use punctual_core::reconcile::{DEFAULT_GRACE, ReconcileInput, ReleaseState, open_releases, reconcile};
+    let records: std::collections::HashMap<ReminderId, LedgerRecord> =
+        rec.map(|r| (r.reminder_id.clone(), r.clone())).into_iter().collect();
+    let rows = std::slice::from_ref(row);
+    let queued = crate::reconcile::lanes_hold(queues).await?;
+    let mut letter = None;
+    if open_releases(rows, &records) > 0 {
+        letter = crate::dlq::letter_of(queues, row.reminder_id.as_str(), crate::reconcile::DLQ_READ_MAX)
+            .await
+            .map_err(step("reading the DLQ"))?;
+    }
+    let in_dlq: std::collections::HashMap<String, String> =
+        letter.iter().map(|reason| (row.reminder_id.to_string(), reason.clone())).collect();
+    let r = reconcile(&ReconcileInput {
+        from: row.deliver_after,
+        to: row.deliver_after + TimeDelta::milliseconds(1),
+        tenant: None,
+        rows,
+        records: &records,
+        queued,
+        in_dlq: &in_dlq,
+        now,
+        grace: DEFAULT_GRACE,
+        policy: &punctual_core::slo::SloPolicy::default(),
+    });
+    let at = |t: DateTime<Utc>| t.format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let release = match row.release {
+        ReleaseState::Scheduled => "not released".to_owned(),
+        ReleaseState::Enqueued(Some(t)) => format!("released {}", at(t)),
+        ReleaseState::Enqueued(None) => "released".to_owned(),
+        ReleaseState::ExpiredAtRelease => "expired at release".to_owned(),
+    };
+    let ended = rec.is_some_and(|r| r.state.is_terminal());
+    let (bucket, verdict) = if let Some(u) = r.unaccounted_reminders.first() {
+        let why = match u.problem {
+            punctual_core::reconcile::Problem::NeverReleased => format!(
+                "never released: due since {} and still pending in the renewals table past reconcile's {} s grace; the scheduler releases what is due on its 1-minute tick — is delivery paused (`punctual status`), or the scheduler failing or not ticking?",
+                at(row.deliver_after),
+                DEFAULT_GRACE.as_secs()
+            ),
+            punctual_core::reconcile::Problem::ReleasedNotOnAnyQueue => format!(
+                "released {}on no queue: no sender recorded an outcome, and the lanes hold no message — its message was lost",
+                u.released_at.map(|t| format!("{}, ", at(t))).unwrap_or_default()
+            ),
+            punctual_core::reconcile::Problem::PossiblyLost => {
+                "possibly lost: the lanes hold fewer messages than such reminders".to_owned()
+            }
+        };
+        ("unaccounted", format!("UNACCOUNTED ({}), {why}", u.problem.as_str()))
+    } else if r.delivered > 0 {
+        ("delivered", "delivered".to_owned())
+    } else if r.expired > 0 && row.release == ReleaseState::ExpiredAtRelease && !ended {
+        (
+            "expired",
+            "expired at release (missed_schedule_window): the scheduler found it past its deliver_by and never sent it; counted late".to_owned(),
+        )
+    } else if r.expired > 0 {
+        ("expired", "expired: its deliver_by passed before it was delivered; counted late".to_owned())
+    } else if r.cancelled > 0 {
+        (
+            "cancelled",
+            "cancelled at send: the renewal was not due when its copy came (cancelled, paid, or moved)".to_owned(),
+        )
+    } else if let Some(reason) = r.dead_lettered.keys().next() {
+        let why = if reason == crate::dlq::BACKSTOP {
+            "dead-lettered as receive_count_backstop: SQS moved its message to the DLQ after maxReceiveCount receives with no outcome recorded (a sender that crashed or timed out each time); nothing retries it until an operator redrives it".to_owned()
+        } else {
+            format!("dead-lettered ({reason}): nothing retries it until an operator redrives it")
+        };
+        ("dead_lettered", why)
+    } else if let Some(status) = r.excluded.keys().next() {
+        ("excluded", format!("not due: the renewal is {status}; nothing is sent, and the SLO leaves it out"))
+    } else if r.waiting.on_queue > 0 {
+        (
+            "waiting",
+            format!(
+                "released and waiting on a lane (the lanes hold {} messages); no sender has recorded an outcome yet",
+                r.queued_messages
+            ),
+        )
+    } else {
+        (
+            "waiting",
+            format!(
+                "not released yet: due at {}; the scheduler releases it ahead of that, on its 1-minute tick",
+                at(row.deliver_after)
+            ),
+        )
+    };
+    let seen = RenewalSeen {
+        tenant_id: row.tenant_id.clone(),
+        renewal_id: row.renewal_id.clone(),
+        status: row.status.as_str().to_owned(),
+        release,
+        deliver_after: row.deliver_after,
+        deliver_by: row.deliver_by,
+        reconcile: bucket.to_owned(),
+        verdict,
+    };
+    Ok((seen, letter))
+}
+
+/// What a redrive of a reminder would consume: nothing when it is delivered or past its
+/// deadline, else one message, one token of the redrive share and a fresh attempt budget.
+fn would_consume(delivered: bool, slack: f64, attempts: u32, target: &Target) -> String {
+    let share = LimiterSettings::new(target.quota).redrive_share * target.quota;
+    if delivered {
+        "nothing: a redrive skips delivered reminders".to_owned()
+    } else if slack <= 0.0 {
+        "nothing: a redrive skips reminders past deliver_by".to_owned()
+    } else {
+        format!(
+            "1 of the request's max_messages, 1 token of the redrive share ({share:.0}/s), and a fresh budget of {} provider attempts (it has made {attempts})",
+            SenderPolicy::default().max_attempts
+        )
+    }
+}
+
+/// The answers `explain` gives for a reminder the ledger has no record of, from its renewal.
+fn unrecorded(
+    rid: &ReminderId,
+    seen: RenewalSeen,
+    letter: Option<String>,
+    now: DateTime<Utc>,
+    target: &Target,
+) -> Explanation {
+    let slack = (seen.deliver_by - now).num_milliseconds() as f64 / 1000.0;
+    let would = if letter.is_some() {
+        would_consume(false, slack, 0, target)
+    } else {
+        "nothing: no letter of it is in the DLQ".to_owned()
+    };
+    Explanation {
+        reminder_id: rid.to_string(),
+        state: seen.reconcile.clone(),
+        attempts: 0,
+        why: format!("no sender has recorded it; {}", seen.verdict),
+        next_eligible: None,
+        deliver_by: seen.deliver_by,
+        slack_seconds: slack,
+        dlq_reason: letter,
+        redrive_lineage: Vec::new(),
+        redrive_would_consume: would,
+        history: Vec::new(),
+        renewal: Some(seen),
+    }
 }
 
 /// The answers `explain` gives for one ledger record at `now`.
@@ -334,7 +592,7 @@ pub fn explanation(rec: &LedgerRecord, now: DateTime<Utc>, target: &Target) -> E
             "in the DLQ: {} — nothing retries it until an operator redrives it",
             reason.as_deref().unwrap_or("unknown")
         ),
-        // S11: a lease is a holder only while it runs; one that ended without a settle is a
+        // A lease is a holder only while it runs; one that ended without a settle is a
         // sender that stopped mid-work (a crash, a timeout), and the copy returns when its
         // visibility timeout ends.
         ReminderState::Leased if rec.lease_until.is_some_and(|l| l > now) => format!(
@@ -357,16 +615,7 @@ pub fn explanation(rec: &LedgerRecord, now: DateTime<Utc>, target: &Target) -> E
             lineage.push(r.clone());
         }
     }
-    let share = LimiterSettings::new(target.quota).redrive_share * target.quota;
-    let policy = SenderPolicy::default();
-    let would = match rec.state {
-        ReminderState::Delivered => "nothing: a redrive skips delivered reminders".to_owned(),
-        _ if slack <= 0.0 => "nothing: a redrive skips reminders past deliver_by".to_owned(),
-        _ => format!(
-            "1 of the request's max_messages, 1 token of the redrive share ({share:.0}/s), and a fresh budget of {} provider attempts (it has made {})",
-            policy.max_attempts, rec.attempts
-        ),
-    };
+    let would = would_consume(rec.state == ReminderState::Delivered, slack, rec.attempts, target);
     Explanation {
         reminder_id: rec.reminder_id.to_string(),
         state: rec.state.as_str().into(),
@@ -379,6 +628,7 @@ pub fn explanation(rec: &LedgerRecord, now: DateTime<Utc>, target: &Target) -> E
         redrive_lineage: lineage,
         redrive_would_consume: would,
         history: rec.history.iter().map(|h| serde_json::to_value(h).unwrap_or_default()).collect(),
+        renewal: None,
     }
 }
 
@@ -388,7 +638,7 @@ async fn find_in_dlq(queues: &SqsQueues, id: &str) -> Result<Option<ReminderId>,
     let names_it = |m: &punctual_aws::sqs::Received| {
         m.message_id == id || attr(m, punctual_aws::sqs::attr::ORIGINAL_MESSAGE_ID).as_deref() == Some(id)
     };
-    // Bounded like reconcile's read (S11: 100 missed a message deeper in a real DLQ); the peek
+    // Bounded like reconcile's read (100 missed a message deeper in a real DLQ); the peek
     // stops at the first message that names it, and every message read stays in the DLQ.
     let read = queues
         .peek(queues.dlq_url(), crate::reconcile::DLQ_READ_MAX, names_it)
@@ -563,7 +813,7 @@ mod tests {
         assert!(redriven.render().contains("redrive lineage   rd-1"));
     }
 
-    /// S11: a lease that ended is not a sender holding the reminder.
+    /// A lease that ended is not a sender holding the reminder.
     #[test]
     fn explain_tells_a_running_lease_from_one_that_ended() {
         let now = Utc::now();

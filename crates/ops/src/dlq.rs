@@ -34,20 +34,33 @@ impl DlqContents {
 /// DLQ messages without a `reason` attribute were moved by the queue's `maxReceiveCount`.
 pub const BACKSTOP: &str = "receive_count_backstop";
 
+/// The reminder a DLQ message names (its attribute, or for a letter the backstop moved, its
+/// body) and its reason.
+fn letter(m: &punctual_aws::sqs::Received) -> (Option<String>, String) {
+    let get = |k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let reason = get(attr::REASON).unwrap_or_else(|| BACKSTOP.to_owned());
+    // Moved by the backstop: no attributes, but the body names the reminder.
+    let reminder = get(attr::REMINDER_ID)
+        .or_else(|| punctual_core::ReminderMessage::decode(&m.body).ok().map(|msg| msg.reminder_id.to_string()));
+    (reminder, reason)
+}
+
 /// Reads up to `limit` DLQ messages without hiding them (`SqsQueues::peek`).
 pub async fn peek_dlq(queues: &SqsQueues, limit: usize) -> Result<DlqContents, QueueError> {
     let mut out = DlqContents::default();
     for m in queues.peek(queues.dlq_url(), limit, |_| false).await? {
-        let get = |k: &str| m.attributes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        let reason = get(attr::REASON).unwrap_or_else(|| BACKSTOP.to_owned());
-        match get(attr::REMINDER_ID) {
-            Some(id) => out.by_reminder.entry(id).or_default().push(reason),
-            // Moved by the backstop: no attributes, but the body names the reminder.
-            None => match punctual_core::ReminderMessage::decode(&m.body) {
-                Ok(msg) => out.by_reminder.entry(msg.reminder_id.to_string()).or_default().push(reason),
-                Err(_) => out.anonymous.push(reason),
-            },
+        match letter(&m) {
+            (Some(id), reason) => out.by_reminder.entry(id).or_default().push(reason),
+            (None, reason) => out.anonymous.push(reason),
         }
     }
     Ok(out)
+}
+
+/// The reason of `reminder`'s letter in the DLQ, if one of the first `limit` messages is it:
+/// read without hiding anything, stopping at that letter.
+pub async fn letter_of(queues: &SqsQueues, reminder: &str, limit: usize) -> Result<Option<String>, QueueError> {
+    let is_it = |m: &punctual_aws::sqs::Received| letter(m).0.as_deref() == Some(reminder);
+    let read = queues.peek(queues.dlq_url(), limit, is_it).await?;
+    Ok(read.iter().find(|m| is_it(m)).map(|m| letter(m).1))
 }

@@ -123,6 +123,9 @@ pub struct ImportSummary {
     /// Released renewals moved to another due date or time: re-armed for their new time (the
     /// copy released from the old version is dropped by its sender, `rescheduled`).
     pub rescheduled: usize,
+    /// Released renewals active again (they were cancelled or paid) before their deadline:
+    /// re-armed and released again; the reminder is sent if it was not delivered already.
+    pub reactivated: usize,
     /// Already present and identical.
     pub unchanged: usize,
     /// Rejected lines (validation or conflict), with reasons.
@@ -139,11 +142,12 @@ pub struct ImportSummary {
 impl ImportSummary {
     /// The outcome counts, as one phrase.
     pub fn counts(&self) -> String {
-        let after_release = [(self.rescheduled, "rescheduled after release")]
-            .iter()
-            .filter(|(n, _)| *n > 0)
-            .map(|(n, what)| format!("{n} {what}, "))
-            .collect::<String>();
+        let after_release =
+            [(self.rescheduled, "rescheduled after release"), (self.reactivated, "active again after release")]
+                .iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, what)| format!("{n} {what}, "))
+                .collect::<String>();
         format!(
             "{} inserted, {} updated, {after_release}{} unchanged, {} rejected",
             self.inserted,
@@ -669,6 +673,7 @@ impl Chunk {
                 RowOutcome::Inserted => summary.inserted += 1,
                 RowOutcome::Updated => summary.updated += 1,
                 RowOutcome::Rescheduled => summary.rescheduled += 1,
+                RowOutcome::Reactivated => summary.reactivated += 1,
                 RowOutcome::Unchanged => summary.unchanged += 1,
                 RowOutcome::Conflict(reason) => {
                     rejected.push(Reject { line: *line, reason });

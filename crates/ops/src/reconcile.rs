@@ -79,7 +79,7 @@ impl Window {
             } else if t - f > chrono::TimeDelta::days(MAX_WINDOW_DAYS) {
                 problems.push(format!("the window is longer than {MAX_WINDOW_DAYS} days: reconcile it in parts"));
             }
-            // S4: the ledger's TTL deletes a record 30 days after its deliver_by, so in an older
+            // The ledger's TTL deletes a record 30 days after its deliver_by, so in an older
             // window every renewal would read as lost. Refused rather than judged from what
             // remains: a verdict over a half-deleted ledger is not one an operator can act on.
             let kept_since = now - chrono::TimeDelta::seconds(punctual_aws::ledger::RETENTION_SECS);
@@ -144,7 +144,7 @@ pub async fn reconcile_with(
     read_dlq: bool,
 ) -> Result<(Reconciliation, u32), OpsError> {
     let bar = spinner(progress);
-    // S12: the window is judged as of when its population was read, not after the reads that
+    // The window is judged as of when its population was read, not after the reads that
     // follow (a 10,000-letter DLQ peek takes minutes): a renewal inside its grace when the
     // table was read is not called lost because the DLQ took long to read.
     let read_at = Utc::now();
@@ -163,12 +163,7 @@ pub async fn reconcile_with(
         )));
     }
     bar.set_message("reading the lanes' depths");
-    let send = queues.depth_of(queues.send_url()).await.map_err(step("reading the send queue"))?;
-    let urgent = if queues.has_urgent_lane() {
-        queues.depth_of(queues.urgent_url()).await.map_err(step("reading the urgent lane"))?
-    } else {
-        punctual_aws::sqs::Depth::default()
-    };
+    let queued = lanes_hold(queues).await?;
     let ids: Vec<ReminderId> = population.rows.iter().map(|r| r.reminder_id.clone()).collect();
     let total = ids.len();
     let ledger = DynamoLedger::new(ddb, &target.resources.ledger_table);
@@ -203,13 +198,25 @@ pub async fn reconcile_with(
         tenant: window.tenant.as_deref(),
         rows: &population.rows,
         records: &records,
-        queued: send.total() + urgent.total(),
+        queued,
         in_dlq: &in_dlq,
         now: read_at,
         grace: window.grace,
         policy,
     });
     Ok((r, requests))
+}
+
+/// Messages both lanes hold, visible, in flight or delayed: reconcile's evidence that a
+/// released reminder is still on a queue (2 requests, 1 with one lane).
+pub(crate) async fn lanes_hold(queues: &punctual_aws::sqs::SqsQueues) -> Result<u64, OpsError> {
+    let send = queues.depth_of(queues.send_url()).await.map_err(step("reading the send queue"))?;
+    let urgent = if queues.has_urgent_lane() {
+        queues.depth_of(queues.urgent_url()).await.map_err(step("reading the urgent lane"))?
+    } else {
+        punctual_aws::sqs::Depth::default()
+    };
+    Ok(send.total() + urgent.total())
 }
 
 /// `punctual forecast`'s read: every renewal whose `deliver_after` falls on the UTC `day`,
@@ -249,7 +256,7 @@ mod tests {
         Window::parse_at(from, to, tenant, grace, now)
     }
 
-    /// S4: a window older than the ledger keeps its records is refused, not judged all lost.
+    /// A window older than the ledger keeps its records is refused, not judged all lost.
     #[test]
     fn a_window_older_than_the_ledger_keeps_records_is_refused() {
         let Err(OpsError::Invalid(p)) = at("2026-10-01", "2026-10-02", None, None) else { panic!("accepted") };

@@ -6,6 +6,7 @@
 
 mod adapters;
 mod events;
+mod explain;
 mod ledger;
 mod limiter;
 mod redrive;

@@ -469,3 +469,34 @@ async fn a_reimport_corrects_stale_instants_and_the_day_index_finds_the_row_on_i
     assert_eq!(r.sched_state(&row).await.0.as_deref(), Some("scheduled"));
     r.stack.destroy().await;
 }
+
+/// A released renewal cancelled, then active again before its deadline (its copy may already
+/// have been cancelled at send): the import re-arms the row, and the next tick releases it
+/// again, once. Cancelled again, or active again after its window, nothing is re-armed.
+#[tokio::test]
+async fn a_released_renewal_active_again_is_rearmed_and_released_again() {
+    let r = rig("sched-active-again").await;
+    let now = r.clock.now();
+    let row = row_at(6, ZONES[1], minute(now) + TimeDelta::minutes(3), 120);
+    r.renewals.import(std::slice::from_ref(&row), now).await.unwrap();
+    assert_eq!(r.scheduler().tick(r.deadline()).await.unwrap().released, 1);
+    let mut cancelled = row.clone();
+    cancelled.status = punctual_core::renewal::RenewalStatus::Cancelled;
+    assert_eq!(r.renewals.import(std::slice::from_ref(&cancelled), now).await.unwrap(), [RowOutcome::Updated]);
+    assert_eq!(r.sched_state(&row).await.0.as_deref(), Some("enqueued"));
+    let out = r.renewals.import(std::slice::from_ref(&row), now).await.unwrap();
+    assert_eq!(r.sched_state(&row).await.0.as_deref(), Some("scheduled"), "active again, not re-armed: {out:?}");
+    assert_eq!(out, [RowOutcome::Reactivated]);
+    r.release.sent.lock().unwrap().clear();
+    assert_eq!(r.scheduler().tick(r.deadline()).await.unwrap().released, 1, "not released again");
+    assert_eq!(r.release.sent.lock().unwrap()[0].0.reminder_id, row.reminder_id);
+    assert_eq!(r.scheduler().tick(r.deadline()).await.unwrap().released, 0);
+    // Cancelled again: a status change only.
+    assert_eq!(r.renewals.import(std::slice::from_ref(&cancelled), now).await.unwrap(), [RowOutcome::Updated]);
+    assert_eq!(r.sched_state(&row).await.0.as_deref(), Some("enqueued"));
+    // Active again after its window: a record of the status, nothing to send.
+    let after = row.deliver_by + TimeDelta::minutes(1);
+    assert_eq!(r.renewals.import(std::slice::from_ref(&row), after).await.unwrap(), [RowOutcome::Updated]);
+    assert_eq!(r.sched_state(&row).await.0.as_deref(), Some("enqueued"));
+    r.stack.destroy().await;
+}

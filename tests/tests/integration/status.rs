@@ -9,8 +9,6 @@ use punctual_aws::ledger::DynamoLedger;
 use punctual_core::ports::{Ledger, OwnerToken, Settlement};
 use punctual_core::renewal::{Renewal, RenewalInput};
 use punctual_core::{ReasonCode, ReminderState};
-use punctual_ops::Resources;
-use punctual_ops::target::Target;
 use punctual_tests::stack::Stack;
 use punctual_tests::{Operations, sdk_config};
 
@@ -56,21 +54,7 @@ async fn status_reads_indexes_never_scans_and_its_cost_does_not_grow_with_the_ta
 
     let ops = Operations::default();
     let counted = ops.client(aws_sdk_dynamodb::config::Builder::from(&config));
-    let target = Target {
-        resources: Resources {
-            endpoint: punctual_tests::endpoint(),
-            send_queue_url: stack.queues.send_url().to_owned(),
-            urgent_queue_url: stack.queues.urgent_url().to_owned(),
-            dlq_url: stack.queues.dlq_url().to_owned(),
-            ledger_table: stack.ledger_table.clone(),
-            renewals_table: stack.renewals_table.clone(),
-            provider_url: String::new(),
-            recipients_table: String::new(),
-            provider_kind: String::new(),
-        },
-        dynamodb_endpoint: None,
-        quota: 100.0,
-    };
+    let target = stack.target();
     let s = punctual_ops::status_with(&target, counted.clone(), &stack.queues, false).await.unwrap();
     let by_reason = s.dlq_by_reason.clone().expect("the dead index exists");
     assert_eq!(by_reason.get("attempt_limit"), Some(&15), "{by_reason:?}");

@@ -63,6 +63,19 @@ pub fn revives_dead_letter(msg: &ReminderMessage, release_id: Option<&str>) -> b
     msg.redrive.as_ref().is_some_and(|r| release_id.is_none_or(|latest| latest < r.id.as_str()))
 }
 
+/// Whether the copy `msg` claims a reminder `rec` records `cancelled`: only a copy released
+/// after the cancellation (`first_enqueued` later than the record's last transition, which
+/// is the cancellation: nothing writes a cancelled record but a claim this rule allows). A
+/// cancellation at send says the renewal was not due *then* (cancelled, paid, or moved to
+/// another version); the scheduler releases the reminder again only from a row re-armed since
+/// (the renewal active again before its deadline, or moved back to this due date), and that
+/// copy carries it on. Every copy released before — an SQS duplicate, a requeued or
+/// redriven copy of the old release — is stale and revives nothing. The DynamoDB adapter's
+/// condition says the same with `updated_ms`, the time of that same last write.
+pub fn revives_cancelled(msg: &ReminderMessage, rec: &LedgerRecord) -> bool {
+    rec.state == ReminderState::Cancelled && rec.history.last().is_some_and(|h| msg.first_enqueued > h.at)
+}
+
 /// Identifies one processing of one message, so a retried write (after a timeout whose
 /// outcome is unknown) recognises its own claim instead of losing to itself.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -228,13 +241,17 @@ impl LedgerError {
 /// - `claim` succeeds with ONE conditional write when the record is absent, or not delivered
 ///   and its lease has ended (`lease_until <= now`), or the lease is held by the same owner
 ///   token; it answers `AlreadyDelivered` or `HeldElsewhere` (with the holder's lease end) from
-///   the same write when it loses;
+///   the same write when it loses; an ended reminder (`Ended`) is claimed only by a redrive's
+///   copy ([`revives_dead_letter`]) or, cancelled, by a copy released after the cancellation
+///   ([`revives_cancelled`]);
 /// - `settle` with an owner token only writes while that owner still holds the lease; without
 ///   one (expiry before any claim) only while no live lease exists and the reminder has not
 ///   ended (`cancelled`, `dead_lettered`, `expired`: answered `AlreadyEnded`) — except that a
 ///   `dead_lettered` one is recorded over for a copy [`revives_dead_letter`] (a redrive's copy
 ///   that reached a sender after `deliver_by`: the reminder expires, with its new reason and a
-///   history entry, not the old quarantine's); neither ever
+///   history entry, not the old quarantine's), and a `cancelled` one for a copy
+///   [`revives_cancelled`] (released again after the cancellation, reaching a sender after
+///   `deliver_by`: owed again, and missed); neither ever
 ///   overwrites `delivered`, except that `delivered` itself is recorded whoever holds the
 ///   lease — the provider accepted it;
 /// - `mark_call` records `call_owner = owner` and `call_release` = the copy's release (its

@@ -37,7 +37,7 @@ pub use control::{Control, ControlError, Pause};
 pub use due::{DueStore, DueStoreError, Marked, Page, Pending};
 pub use ledger::{
     HISTORY_MAX, HISTORY_RECENT, HistoryEntry, Ledger, LedgerError, LedgerRecord, OwnerToken, SettleOutcome,
-    Settlement, compact_history, covered_by_operator, keeps_call_mark, revives_dead_letter,
+    Settlement, compact_history, covered_by_operator, keeps_call_mark, revives_cancelled, revives_dead_letter,
 };
 pub use limiter::{Book, Booked, Lane, Limiter, LimiterClass, LimiterError, LimiterRequest, SlotStore, SlotView};
 pub use provider::{Provider, ProviderError, ProviderRequest};
