@@ -1,7 +1,7 @@
 //! The population `punctual run` imports, in one place, so the simulator can simulate exactly
 //! it (`punctual simulate --workload run`) and the two reports can be compared.
 
-use chrono::{DateTime, Timelike, Utc};
+use chrono::{DateTime, TimeDelta, Timelike, Utc};
 
 use crate::renewal::{Renewal, RenewalInput};
 
@@ -18,13 +18,24 @@ pub const TIGHT_WINDOW: u32 = 2;
 /// through [`WINDOWS`], over five tenants; a `tight_share` of them, spread evenly, with the
 /// [`TIGHT_WINDOW`].
 pub fn generate(n: usize, now: DateTime<Utc>, tight_share: f64) -> Vec<Renewal> {
-    let due = now.with_second(0).and_then(|t| t.with_nanosecond(0)).unwrap_or(now);
+    generate_spread(n, now, 0, tight_share)
+}
+
+/// Minutes a staggered day's renewals are spread over ([`generate_spread`]).
+pub const STAGGERED_MINUTES: u32 = 40;
+
+/// As [`generate`], but the `i`-th renewal is due `i * span_minutes / n` whole minutes after
+/// `start`'s minute: arrivals spread evenly over `span_minutes` (0: all due at once), the
+/// shape of a day whose customers are due at different times rather than in one burst.
+pub fn generate_spread(n: usize, start: DateTime<Utc>, span_minutes: u32, tight_share: f64) -> Vec<Renewal> {
+    let first = start.with_second(0).and_then(|t| t.with_nanosecond(0)).unwrap_or(start);
     let tight = |i: usize| (i as f64 * tight_share).floor() != ((i + 1) as f64 * tight_share).floor();
     (0..n)
         .filter_map(|i| {
             let zone = ZONES[i % ZONES.len()];
             let tz: chrono_tz::Tz = zone.parse().ok()?;
-            let local = due.with_timezone(&tz);
+            let offset = (i as u64 * u64::from(span_minutes)) / (n as u64).max(1);
+            let local = (first + TimeDelta::minutes(i64::try_from(offset).ok()?)).with_timezone(&tz);
             Renewal::validate(&RenewalInput {
                 tenant_id: format!("tenant-{}", i % 5),
                 renewal_id: format!("run-{i:06}"),

@@ -102,6 +102,7 @@ fn parse_indeterminate(v: &str) -> Result<punctual_core::provider::Indeterminate
 
 /// `punctual simulate`.
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("day").args(["population", "workload"]).multiple(false)))]
 struct SimulateArgs {
     /// normal, throttle, poison, crash, overload, mixed, redrive, tenants.
     #[arg(long, default_value = "normal")]
@@ -139,9 +140,15 @@ struct SimulateArgs {
     population: Option<PathBuf>,
     /// Simulate the population another command generates, with the same flags: `run` (the
     /// renewals `punctual run` imports: --reminders, default 3,000, and --tight-share, default
-    /// 0.1), so the two reports can be compared key by key (`make fidelity`).
-    #[arg(long, value_parser = ["run"], conflicts_with_all = ["scenario", "population", "tight_seconds", "baseline"])]
+    /// 0.1), so the two reports can be compared key by key (`make fidelity`); `staggered` (the
+    /// same renewals due over 40 minutes instead of in one minute; default 12,000).
+    #[arg(long, value_parser = ["run", "staggered"], conflicts_with_all = ["scenario", "population", "tight_seconds", "baseline"])]
     workload: Option<String>,
+    /// With --population or --workload: the operator's pause holds the scheduler until this
+    /// many minutes after the day's first deliver_after, then lifts; the next tick catches up
+    /// the whole backlog at once. EDF's optimum is then measured from the lift.
+    #[arg(long, default_value_t = 0, requires = "day")]
+    pause_minutes: u64,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -349,7 +356,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
             Ok(p) => Some(std::sync::Arc::new(p)),
             Err(code) => return code,
         },
-        (None, Some(_)) => Some(std::sync::Arc::new(run_workload(a.reminders, a.tight_share))),
+        (None, Some(w)) => Some(std::sync::Arc::new(run_workload(w, a.reminders, a.tight_share))),
         (None, None) => None,
     };
     let (quota, concurrency, seed) = (a.capacity.quota, a.capacity.concurrency, a.seed);
@@ -365,12 +372,14 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         tight_seconds: a.tight_seconds.unwrap_or(SimConfig::new(sc).tight_seconds),
         fair_queues: !a.no_fair_queues,
         tenant_share: a.tenant_share,
+        paused_for: std::time::Duration::from_secs(a.pause_minutes.saturating_mul(60)),
         ..SimConfig::new(sc)
     };
     let started = std::time::Instant::now();
     let report = simulate(&config, Worker::Punctual);
     let scenario_name = match (&a.population, &a.workload) {
         (Some(_), _) => "population",
+        (None, Some(w)) if w == "staggered" => "workload staggered",
         (None, Some(_)) => "workload run",
         (None, None) => sc.name(),
     };
@@ -423,6 +432,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         "alarm_first_fired_seconds",
         "first_late_seconds",
         "edf_late",
+        "edf_slo_breached",
         "limiter_writes_per_call",
         "sqs_requests_per_message",
         "dynamodb_writes_per_message",
@@ -471,25 +481,17 @@ fn slo_policy() -> Result<punctual_core::slo::SloPolicy, ExitCode> {
 
 /// The renewals `punctual run` would import now (its generator, its defaults), as the
 /// simulator's population: all active, none released yet.
-fn run_workload(reminders: Option<usize>, tight_share: Option<f64>) -> punctual_sim::SimPopulation {
-    use punctual_core::reconcile::{DueRow, ReleaseState};
-    let rows: Vec<DueRow> = punctual_core::workload::generate(
-        reminders.unwrap_or(3000),
+fn run_workload(workload: &str, reminders: Option<usize>, tight_share: Option<f64>) -> punctual_sim::SimPopulation {
+    let (n, span) = match workload {
+        "staggered" => (12_000, punctual_core::workload::STAGGERED_MINUTES),
+        _ => (3000, 0),
+    };
+    punctual_sim::SimPopulation::from_renewals(&punctual_core::workload::generate_spread(
+        reminders.unwrap_or(n),
         chrono::Utc::now(),
+        span,
         tight_share.unwrap_or(0.1).clamp(0.0, 1.0),
-    )
-    .into_iter()
-    .map(|r| DueRow {
-        tenant_id: r.tenant_id.to_string(),
-        renewal_id: r.renewal_id.to_string(),
-        reminder_id: r.reminder_id,
-        status: r.status,
-        release: ReleaseState::Scheduled,
-        deliver_after: r.deliver_after,
-        deliver_by: r.deliver_by,
-    })
-    .collect();
-    punctual_sim::SimPopulation::new(&rows)
+    ))
 }
 
 /// Reads a population file; exit 2 (with the line) when it does not read whole.

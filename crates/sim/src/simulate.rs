@@ -155,6 +155,10 @@ pub struct SimConfig {
     pub population: Option<Arc<SimPopulation>>,
     /// The deadline SLO the report judges (`SLO_TARGET`, `SLO_WITHIN_SECS`).
     pub slo: SloPolicy,
+    /// A population only: the operator's pause holds the scheduler from the day's first tick
+    /// until this long after its first `deliver_after`, then lifts (`--pause-minutes`): the
+    /// first tick after it catches up the whole backlog at once.
+    pub paused_for: Duration,
 }
 
 /// A population to simulate: the active renewals of a population file, times shifted so the
@@ -172,6 +176,25 @@ pub struct SimPopulation {
 }
 
 impl SimPopulation {
+    /// Freshly imported renewals (none released yet) as a population: the simulator's view of
+    /// a generated workload (`punctual_core::workload`).
+    pub fn from_renewals(renewals: &[punctual_core::renewal::Renewal]) -> Self {
+        use punctual_core::reconcile::{DueRow, ReleaseState};
+        let rows: Vec<DueRow> = renewals
+            .iter()
+            .map(|r| DueRow {
+                tenant_id: r.tenant_id.to_string(),
+                renewal_id: r.renewal_id.to_string(),
+                reminder_id: r.reminder_id.clone(),
+                status: r.status,
+                release: ReleaseState::Scheduled,
+                deliver_after: r.deliver_after,
+                deliver_by: r.deliver_by,
+            })
+            .collect();
+        Self::new(&rows)
+    }
+
     /// The active renewals of `rows` (cancelled and paid ones are counted, not simulated).
     pub fn new(rows: &[punctual_core::reconcile::DueRow]) -> Self {
         let mut pop = Self::default();
@@ -230,6 +253,7 @@ impl SimConfig {
             tenant_share: None,
             population: None,
             slo: SloPolicy::default(),
+            paused_for: Duration::ZERO,
         }
     }
 
@@ -279,6 +303,9 @@ pub struct SimReport {
     pub first_late_seconds: Option<f64>,
     /// Late reminders under the earliest-deadline-first optimum at the same quota.
     pub edf_late: u64,
+    /// A population: SLO breaches under the same optimum (each reminder's SLO instant as its
+    /// deadline).
+    pub edf_slo_breached: Option<u64>,
     /// Healthy (well-formed) reminders that ended in the DLQ.
     pub healthy_dead_lettered: u64,
     /// Virtual seconds simulated.
@@ -719,12 +746,29 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let mut deadlines: Vec<DateTime<Utc>> = msgs.iter().filter_map(|(_, m)| m.as_ref().map(|m| m.deliver_by)).collect();
     let healthy = deadlines.len();
     // A population's reminders become available at their own deliver_after, not all at T0.
-    let edf = if config.population.is_some() {
+    // Under a pause, nothing is available before it lifts: the optimum's release times are
+    // `max(deliver_after, lifted)`, so both figures compare against what any scheduler could
+    // still have done after the pause.
+    let lifted = config
+        .population
+        .as_ref()
+        .filter(|_| !config.paused_for.is_zero())
+        .and_then(|p| p.rows.iter().map(|r| r.2).min())
+        .map(|first| first + TimeDelta::from_std(config.paused_for).unwrap_or(TimeDelta::zero()));
+    let released = |after: DateTime<Utc>| lifted.map_or(after, |l| after.max(l));
+    let (edf, edf_slo) = if config.population.is_some() {
         let mut jobs: Vec<(DateTime<Utc>, DateTime<Utc>)> =
-            msgs.iter().filter_map(|(_, m)| m.as_ref().map(|m| (m.deliver_after, m.deliver_by))).collect();
-        edf_late_released(&mut jobs, config.quota)
+            msgs.iter().filter_map(|(_, m)| m.as_ref().map(|m| (released(m.deliver_after), m.deliver_by))).collect();
+        let late = edf_late_released(&mut jobs, config.quota);
+        let mut slo_jobs: Vec<(DateTime<Utc>, DateTime<Utc>)> = msgs
+            .iter()
+            .filter_map(|(_, m)| {
+                m.as_ref().map(|m| (released(m.deliver_after), config.slo.met_by(m.deliver_after, m.deliver_by)))
+            })
+            .collect();
+        (late, Some(edf_late_released(&mut slo_jobs, config.quota)))
     } else {
-        edf_late(&mut deadlines, t0(), config.quota)
+        (edf_late(&mut deadlines, t0(), config.quota), None)
     };
     drop(deadlines);
 
@@ -804,11 +848,18 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         let ticks = {
             let (due, queue, clock, scheduling) = (due.clone(), queue.clone(), clock.clone(), Rc::clone(&scheduling));
             let lookahead = TimeDelta::from_std(settings.lookahead).unwrap_or(TimeDelta::zero());
-            let scheduler = Scheduler::new(due.clone(), queue, clock.clone(), settings);
+            // As deployed: a row found past its deadline is expired through the ledger (one
+            // verdict, its requests counted like the senders').
+            let scheduler = Scheduler::new(due.clone(), queue, clock.clone(), settings).with_ledger(ledger.clone());
             tokio::task::spawn_local(async move {
                 let (mut alarm, mut urgent) = (None, 0u64);
                 while scheduling.get() {
                     let now = clock.now();
+                    if lifted.is_some_and(|l| now < l) {
+                        // Paused: the tick releases nothing (the rows wait in the table).
+                        clock.sleep(Duration::from_secs(60)).await;
+                        continue;
+                    }
                     while upcoming.last().is_some_and(|p| p.deliver_after <= now + lookahead + TimeDelta::minutes(1)) {
                         if let Some(p) = upcoming.pop() {
                             due.insert(p);
@@ -982,8 +1033,13 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let p = lock(&provider.state);
     let q = lock(&queue.normal.state);
     let dead = lock(queue.dlq());
-    let mut report =
-        SimReport { reminders: msgs.len(), edf_late: edf, alarm_first_fired_seconds: alarm, ..SimReport::default() };
+    let mut report = SimReport {
+        reminders: msgs.len(),
+        edf_late: edf,
+        edf_slo_breached: edf_slo,
+        alarm_first_fired_seconds: alarm,
+        ..SimReport::default()
+    };
     // Copies are followed by reminder id: the scheduler's release and every requeue re-encode
     // the body (first_enqueued, attempt), so a body is not a reminder's identity. A malformed
     // body is its own key.
