@@ -157,9 +157,6 @@ impl LanePolicy {
 pub struct ReleasePlanner {
     policy: LanePolicy,
     cursor: DateTime<Utc>,
-    /// Work ready on both lanes ahead of what is released now: what they held ready when the
-    /// tick began, and what it has released visible since (both lanes share one quota).
-    ready: u64,
 }
 
 impl ReleasePlanner {
@@ -167,36 +164,7 @@ impl ReleasePlanner {
     pub fn new(policy: LanePolicy, now: DateTime<Utc>, ahead: LaneDepths) -> Self {
         let ready = ahead.urgent.saturating_sub(ahead.urgent_delayed);
         let cursor = add(now, Duration::from_secs_f64((ready as f64 / policy.rate.max(1e-3)).min(86_400.0)));
-        Self { policy, cursor, ready: ahead.ready() }
-    }
-
-    /// The slack under which a reminder released now, beside `releasing` others visible now,
-    /// goes on the urgent lane: the policy's threshold plus the time the ready backlog takes to
-    /// drain at `rate`.
-    ///
-    /// The normal lane hands out its messages in no useful order, so a message on it may be
-    /// served last: behind a backlog longer than its slack (a catch-up after a pause or missed
-    /// ticks releases a whole lookahead of work at once) it would miss its deadline while
-    /// later deadlines went first. With the backlog's drain added to the threshold such a
-    /// reminder is paced earliest-deadline-first on the urgent lane instead. In steady state
-    /// the backlog drains in seconds and the threshold is the policy's.
-    pub fn urgent_below(&self, releasing: u64) -> Duration {
-        let drain = (self.ready + releasing) as f64 / self.policy.rate.max(1e-3);
-        self.policy.urgent_below + Duration::from_secs_f64(drain.min(86_400.0))
-    }
-
-    /// How many more turns the urgent lane has before [`MAX_DELAY`] from `now` (the furthest a
-    /// release can be paced), beyond `planned` reminders already going on it: a reminder
-    /// moved to the urgent lane past that would be made visible at the cap, beside every other
-    /// one there, in no useful order — no better than the normal lane.
-    pub fn room(&self, now: DateTime<Utc>, planned: u64) -> u64 {
-        let left = until(self.cursor.max(now), add(now, MAX_DELAY)).as_secs_f64();
-        ((left * self.policy.rate) as u64).saturating_sub(planned)
-    }
-
-    /// Counts `n` more released visible now: work ahead of the next group.
-    pub fn queued(&mut self, n: u64) {
-        self.ready += n;
+        Self { policy, cursor }
     }
 
     /// When each of `msgs` (a tick's urgent reminders, any order) becomes visible.

@@ -15,7 +15,7 @@ use futures_util::future::BoxFuture;
 use crate::clock::{Clock, add, until};
 use crate::contract::ReminderMessage;
 use crate::ids::{CorrelationId, ReminderId};
-use crate::lanes::{LaneDepths, LanePolicy, QueueLane, ReleasePlanner, lane_at};
+use crate::lanes::{LaneDepths, LanePolicy, QueueLane, ReleasePlanner};
 use crate::pause::PauseGate;
 use crate::ports::{
     DueStore, DueStoreError, Ledger, LedgerError, LedgerRecord, Marked, Pending, QueueError, Release, ReleaseQueue,
@@ -360,22 +360,9 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         per_chunk: &mut Duration,
         report: &mut TickReport,
     ) -> Result<(), SchedulerError> {
-        // Behind a backlog, the roomy reminders it would outlast are urgent too
-        // (`ReleasePlanner::urgent_below`).
-        let now = self.clock.now();
-        let visible = urgent.iter().chain(roomy.iter()).filter(|p| p.deliver_after <= now).count() as u64;
-        // Earliest deadlines first, and no more than the urgent lane can still pace.
-        let below = planner.urgent_below(visible);
         let order = |a: &Pending, b: &Pending| (a.deliver_by, &a.reminder_id).cmp(&(b.deliver_by, &b.reminder_id));
-        roomy.sort_by(order);
-        let room = planner.room(now, urgent.len() as u64) as usize;
-        let outlasted = roomy
-            .iter()
-            .take(room)
-            .take_while(|p| lane_at(p.deliver_by, now.max(p.deliver_after), below) == QueueLane::Urgent)
-            .count();
-        urgent.extend(roomy.drain(..outlasted));
         urgent.sort_by(order);
+        roomy.sort_by(order);
         // The urgent lane's turns for the whole group at once (work-conserving EDF over visible
         // time: see `ReleasePlanner::plan`); each is sent with the delay left when it goes out.
         let planned = {
@@ -422,7 +409,6 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                 *per_chunk = per_chunk.mul_f64(0.8) + each.mul_f64(0.2);
             }
         }
-        planner.queued(visible);
         urgent.clear();
         roomy.clear();
         Ok(())

@@ -428,30 +428,3 @@ async fn a_queued_release_whose_mark_failed_is_judged_once_when_it_expires() {
     m.merge(&sender_processes(&clock, &ledger, &queue).await);
     assert_eq!(verdicts(&m), 1.0, "one reminder, one verdict: {r:?}");
 }
-
-/// A catch-up (a lifted pause, missed ticks) releases a backlog far longer than the urgent
-/// threshold's fifteen minutes, and the normal lane hands it out in no useful order: a reminder
-/// with twenty minutes left, released behind twenty-five minutes of work, may be served last
-/// and miss its deadline. A reminder whose slack is shorter than the urgent threshold plus the
-/// backlog's drain goes on the urgent lane, paced earliest-deadline-first; with the same
-/// backlog absent it stays on the normal lane.
-#[tokio::test]
-async fn a_catch_up_backlog_sends_reminders_it_would_outlast_to_the_urgent_lane() {
-    use punctual_core::lanes::QueueLane;
-    let release = |backlog: u32| async move {
-        let (store, queue, clock) = (MemoryDueStore::new(1), MemoryRelease::default(), ManualClock::new(t0()));
-        // 15,000 due 20 minutes ago with four hours to spare: 25 minutes of work at 10/s.
-        for n in 0..backlog {
-            store.insert(pending(n, t0() - TimeDelta::minutes(20), 240));
-        }
-        // Due 10 minutes ago with a 30-minute window: 20 minutes of slack.
-        store.insert(pending(99_999, t0() - TimeDelta::minutes(10), 30));
-        let settings = SchedulerSettings { page_size: 20_000, sustainable_rate: 10.0, ..SchedulerSettings::default() };
-        let r = Scheduler::new(store, queue.clone(), clock, settings).tick(far()).await.unwrap();
-        assert_eq!(r.released, u64::from(backlog) + 1);
-        let lane = queue.releases().iter().find(|x| x.message.renewal_id.as_str() == "ren-99999").unwrap().lane;
-        (lane, r.released_urgent)
-    };
-    assert_eq!(release(0).await, (QueueLane::Normal, 0), "no backlog: twenty minutes are roomy");
-    assert_eq!(release(15_000).await, (QueueLane::Urgent, 1), "behind 25 minutes of work, it is not");
-}

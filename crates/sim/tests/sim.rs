@@ -183,30 +183,3 @@ fn a_catch_up_after_a_twenty_minute_pause_stays_within_five_percent_of_edf() {
     assert_eq!((p.counts.lost, p.counts.double_effects), (0, 0), "{:#?}", p.counts);
     assert_eq!(p.counts.delivered + p.counts.late, 12_000, "every reminder delivered or late: {:#?}", p.counts);
 }
-
-/// The same day at a tenth of the quota: the catch-up is 50 minutes of work, longer than most
-/// windows. On the normal lane, in no useful order, 212 reminders missed their deadline where
-/// EDF misses none; sent to the urgent lane by the backlog they would outlast, and paced
-/// earliest-deadline-first there, (nearly) none do.
-#[test]
-fn a_catch_up_longer_than_the_windows_paces_what_it_would_outlast() {
-    let day = punctual_core::workload::generate_spread(
-        12_000,
-        chrono::Utc::now(),
-        punctual_core::workload::STAGGERED_MINUTES,
-        0.0,
-    );
-    let population = std::sync::Arc::new(punctual_sim::SimPopulation::from_renewals(&day));
-    let config = SimConfig {
-        reminders: population.rows.len(),
-        population: Some(population),
-        quota: 10.0,
-        paused_for: std::time::Duration::from_secs(20 * 60),
-        ..SimConfig::new(Scenario::Normal)
-    };
-    let p = run(&config, Worker::Punctual);
-    assert_eq!(p.edf_late, 0);
-    assert!(p.counts.late <= 12, "late {} where EDF misses none", p.counts.late);
-    let (breached, edf) = (p.slo.as_ref().map_or(0, |s| s.counts.breached), p.edf_slo_breached.unwrap_or(0));
-    assert!(breached as f64 <= 1.05 * edf as f64, "SLO {breached} against {edf}");
-}
