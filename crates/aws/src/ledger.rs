@@ -141,7 +141,7 @@ fn not_ended(redriven: bool) -> &'static str {
 /// write whose answer was lost).
 fn claim_condition(redriven: bool) -> String {
     format!(
-        "{} AND (attribute_not_exists(release_id) OR release_id <= :release) AND \
+        "{} AND (attribute_not_exists(release_id) OR release_id <= :release OR #state = :cancelled) AND \
          (attribute_not_exists(lease_until_ms) OR lease_until_ms <= :now OR #owner = :owner)",
         not_ended(redriven)
     )
@@ -472,9 +472,13 @@ impl Ledger for DynamoLedger {
             .update_expression(format!(
                 "SET #state = :leased, #owner = :owner, lease_until_ms = :lease, updated_ms = :now, \
                  deliver_after_ms = :after, deliver_by_ms = :by, tenant_id = :tenant, renewal_id = :renewal, ttl_epoch_s = :ttl, \
-                 attempts = if_not_exists(attempts, :zero){}, {} REMOVE dead_reason",
+                 attempts = if_not_exists(attempts, :zero){}, {} REMOVE dead_reason{}",
                 if msg.redrive.is_some() { ", release_id = :release" } else { "" },
-                h.set()
+                h.set(),
+                // A scheduler's copy claims only when no redrive supersedes it: none ran, or a
+                // cancellation ended the chain (`#state = :cancelled` above: `not_ended` lets a
+                // cancelled item through only for a copy released after the cancellation).
+                if msg.redrive.is_some() { "" } else { ", release_id" }
             ))
             // Free, or not ended (delivered, expired; cancelled unless this copy was released
             // after the cancellation; dead-lettered unless this copy belongs to a redrive that has
@@ -530,7 +534,8 @@ impl Ledger for DynamoLedger {
                     return Ok(claimed(&old, owner, msg));
                 }
                 let release = msg.redrive.as_ref().map_or("", |r| r.id.as_str());
-                if get_s(&old, "release_id").is_some_and(|latest| release < latest) {
+                let reviving = state_of(&old) == Some(ReminderState::Cancelled);
+                if !reviving && get_s(&old, "release_id").is_some_and(|latest| release < latest) {
                     return Ok(ClaimView::Superseded);
                 }
                 let lease_until = instant(get_i64(&old, "lease_until_ms")).unwrap_or(now);

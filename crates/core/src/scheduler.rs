@@ -234,6 +234,10 @@ impl AtExpiry {
         let Some(r) = rec else { return Self::Judge };
         match r.state {
             ReminderState::Expired => Self::Expired,
+            // The row is pending again after a cancellation at send: the renewal is active
+            // again (the import re-armed it), owed and now missed. An unknown call aside (the
+            // mark outlives the cancellation), the tick judges it.
+            ReminderState::Cancelled if r.call_owner.is_none() => Self::Judge,
             s if s.is_terminal() => Self::Released,
             _ if r.call_owner.is_some() => Self::Released,
             ReminderState::Leased if r.lease_until.is_some_and(|l| l > now) => Self::Released,

@@ -240,7 +240,11 @@ impl Ledger for MemoryLedger {
             // a copy of a redrive whose own chain already ended it is a duplicate of that chain.
             return Ok(ClaimView::Ended { state: r.state });
         }
-        if r.release_id.as_deref().is_some_and(|latest| release < latest) {
+        // A copy reviving a cancellation (`claimable` checked it was released after it) is not
+        // superseded by a redrive that ran before the cancellation: the cancellation ended that
+        // chain, and the re-armed release carries the reminder on.
+        let reviving = r.state == ReminderState::Cancelled;
+        if !reviving && r.release_id.as_deref().is_some_and(|latest| release < latest) {
             return Ok(ClaimView::Superseded);
         }
         let ours = r.owner.as_deref() == Some(owner.as_str());
@@ -250,6 +254,10 @@ impl Ledger for MemoryLedger {
         r.state = ReminderState::Leased;
         if msg.redrive.is_some() {
             r.release_id = Some(release.to_owned());
+        } else {
+            // Only a copy no redrive supersedes (none ran, or a cancellation ended its chain)
+            // gets here: the scheduler's release is the latest.
+            r.release_id = None;
         }
         r.owner = Some(owner.as_str().to_owned());
         r.lease_until = Some(lease_until);
@@ -879,6 +887,7 @@ pub mod ledger_contract {
         // outgrows a test thread's stack in a debug build.
         Box::pin(ended_reminders(ledger, base)).await;
         Box::pin(cancellations_superseded(ledger, base)).await;
+        Box::pin(a_cancellation_ends_no_unknown_call_and_no_redrive_chain(ledger, base)).await;
         Box::pin(call_marks(ledger, base)).await;
 
         // complete with receipt; then every claim and settle sees delivered.
@@ -1181,6 +1190,44 @@ pub mod ledger_contract {
     /// since, a renewal active again or moved back to this due date) claims it, and a late one
     /// records its expiry. A delivered reminder is never claimed again, whenever its copy was
     /// released.
+    /// A cancellation at send ends the reminder only until the renewal is re-armed, so it must
+    /// leave what the next copy needs: the mark of an earlier call whose outcome is unknown (a
+    /// keyless provider may have applied it: the copy released after the re-arm must see
+    /// `unsettled_call`, not call again), and it ends any redrive chain (the re-armed release is
+    /// the scheduler's, not superseded by the redrive that ran before the cancellation).
+    async fn a_cancellation_ends_no_unknown_call_and_no_redrive_chain<L: Ledger>(ledger: &L, base: DateTime<Utc>) {
+        let s = TimeDelta::seconds;
+        let (a, b, c) = (OwnerToken::new("owner-a"), OwnerToken::new("owner-b"), OwnerToken::new("owner-c"));
+        let cancel = ending(ReminderState::Cancelled, ReasonCode::Cancelled, 0, None);
+        // A call started, its outcome never recorded (the sender crashed); the lease ends, and
+        // the next copy finds the renewal cancelled.
+        let m = msg(25, base);
+        must("claim", ledger.claim(&m, &a, base, base + s(30))).await;
+        assert!(must("mark", ledger.mark_call(&m, &a, base + s(1))).await);
+        assert_eq!(
+            must("claim after the lease", ledger.claim(&m, &b, base + s(31), base + s(61))).await,
+            ClaimView::Claimed { prior_attempts: 0, unsettled_call: true }
+        );
+        must("cancel", ledger.settle(&m, Some(&b), base + s(32), &cancel)).await;
+        let again = ReminderMessage { first_enqueued: base + s(40), ..m.clone() };
+        assert_eq!(
+            must("the re-armed copy", ledger.claim(&again, &c, base + s(41), base + s(71))).await,
+            ClaimView::Claimed { prior_attempts: 0, unsettled_call: true },
+            "the cancellation erased the mark of a call whose outcome is unknown"
+        );
+        // Redriven, then cancelled at send, then re-armed: the scheduler's copy claims.
+        let d = msg(26, base);
+        let copy = super::redriven(&d, "rd-20261201T100000000-0001", 1, false);
+        must("redriven claim", ledger.claim(&copy, &a, base, base + s(30))).await;
+        must("cancel", ledger.settle(&copy, Some(&a), base + s(1), &cancel)).await;
+        let rearmed = ReminderMessage { first_enqueued: base + s(10), ..d.clone() };
+        assert_eq!(
+            must("the re-armed copy", ledger.claim(&rearmed, &b, base + s(11), base + s(41))).await,
+            ClaimView::Claimed { prior_attempts: 0, unsettled_call: false },
+            "a redrive that ran before the cancellation superseded the re-armed release"
+        );
+    }
+
     async fn cancellations_superseded<L: Ledger>(ledger: &L, base: DateTime<Utc>) {
         let s = TimeDelta::seconds;
         let (a, b) = (OwnerToken::new("owner-a"), OwnerToken::new("owner-b"));

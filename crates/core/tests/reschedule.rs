@@ -42,11 +42,21 @@ struct Rig {
 }
 
 fn rig() -> Rig {
+    rig_with(true)
+}
+
+/// With `keys` false: a provider that does not honour idempotency keys, under `at_most_once`.
+fn rig_with(keys: bool) -> Rig {
     let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
     let renewals = MemoryRenewals::new();
     let ledger = MemoryLedger::new();
     let queue = MemoryQueue::new();
-    let provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]);
+    let mut provider = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]);
+    let mut settings = SenderSettings::default();
+    if !keys {
+        provider = provider.without_keys();
+        settings.policy.indeterminate = punctual_core::provider::IndeterminatePolicy::AtMostOnce;
+    }
     let limiter = SharedLimiter::new(MemorySlotStore::default(), clock.clone(), LimiterSettings::new(100.0), 1);
     let sender = Sender::new(
         ledger.clone(),
@@ -55,7 +65,7 @@ fn rig() -> Rig {
         provider.clone(),
         queue.clone(),
         clock.clone(),
-        SenderSettings::default(),
+        settings,
         7,
     );
     Rig { clock, renewals, ledger, queue, provider, sender }
@@ -312,4 +322,46 @@ async fn a_release_between_the_read_and_the_cancellation_still_claims() {
     let again = released_again(&m, read_at + TimeDelta::milliseconds(400));
     let d = r.process(&again).await;
     assert!(matches!(d, Disposition::Delivered { .. }), "{d:?}");
+}
+
+/// A provider without idempotency keys, `at_most_once`: a sender started a call and crashed
+/// before recording its outcome; the next copy found the renewal cancelled; then the renewal is
+/// active again and re-armed. The re-armed copy must not call again (the first call may have
+/// been applied): it goes to the DLQ as `provider_indeterminate`, for an operator to decide.
+#[tokio::test]
+async fn a_re_armed_renewal_does_not_resend_a_call_whose_outcome_is_unknown() {
+    use punctual_core::decision::ClaimView;
+    use punctual_core::ports::OwnerToken;
+    let r = rig_with(false);
+    let m = released();
+    r.holds(&m);
+    let (crashed, now) = (OwnerToken::new("crashed"), r.clock.now());
+    let claim = r.ledger.claim(&m, &crashed, now, now + TimeDelta::seconds(30)).await.unwrap();
+    assert!(matches!(claim, ClaimView::Claimed { .. }), "{claim:?}");
+    assert!(r.ledger.mark_call(&m, &crashed, now).await.unwrap());
+    r.clock.advance(Duration::from_secs(60));
+    r.renewals.set(&m.tenant_id, &m.renewal_id, RenewalView::Cancelled);
+    assert!(matches!(r.process(&m).await, Disposition::Cancel { .. }));
+    r.clock.advance(Duration::from_secs(120));
+    r.renewals.set(&m.tenant_id, &m.renewal_id, RenewalView::Active);
+    let d = r.process(&released_again(&m, r.clock.now())).await;
+    assert!(r.provider.calls().is_empty(), "called again after an unknown call: {d:?}");
+    assert!(matches!(d, Disposition::Quarantine { reason: ReasonCode::ProviderIndeterminate, .. }), "{d:?}");
+}
+
+/// A reminder a redrive once carried, cancelled at send, then re-armed: the scheduler's copy of
+/// the re-armed row is sent (the cancellation ended the redrive's chain).
+#[tokio::test]
+async fn a_re_armed_renewal_once_redriven_is_delivered() {
+    let r = rig();
+    let m = released();
+    r.holds(&m);
+    let copy = punctual_core::testing::redriven(&m, "rd-20261201T140000000-0001", 0, false);
+    r.renewals.set(&m.tenant_id, &m.renewal_id, RenewalView::Cancelled);
+    assert!(matches!(r.process(&copy).await, Disposition::Cancel { .. }));
+    r.clock.advance(Duration::from_secs(120));
+    r.renewals.set(&m.tenant_id, &m.renewal_id, RenewalView::Active);
+    let d = r.process(&released_again(&m, r.clock.now())).await;
+    assert!(matches!(d, Disposition::Delivered { attempt: 1, .. }), "the re-armed renewal was not sent: {d:?}");
+    assert_eq!(r.provider.calls().len(), 1);
 }

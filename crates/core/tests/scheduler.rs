@@ -428,3 +428,36 @@ async fn a_queued_release_whose_mark_failed_is_judged_once_when_it_expires() {
     m.merge(&sender_processes(&clock, &ledger, &queue).await);
     assert_eq!(verdicts(&m), 1.0, "one reminder, one verdict: {r:?}");
 }
+
+/// A renewal cancelled at send and then active again: the import re-armed its row, and the
+/// next tick finds it past its deadline (the scheduler was paused, or the re-arm came late).
+/// The reminder was owed again and missed: the tick expires it (`missed_schedule_window`, one
+/// verdict), rather than reading the old cancellation as a judgement of this release.
+#[tokio::test]
+async fn a_re_armed_row_found_past_its_deadline_is_expired() {
+    use punctual_core::ports::{Ledger, OwnerToken, Settlement};
+    let clock = ManualClock::new(t0());
+    let ledger = punctual_core::testing::MemoryLedger::new();
+    let row = pending(1, t0() - TimeDelta::minutes(10), 5); // owed until 5 minutes ago
+    let copy = punctual_core::scheduler::message_for(&row, t0() - TimeDelta::minutes(10));
+    let owner = OwnerToken::new("sender");
+    let at = t0() - TimeDelta::minutes(9);
+    ledger.claim(&copy, &owner, at, at + TimeDelta::seconds(30)).await.unwrap();
+    let cancel = Settlement {
+        state: punctual_core::ReminderState::Cancelled,
+        reason: Some(punctual_core::ReasonCode::Cancelled),
+        attempts: 0,
+        receipt: None,
+        provider_status: None,
+        next_at: None,
+    };
+    ledger.settle(&copy, Some(&owner), at, &cancel).await.unwrap();
+    let store = MemoryDueStore::new(1);
+    store.insert(row);
+    let scheduler = Scheduler::new(store, MemoryRelease::default(), clock.clone(), SchedulerSettings::default())
+        .with_ledger(ledger.clone());
+    let r = scheduler.tick(far()).await.unwrap();
+    assert_eq!((r.expired_missed, r.judged_before), (1, 0), "{r:?}");
+    let rec = ledger.get(&copy.reminder_id).await.unwrap().unwrap();
+    assert_eq!(rec.state, punctual_core::ReminderState::Expired);
+}

@@ -38,11 +38,13 @@ use crate::ids::ReminderId;
 use crate::reason::{ReasonCode, ReminderState};
 
 /// Whether a settlement with `reason` leaves the mark of an unknown provider call in place: the
-/// quarantine that is about that call, and a rescheduled copy's release (it made no call; the
-/// earlier one stays unknown for the copy that carries the reminder on). Every other
-/// settlement records the outcome of a call, or ends the reminder.
+/// quarantine that is about that call, a rescheduled copy's release and a cancellation at send
+/// (neither made a call; the earlier one stays unknown for the copy that carries the reminder
+/// on — a cancelled renewal can be active again, and its re-armed copy must not call a
+/// provider without keys a second time). Every other settlement records the outcome of a call,
+/// or ends the reminder for good.
 pub fn keeps_call_mark(reason: Option<ReasonCode>) -> bool {
-    matches!(reason, Some(ReasonCode::ProviderIndeterminate | ReasonCode::Rescheduled))
+    matches!(reason, Some(ReasonCode::ProviderIndeterminate | ReasonCode::Rescheduled | ReasonCode::Cancelled))
 }
 
 /// Whether an unknown call's mark was decided about by an operator's redrive, which the copy
