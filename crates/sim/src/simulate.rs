@@ -13,7 +13,9 @@
 //!   (one SQS send and one DynamoDB write per reminder, the same in every design) are not in
 //!   the cost model, which prices the sender side.
 //! - **Event source mappings**: one per lane, `concurrency` workers on the normal lane and
-//!   `urgent_concurrency` on the urgent lane.
+//!   `urgent_concurrency` on the urgent lane. An idle lane is long-polled by the five pollers a
+//!   mapping with a `MaximumConcurrency` keeps (fewer workers, fewer): only their empty receives
+//!   are requests (`IDLE_POLLERS` in `sqs.rs`); the others join while there are messages.
 //! - **Provider**: a token bucket of `quota`/s with a small burst, `429` + `Retry-After` past
 //!   it, honours `Idempotency-Key`s, fixed latency; the quota can change over time (throttle).
 //! - **Workers**: `concurrency` Lambda invocations polling in parallel; each record costs the
@@ -32,7 +34,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
 use crate::block_on;
-use crate::sqs::{DlqState, SimClock, SimLanes, SimQueue, Usage, lock};
+use crate::sqs::{DlqState, IDLE_POLLERS, SimClock, SimLanes, SimQueue, Usage, lock};
 use punctual_core::accounting::{DeliveryCounts, Ending, Outcome, Tally, Throughput};
 use punctual_core::backoff::{Jitter, SplitMix64};
 use punctual_core::clock::{Clock, until};
@@ -953,6 +955,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         let mut workers = Vec::new();
         for w in 0..config.concurrency + urgent_workers {
             let lane = if w < config.concurrency { QueueLane::Normal } else { QueueLane::Urgent };
+            // Each lane's first IDLE_POLLERS workers are the pollers its mapping keeps on an
+            // idle queue; the rest poll only while it has messages.
+            let idle_poller = if w < config.concurrency { w } else { w - config.concurrency } < IDLE_POLLERS;
             let (lanes, provider, clock, shared, senders, config) = (
                 queue.clone(),
                 provider.clone(),
@@ -969,7 +974,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                     if clock.now() > horizon {
                         break;
                     }
-                    let batch = queue.long_poll(vt, config.duplicate_fraction, &shared).await;
+                    let batch = queue.long_poll(vt, config.duplicate_fraction, &shared, idle_poller).await;
                     if batch.is_empty() {
                         if lanes.depth() == 0 && !feeding.get() && !scheduling.get() {
                             break; // this worker retires

@@ -218,6 +218,16 @@ impl QueueState {
     }
 }
 
+/// Pollers an SQS event source mapping keeps long-polling a queue with no messages, when it
+/// has a `MaximumConcurrency` (the template's default mode): "When traffic is low, Lambda scales
+/// back the processing to five concurrent batches, and can optimize to as few as 2 concurrent
+/// batches to reduce the SQS calls and corresponding costs. However, this optimization is not
+/// available when you enable the maximum concurrency setting." (Lambda Developer Guide,
+/// "Configuring scaling behavior for SQS event source mappings"). A lane's workers past these
+/// stand for the pollers the mapping adds while the queue has messages: their empty waits
+/// are not requests. A receive that returns messages is a request whoever makes it.
+pub(crate) const IDLE_POLLERS: usize = 5;
+
 #[derive(Debug, Clone)]
 pub(crate) struct SimQueue {
     pub(crate) state: Arc<Mutex<QueueState>>,
@@ -272,11 +282,16 @@ impl SimQueue {
     }
 
     /// One long poll (one request): waits up to 20 s for ready messages, and receives them.
+    /// `idle_poller`: whether a poll that comes back empty is a request — true for the pollers
+    /// an event source mapping keeps on an idle queue ([`IDLE_POLLERS`]), false for the ones it
+    /// adds only while the queue has messages (their wait is the mapping's scaling, not a
+    /// `ReceiveMessage`).
     pub(crate) async fn long_poll<S: AsMut<SplitMix64>>(
         &self,
         vt: Duration,
         dup: f64,
         shared: &std::cell::RefCell<S>,
+        idle_poller: bool,
     ) -> Vec<(u64, String, u32)> {
         let end = self.clock.now().timestamp_millis() + 20_000;
         loop {
@@ -284,8 +299,11 @@ impl SimQueue {
             let batch = self.receive(now, vt, dup, shared.borrow_mut().as_mut());
             let at = now.timestamp_millis();
             if !batch.is_empty() || at >= end {
-                let kind = if batch.is_empty() { &self.usage.sqs.empty_receives } else { &self.usage.sqs.receives };
-                self.usage.sqs_request(kind);
+                if !batch.is_empty() {
+                    self.usage.sqs_request(&self.usage.sqs.receives);
+                } else if idle_poller {
+                    self.usage.sqs_request(&self.usage.sqs.empty_receives);
+                }
                 return batch;
             }
             let wake = self.next_visible().map_or(end, |v| v.clamp(at + 1, end));
