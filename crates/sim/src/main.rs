@@ -458,6 +458,11 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         println!("{:<28} {:>16} {b:>16}", format!("  {k}/1M"), value["cost"][k].to_string());
     }
     println!("{:<28} {}", "requests/msg", report.requests_per_message.line());
+    let k = &report.sqs_requests_by_kind;
+    println!(
+        "{:<28} receives {:.3} + empty {:.3} + deletes {:.3} + requeues {:.3} + DLQ {:.3} + redrive {:.3}",
+        "SQS/msg by kind", k.receives, k.empty_receives, k.deletes, k.requeues, k.dead_letters, k.redrive
+    );
     if let Some(slo) = &report.slo {
         println!("{}", slo.line());
     }

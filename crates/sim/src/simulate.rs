@@ -13,7 +13,9 @@
 //!   (one SQS send and one DynamoDB write per reminder, the same in every design) are not in
 //!   the cost model, which prices the sender side.
 //! - **Event source mappings**: one per lane, `concurrency` workers on the normal lane and
-//!   `urgent_concurrency` on the urgent lane.
+//!   `urgent_concurrency` on the urgent lane. An idle lane is long-polled by the five pollers a
+//!   mapping with a `MaximumConcurrency` keeps (fewer workers, fewer): only their empty receives
+//!   are requests (`IDLE_POLLERS` in `sqs.rs`); the others join while there are messages.
 //! - **Provider**: a token bucket of `quota`/s with a small burst, `429` + `Retry-After` past
 //!   it, honours `Idempotency-Key`s, fixed latency; the quota can change over time (throttle).
 //! - **Workers**: `concurrency` Lambda invocations polling in parallel; each record costs the
@@ -32,7 +34,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::Serialize;
 
 use crate::block_on;
-use crate::sqs::{DlqState, SimClock, SimLanes, SimQueue, Usage, lock};
+use crate::sqs::{DlqState, IDLE_POLLERS, SimClock, SimLanes, SimQueue, Usage, lock};
 use punctual_core::accounting::{DeliveryCounts, Ending, Outcome, Tally, Throughput};
 use punctual_core::backoff::{Jitter, SplitMix64};
 use punctual_core::clock::{Clock, until};
@@ -318,6 +320,8 @@ pub struct SimReport {
     pub limiter_writes_per_call: f64,
     /// Sender-side SQS requests per reminder (receives, deletes, requeues, DLQ sends).
     pub sqs_requests_per_message: f64,
+    /// The same requests per reminder by kind.
+    pub sqs_requests_by_kind: SqsByKind,
     /// Sender-side DynamoDB writes per reminder (ledger and limiter).
     pub dynamodb_writes_per_message: f64,
     /// The sender side's requests per reminder, in the shape `punctual run` reports them.
@@ -389,6 +393,41 @@ impl Cost {
             lambda_invocations: invocations.round(),
             lambda_gb_seconds: (gb_s * 10.0).round() / 10.0,
             usd: (usd * 100.0).round() / 100.0,
+        }
+    }
+}
+
+/// Sender-side SQS requests per reminder, by kind (they sum to `sqs_requests_per_message`,
+/// up to rounding).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct SqsByKind {
+    /// `ReceiveMessage` calls that returned messages.
+    pub receives: f64,
+    /// `ReceiveMessage` long polls that returned nothing (idle pollers).
+    pub empty_receives: f64,
+    /// `DeleteMessageBatch`, one per invocation.
+    pub deletes: f64,
+    /// `SendMessage` of a deferred copy (requeue).
+    pub requeues: f64,
+    /// `SendMessage` of a quarantined message to the DLQ.
+    pub dead_letters: f64,
+    /// A redrive's receives, sends back and deletes on the DLQ.
+    pub redrive: f64,
+}
+
+impl SqsByKind {
+    fn per_message(usage: &Usage, reminders: usize) -> Self {
+        let per = |c: &std::sync::atomic::AtomicU64| {
+            (Usage::get(c) as f64 / reminders.max(1) as f64 * 1000.0).round() / 1000.0
+        };
+        let k = &usage.sqs;
+        Self {
+            receives: per(&k.receives),
+            empty_receives: per(&k.empty_receives),
+            deletes: per(&k.deletes),
+            requeues: per(&k.requeues),
+            dead_letters: per(&k.dead_letters),
+            redrive: per(&k.redrive),
         }
     }
 }
@@ -522,7 +561,7 @@ impl punctual_core::ports::DeadLetters for SimDeadLetters {
         &self,
         _hold: std::time::Duration,
     ) -> Result<Vec<punctual_core::ports::DeadLetter>, punctual_core::ports::DeadLettersError> {
-        Usage::add(&self.queue.normal.usage.sqs_requests, 1);
+        self.queue.normal.usage.sqs_request(&self.queue.normal.usage.sqs.redrive);
         let mut items = lock(&self.items);
         Ok(items
             .iter_mut()
@@ -542,7 +581,7 @@ impl punctual_core::ports::DeadLetters for SimDeadLetters {
     }
 
     async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), punctual_core::ports::DeadLettersError> {
-        Usage::add(&self.queue.normal.usage.sqs_requests, 1);
+        self.queue.normal.usage.sqs_request(&self.queue.normal.usage.sqs.redrive);
         let now = self.queue.normal.clock.now();
         let tenant = ReminderMessage::decode(body).ok().map(|m| m.tenant_id);
         self.queue.send(body.to_owned(), Duration::ZERO, lane, tenant.as_ref().map(|t| t.as_str()));
@@ -551,7 +590,7 @@ impl punctual_core::ports::DeadLetters for SimDeadLetters {
     }
 
     async fn delete(&self, handle: &str) -> Result<(), punctual_core::ports::DeadLettersError> {
-        Usage::add(&self.queue.normal.usage.sqs_requests, 1);
+        self.queue.normal.usage.sqs_request(&self.queue.normal.usage.sqs.redrive);
         lock(&self.items).retain(|(id, _, _)| id.to_string() != handle);
         Ok(())
     }
@@ -916,6 +955,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         let mut workers = Vec::new();
         for w in 0..config.concurrency + urgent_workers {
             let lane = if w < config.concurrency { QueueLane::Normal } else { QueueLane::Urgent };
+            // Each lane's first IDLE_POLLERS workers are the pollers its mapping keeps on an
+            // idle queue; the rest poll only while it has messages.
+            let idle_poller = if w < config.concurrency { w } else { w - config.concurrency } < IDLE_POLLERS;
             let (lanes, provider, clock, shared, senders, config) = (
                 queue.clone(),
                 provider.clone(),
@@ -932,7 +974,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                     if clock.now() > horizon {
                         break;
                     }
-                    let batch = queue.long_poll(vt, config.duplicate_fraction, &shared).await;
+                    let batch = queue.long_poll(vt, config.duplicate_fraction, &shared, idle_poller).await;
                     if batch.is_empty() {
                         if lanes.depth() == 0 && !feeding.get() && !scheduling.get() {
                             break; // this worker retires
@@ -997,7 +1039,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                     // one request.
                     Usage::add(&queue.usage.invocations, 1);
                     Usage::add(&queue.usage.busy_ms, until(started, clock.now()).as_millis() as u64);
-                    Usage::add(&queue.usage.sqs_requests, 1);
+                    queue.usage.sqs_request(&queue.usage.sqs.deletes);
                 }
             }));
         }
@@ -1167,6 +1209,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     );
     report.cost_per_million_usd = Some(report.cost.usd);
     report.sqs_requests_per_message = (report.cost.sqs_requests / 1e4).round() / 100.0;
+    report.sqs_requests_by_kind = SqsByKind::per_message(&usage, msgs.len());
     report.dynamodb_writes_per_message = (report.cost.dynamodb_writes / 1e4).round() / 100.0;
     report.released_urgent = released_urgent;
     if config.scenario == Scenario::Redrive {

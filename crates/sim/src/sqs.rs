@@ -218,6 +218,16 @@ impl QueueState {
     }
 }
 
+/// Pollers an SQS event source mapping keeps long-polling a queue with no messages, when it
+/// has a `MaximumConcurrency` (the template's default mode): "When traffic is low, Lambda scales
+/// back the processing to five concurrent batches, and can optimize to as few as 2 concurrent
+/// batches to reduce the SQS calls and corresponding costs. However, this optimization is not
+/// available when you enable the maximum concurrency setting." (Lambda Developer Guide,
+/// "Configuring scaling behavior for SQS event source mappings"). A lane's workers past these
+/// stand for the pollers the mapping adds while the queue has messages: their empty waits
+/// are not requests. A receive that returns messages is a request whoever makes it.
+pub(crate) const IDLE_POLLERS: usize = 5;
+
 #[derive(Debug, Clone)]
 pub(crate) struct SimQueue {
     pub(crate) state: Arc<Mutex<QueueState>>,
@@ -272,19 +282,28 @@ impl SimQueue {
     }
 
     /// One long poll (one request): waits up to 20 s for ready messages, and receives them.
+    /// `idle_poller`: whether a poll that comes back empty is a request — true for the pollers
+    /// an event source mapping keeps on an idle queue ([`IDLE_POLLERS`]), false for the ones it
+    /// adds only while the queue has messages (their wait is the mapping's scaling, not a
+    /// `ReceiveMessage`).
     pub(crate) async fn long_poll<S: AsMut<SplitMix64>>(
         &self,
         vt: Duration,
         dup: f64,
         shared: &std::cell::RefCell<S>,
+        idle_poller: bool,
     ) -> Vec<(u64, String, u32)> {
-        Usage::add(&self.usage.sqs_requests, 1);
         let end = self.clock.now().timestamp_millis() + 20_000;
         loop {
             let now = self.clock.now();
             let batch = self.receive(now, vt, dup, shared.borrow_mut().as_mut());
             let at = now.timestamp_millis();
             if !batch.is_empty() || at >= end {
+                if !batch.is_empty() {
+                    self.usage.sqs_request(&self.usage.sqs.receives);
+                } else if idle_poller {
+                    self.usage.sqs_request(&self.usage.sqs.empty_receives);
+                }
                 return batch;
             }
             let wake = self.next_visible().map_or(end, |v| v.clamp(at + 1, end));
@@ -455,13 +474,15 @@ impl SimLanes {
 
 impl SendQueue for SimLanes {
     async fn requeue(&self, msg: &ReminderMessage, delay: Duration, lane: QueueLane) -> Result<(), QueueError> {
-        Usage::add(&self.normal.usage.sqs_requests, 1);
+        let usage = &self.normal.usage;
+        usage.sqs_request(&usage.sqs.requeues);
         self.send(msg.encode(), delay, lane, Some(msg.tenant_id.as_str()));
         Ok(())
     }
 
     async fn dead_letter(&self, q: &Quarantine<'_>) -> Result<(), QueueError> {
-        Usage::add(&self.normal.usage.sqs_requests, 1);
+        let usage = &self.normal.usage;
+        usage.sqs_request(&usage.sqs.dead_letters);
         let now_ms = self.normal.clock.now().timestamp_millis();
         lock(self.dlq()).push(q.body.to_owned(), q.reason, now_ms);
         Ok(())
@@ -493,7 +514,10 @@ impl ReleaseQueue for SimLanes {
 /// What a run asked of AWS, for the cost model.
 #[derive(Debug, Default)]
 pub(crate) struct Usage {
+    /// Every sender-side SQS request (the sum of `sqs`).
     pub(crate) sqs_requests: std::sync::atomic::AtomicU64,
+    /// The same requests by kind.
+    pub(crate) sqs: SqsKinds,
     pub(crate) ddb_writes: std::sync::atomic::AtomicU64,
     pub(crate) ddb_reads: std::sync::atomic::AtomicU64,
     pub(crate) invocations: std::sync::atomic::AtomicU64,
@@ -501,7 +525,30 @@ pub(crate) struct Usage {
     pub(crate) busy_ms: std::sync::atomic::AtomicU64,
 }
 
+/// Sender-side SQS requests by kind.
+#[derive(Debug, Default)]
+pub(crate) struct SqsKinds {
+    /// `ReceiveMessage` calls that returned messages.
+    pub(crate) receives: std::sync::atomic::AtomicU64,
+    /// `ReceiveMessage` calls (20 s long polls) that returned nothing.
+    pub(crate) empty_receives: std::sync::atomic::AtomicU64,
+    /// The event source mapping's `DeleteMessageBatch`, one per invocation.
+    pub(crate) deletes: std::sync::atomic::AtomicU64,
+    /// The sender's `SendMessage` of a deferred copy.
+    pub(crate) requeues: std::sync::atomic::AtomicU64,
+    /// The sender's `SendMessage` of a quarantined message to the DLQ.
+    pub(crate) dead_letters: std::sync::atomic::AtomicU64,
+    /// A redrive's requests on the DLQ (receive, send back, delete).
+    pub(crate) redrive: std::sync::atomic::AtomicU64,
+}
+
 impl Usage {
+    /// One SQS request of `kind` (a field of `self.sqs`).
+    pub(crate) fn sqs_request(&self, kind: &std::sync::atomic::AtomicU64) {
+        Self::add(kind, 1);
+        Self::add(&self.sqs_requests, 1);
+    }
+
     pub(crate) fn add(counter: &std::sync::atomic::AtomicU64, n: u64) {
         counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }

@@ -183,3 +183,40 @@ fn a_catch_up_after_a_twenty_minute_pause_stays_within_five_percent_of_edf() {
     assert_eq!((p.counts.lost, p.counts.double_effects), (0, 0), "{:#?}", p.counts);
     assert_eq!(p.counts.delivered + p.counts.late, 12_000, "every reminder delivered or late: {:#?}", p.counts);
 }
+
+/// A low-load day: 12,000 renewals due over 40 minutes at 100/s (`--workload
+/// staggered`), the lanes idle most of the time. An event source mapping with a
+/// `MaximumConcurrency` keeps five pollers long-polling an idle queue (Lambda Developer Guide,
+/// "Configuring scaling behavior for SQS event source mappings"), not one per instance it may
+/// invoke: the day's empty receives are at most those of five pollers per lane (fewer when the
+/// lane's concurrency is lower), one 20 s long poll each at a time. Counting one per worker
+/// charged the day twice the idle polling AWS bills (0.41 requests per message).
+#[test]
+fn a_low_load_day_pays_for_the_pollers_the_mappings_keep_on_an_idle_queue() {
+    let day = punctual_core::workload::generate_spread(
+        12_000,
+        chrono::Utc::now(),
+        punctual_core::workload::STAGGERED_MINUTES,
+        0.1,
+    );
+    let population = std::sync::Arc::new(punctual_sim::SimPopulation::from_renewals(&day));
+    for (normal, urgent) in [(10, 10), (3, 3)] {
+        let config = SimConfig {
+            reminders: population.rows.len(),
+            population: Some(std::sync::Arc::clone(&population)),
+            tight_share: 0.1,
+            concurrency: normal,
+            urgent_concurrency: urgent,
+            ..SimConfig::new(Scenario::Normal)
+        };
+        let p = run(&config, Worker::Punctual);
+        assert_eq!((p.counts.delivered, p.counts.late, p.counts.lost), (12_000, 0, 0), "{:#?}", p.counts);
+        assert_eq!(p.throughput.provider_429, 0, "{:#?}", p.throughput);
+        let idle_pollers = (normal.min(5) + urgent.min(5)) as f64;
+        let most = idle_pollers * (p.simulated_seconds / 20.0).ceil() / 12_000.0;
+        let empty = p.sqs_requests_by_kind.empty_receives;
+        assert!(empty <= most + 0.001, "{normal} + {urgent}: {empty} empty receives per message, at most {most}");
+        assert!(p.sqs_requests_per_message <= 0.35, "{normal} + {urgent}: {:#?}", p.sqs_requests_by_kind);
+        assert!(p.limiter_writes_per_call <= 0.15, "{normal} + {urgent}: {}", p.limiter_writes_per_call);
+    }
+}

@@ -542,7 +542,7 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
                     clock.sleep(Duration::from_secs(10)).await;
                     continue;
                 }
-                let batch = queue.long_poll(VISIBILITY, 0.0, &shared).await;
+                let batch = queue.long_poll(VISIBILITY, 0.0, &shared, true).await;
                 if batch.is_empty() {
                     continue;
                 }
