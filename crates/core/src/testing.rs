@@ -38,6 +38,11 @@ fn entry(msg: &ReminderMessage, at: DateTime<Utc>, state: ReminderState, s: Opti
     }
 }
 
+/// A settlement that ends a reminder in `state` for `reason` (no receipt, no next time).
+pub fn ending(state: ReminderState, reason: ReasonCode, attempts: u32, provider_status: Option<u16>) -> Settlement {
+    Settlement { state, reason: Some(reason), attempts, receipt: None, provider_status, next_at: None }
+}
+
 /// `msg` as a redrive with id `id` re-released it (its stamp: `base_attempt`, `resend_unknown`).
 #[allow(clippy::panic)]
 pub fn redriven(msg: &ReminderMessage, id: &str, base_attempt: u32, resend_unknown: bool) -> ReminderMessage {
@@ -818,11 +823,6 @@ pub mod ledger_contract {
             provider_status: Some(202),
             next_at: None,
         }
-    }
-
-    /// A settlement that ends a reminder in `state` for `reason` (no receipt, no next time).
-    fn ending(state: ReminderState, reason: ReasonCode, attempts: u32, provider_status: Option<u16>) -> Settlement {
-        Settlement { state, reason: Some(reason), attempts, receipt: None, provider_status, next_at: None }
     }
 
     async fn must<T, E: std::fmt::Debug>(what: &str, f: impl std::future::Future<Output = Result<T, E>>) -> T {

@@ -435,7 +435,7 @@ async fn a_queued_release_whose_mark_failed_is_judged_once_when_it_expires() {
 /// verdict), rather than reading the old cancellation as a judgement of this release.
 #[tokio::test]
 async fn a_re_armed_row_found_past_its_deadline_is_expired() {
-    use punctual_core::ports::{Ledger, OwnerToken, Settlement};
+    use punctual_core::ports::{Ledger, OwnerToken};
     let clock = ManualClock::new(t0());
     let ledger = punctual_core::testing::MemoryLedger::new();
     let row = pending(1, t0() - TimeDelta::minutes(10), 5); // owed until 5 minutes ago
@@ -443,14 +443,12 @@ async fn a_re_armed_row_found_past_its_deadline_is_expired() {
     let owner = OwnerToken::new("sender");
     let at = t0() - TimeDelta::minutes(9);
     ledger.claim(&copy, &owner, at, at + TimeDelta::seconds(30)).await.unwrap();
-    let cancel = Settlement {
-        state: punctual_core::ReminderState::Cancelled,
-        reason: Some(punctual_core::ReasonCode::Cancelled),
-        attempts: 0,
-        receipt: None,
-        provider_status: None,
-        next_at: None,
-    };
+    let cancel = punctual_core::testing::ending(
+        punctual_core::ReminderState::Cancelled,
+        punctual_core::ReasonCode::Cancelled,
+        0,
+        None,
+    );
     ledger.settle(&copy, Some(&owner), at, &cancel).await.unwrap();
     let store = MemoryDueStore::new(1);
     store.insert(row);

@@ -178,6 +178,11 @@ pub struct SimPopulation {
 }
 
 impl SimPopulation {
+    /// The earliest `deliver_after` (simulated time): when the day's work can first start.
+    pub fn first_due(&self) -> Option<DateTime<Utc>> {
+        self.rows.iter().map(|r| r.2).min()
+    }
+
     /// Freshly imported renewals (none released yet) as a population: the simulator's view of
     /// a generated workload (`punctual_core::workload`).
     pub fn from_renewals(renewals: &[punctual_core::renewal::Renewal]) -> Self {
@@ -792,7 +797,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         .population
         .as_ref()
         .filter(|_| !config.paused_for.is_zero())
-        .and_then(|p| p.rows.iter().map(|r| r.2).min())
+        .and_then(|p| p.first_due())
         .map(|first| first + TimeDelta::from_std(config.paused_for).unwrap_or(TimeDelta::zero()));
     let released = |after: DateTime<Utc>| lifted.map_or(after, |l| after.max(l));
     let (edf, edf_slo) = if config.population.is_some() {
@@ -1187,7 +1192,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     // Work can start at T0, or for a population at its first deliver_after (the population is
     // shifted a lookahead after T0): the drain is measured from there, as `run` measures from
     // its first call.
-    let start = config.population.as_ref().and_then(|p| p.rows.iter().map(|r| r.2).min()).map_or(t0(), |f| f.max(t0()));
+    let start = config.population.as_ref().and_then(|p| p.first_due()).map_or(t0(), |f| f.max(t0()));
     let drain = last.map_or(0.0, |l| until(start, l).as_secs_f64());
     report.throughput =
         Throughput::measure(p.calls, p.throttled, report.counts.delivered, drain, healthy as f64 / config.quota);

@@ -106,14 +106,12 @@ async fn explain_says_what_reconcile_says_of_a_reminder_no_sender_recorded() {
     let copy = ReminderMessage { reminder_id: back.reminder_id.clone(), renewal_id: back.renewal_id.clone(), ..body };
     let owner = punctual_core::ports::OwnerToken::new("explain-test");
     ledger.claim(&copy, &owner, now - TimeDelta::minutes(8), now).await.unwrap();
-    let cancel = punctual_core::ports::Settlement {
-        state: punctual_core::ReminderState::Cancelled,
-        reason: Some(punctual_core::ReasonCode::Cancelled),
-        attempts: 0,
-        receipt: None,
-        provider_status: None,
-        next_at: None,
-    };
+    let cancel = punctual_core::testing::ending(
+        punctual_core::ReminderState::Cancelled,
+        punctual_core::ReasonCode::Cancelled,
+        0,
+        None,
+    );
     ledger.settle(&copy, Some(&owner), now - TimeDelta::minutes(8), &cancel).await.unwrap();
     renewals.import(std::slice::from_ref(&back), now).await.unwrap();
     let e = punctual_ops::explain(&target, back.reminder_id.as_str()).await.unwrap();
