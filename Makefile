@@ -11,13 +11,14 @@ VENV_STAMP := $(VENV)/.installed
 DYNALITE := .tools/dynalite/node_modules/dynalite/package.json
 CARGO ?= cargo
 
-.PHONY: fidelity fidelity-fast cold-start check-seeds soak drill drill-fast help test run build deploy stack-policy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean localstack e2e
+.PHONY: bench-run fidelity fidelity-fast cold-start check-seeds soak drill drill-fast help test run build deploy stack-policy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean localstack e2e
 
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
 	@echo "make run    the whole pipeline on this machine against the emulator, with a final report"
 	@echo "make build  three Lambda packages (cargo-lambda);  make deploy  sam deploy --guided, then the stack policy"
 	@echo "make bench-limiter   the shared limiter's frontier;  make localstack-test  suite on LocalStack"
+	@echo "make bench-run  release punctual run at the quota, recorded in target/bench-run.json and compared"
 	@echo "make soak   the fault checker over 10,000 seeds (make test runs 300)"
 	@echo "make drill  the template's alarms against every incident and 20 normal days (make test runs a subset)"
 	@echo "make e2e    infra/template.yaml deployed on LocalStack (host mode, no Docker) and exercised end to end (in make test)"
@@ -292,6 +293,16 @@ stack-policy: build-tools
 ##   docker run -p 4566:4566 localstack/localstack && make localstack-test
 localstack-test: tools
 	AWS_ENDPOINT_URL=http://localhost:4566 tools/with-emulator.sh $(CARGO) test --workspace --locked
+
+## The real pipeline at its quota (docs/measurements.md#the-real-pipeline-at-the-quota; not part
+## of `make test`): release `punctual run`, 3,000 reminders without and with 10 % tight work, on
+## its own moto + dynalite. Utilisation, 429s, limiter writes per call, requests per message and
+## the emulators' CPU share go to target/bench-run.json, set beside the last recording (else
+## tools/bench-run-baseline.json) with ratios. BENCH_RUN_ARGS="--runs 3" keeps the median run.
+BENCH_RUN_ARGS ?=
+bench-run: tools
+	$(CARGO) build --locked --release -q -p punctual
+	$(VENV)/bin/python tools/bench_run.py $(BENCH_RUN_ARGS)
 
 ## The shared limiter measured for real (not part of `make test`): 10 senders against the
 ## provider double at 100/s, one row per block size. Writes target/bench/limiter.json.

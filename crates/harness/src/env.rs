@@ -198,6 +198,12 @@ impl Emulator {
         self.children.iter().map(Child::id).chain(self.detached.iter().copied()).collect()
     }
 
+    /// The processes this command started, by name (`moto`, then `dynalite` when started):
+    /// what the run's CPU reading measures.
+    pub fn named_pids(&self) -> Vec<(&'static str, u32)> {
+        ["moto", "dynalite"].into_iter().zip(self.pids()).collect()
+    }
+
     /// A DynamoDB client for this environment.
     pub fn dynamodb(&self, config: &SdkConfig) -> aws_sdk_dynamodb::Client {
         dynamodb_client(config, self.dynamodb_endpoint.as_deref())

@@ -11,6 +11,8 @@
 pub mod bench;
 pub mod canary;
 pub mod count;
+pub mod counted;
+pub mod cpu;
 pub mod env;
 pub mod esm;
 pub mod eventbridge;

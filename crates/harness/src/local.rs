@@ -22,8 +22,9 @@ use punctual_ops::target::{LocalState, load_state as load, state_dir, state_file
 use serde::Serialize;
 
 use crate::count::{Observed, count, peek_dlq};
-use crate::env::{Emulator, free_port, local_provider, local_senders, provision, scheduler_config, sender_config};
-use crate::esm::{EsmStats, run_pollers};
+use crate::counted::{CountedPipeline, PipelineRequests, Shape};
+use crate::env::{Emulator, free_port, provision};
+use crate::esm::EsmStats;
 use crate::eventbridge;
 use crate::{HarnessError as LocalError, step};
 
@@ -127,10 +128,14 @@ async fn up_on(
         });
     }
     let pids = spawned.clone();
+    let mut processes: std::collections::BTreeMap<String, u32> =
+        emulator.named_pids().into_iter().map(|(name, pid)| (name.to_owned(), pid)).collect();
+    processes.insert("provider-double".to_owned(), double.id());
     let state = LocalState {
         resources,
         dynamodb_endpoint: emulator.dynamodb_endpoint.clone(),
         pids,
+        processes,
         provider_token: token,
         quota,
     };
@@ -204,6 +209,15 @@ pub struct DrainReport {
     pub records: u64,
     /// Seconds the drain took.
     pub drain_seconds: f64,
+    /// Reminders whose ledger record this drain wrote: the messages the request figures below
+    /// are divided by.
+    pub handled: u64,
+    /// The functions' requests per handled reminder, as in `punctual run`'s report (the same
+    /// keys).
+    #[serde(flatten)]
+    pub requests: PipelineRequests,
+    /// CPU seconds of the emulators, the double and this process over the drain.
+    pub cpu: crate::cpu::CpuShare,
     /// The local pipeline's last 24 hours of due renewals, reconciled as `punctual reconcile`
     /// does (renewals the scheduler never released included), with their deadline SLO.
     pub window: Option<crate::count::WindowCheck>,
@@ -226,7 +240,10 @@ impl DrainReport {
             c.late,
             c.duplicates,
             c.lost
-        ) + &self.window.as_ref().map_or_else(String::new, |w| w.render())
+        ) + &format!("handled        {} reminders (the requests below are per handled reminder)\n", self.handled)
+            + &self.requests.render(15)
+            + &self.cpu.render(15)
+            + &self.window.as_ref().map_or_else(String::new, |w| w.render())
     }
 }
 
@@ -239,29 +256,38 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let config = for_endpoint(&r.endpoint).await;
     let ddb = dynamodb_client(&config, state.dynamodb_endpoint.as_deref());
     let queues = r.queues(aws_sdk_sqs::Client::new(&config));
-    let sender = sender_config(r, state.quota)?;
-    let provider = local_provider(r, &config, &ddb, &Secret::new(state.provider_token.clone()), &sender)?;
-    // Two mappings of ten: the normal lane's and the urgent lane's pollers.
-    let instances = local_senders(&sender, &ddb, queues.client(), &provider, 7, 10);
-    let urgent = local_senders(&sender, &ddb, queues.client(), &provider, 7 ^ 0xa5a5, 10);
-    let scheduler = punctual_scheduler::app::build(
-        &scheduler_config(r, punctual_core::scheduler::SchedulerSettings::default().sustainable_rate)?,
-        &ddb,
-        queues.client(),
-    );
+    // The functions' requests are counted below the SDK as in `punctual run`; this command's
+    // own reads (depth, reconcile) go through `queues` and `ddb`, uncounted. Two mappings of
+    // ten: the normal lane's and the urgent lane's pollers.
+    let pipeline = CountedPipeline::build(
+        r,
+        &config,
+        state.dynamodb_endpoint.as_deref(),
+        &Secret::new(state.provider_token.clone()),
+        state.quota,
+        Shape {
+            concurrency: 10,
+            urgent_concurrency: 10,
+            seed: 7,
+            release_rate: punctual_core::scheduler::SchedulerSettings::default().sustainable_rate,
+        },
+    )?;
+    let scheduler = &pipeline.scheduler;
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EsmStats::default());
     let metrics = Arc::new(Mutex::new(Metrics::new()));
+    let processes: Vec<(&str, u32)> = state.processes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    let cpu = crate::cpu::CpuMeter::start(&processes);
     let started = Instant::now();
-    let pollers =
-        run_pollers(instances, urgent, queues.clone(), Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
+    let drain_from = Utc::now();
+    let pollers = pipeline.poll(Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
     let mut line = punctual_core::progress::Progress::timed(Duration::from_secs(10));
     let watch = async {
         let mut idle = 0;
         let mut last_tick = Instant::now() - Duration::from_secs(60);
         let result = loop {
             if last_tick.elapsed() >= crate::run::TICK {
-                if let Err(e) = eventbridge::tick(&scheduler).await {
+                if let Err(e) = eventbridge::tick(scheduler).await {
                     eprintln!("scheduler tick failed: {e}");
                 }
                 last_tick = Instant::now();
@@ -293,6 +319,7 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let ((), watched) = tokio::join!(pollers, watch);
     watched?;
     line.finish();
+    let cpu = cpu.stop();
     let as_of = Utc::now();
     let records =
         DynamoLedger::new(ddb.clone(), &r.ledger_table).scan_all().await.map_err(step("reading the ledger"))?;
@@ -309,6 +336,11 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
         double_effects: 0,
     };
     let reminders = observed.records.len() as u64 + malformed;
+    // This drain's messages: the reminders whose ledger record it wrote (earlier drains'
+    // records stay in the ledger and cost nothing now).
+    let handled = observed.records.iter().filter(|rec| rec.history.iter().any(|h| h.at >= drain_from)).count() as u64;
+    let m = metrics.lock().map(|m| m.clone()).unwrap_or_default();
+    let calls = m.total(punctual_aws::emf::name::ATTEMPTS) as u64;
     let (counts, _) = count(&observed, as_of, None);
     // Not the ledger's span: a renewal that never reached the ledger is what this must catch.
     let window = Some(
@@ -328,6 +360,9 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
         records: stats.records.load(Ordering::Relaxed),
         drain_seconds: started.elapsed().as_secs_f64(),
         window,
+        requests: pipeline.requests(handled, calls),
+        handled,
+        cpu,
     })
 }
 

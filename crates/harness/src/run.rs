@@ -3,25 +3,23 @@
 //! pollers (playing the SQS event source mapping) → the sender handler → the provider double —
 //! with a live progress line and a final report.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeDelta, Utc};
-use punctual_aws::counting::{RequestCounts, is_dynamodb_read};
 use punctual_aws::emf::{Metrics, name};
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_core::accounting::{DeliveryCounts, Throughput, oldest_age_series};
 use punctual_core::backoff::SplitMix64;
-use punctual_core::cost::RequestsPerMessage;
 use punctual_core::secret::Secret;
 use serde::Serialize;
 
 use crate::count::{Observed, count, peek_dlq};
-use crate::env::{Emulator, local_senders, provision, scheduler_config, sender_config};
-use crate::esm::{EsmStats, run_pollers};
+use crate::counted::{CountedPipeline, PipelineRequests, Shape};
+use crate::env::{Emulator, provision};
+use crate::esm::EsmStats;
 use crate::eventbridge;
 use crate::{HarnessError as RunError, step};
 
@@ -71,17 +69,10 @@ pub struct RunReport {
     /// What the provider saw, and utilisation of its quota.
     #[serde(flatten)]
     pub throughput: Throughput,
-    /// Shared-limiter DynamoDB writes (failed conditional writes included) ÷ tokens granted.
-    pub limiter_writes_per_call: f64,
-    /// The sender side's requests (its event source mappings' included) per ended message,
-    /// counted below the SDK, in the simulator's shape.
-    pub requests_per_message: RequestsPerMessage,
-    /// The scheduler's requests per ended message (its limiter column is 0).
-    pub scheduler_requests_per_message: RequestsPerMessage,
-    /// The sender side's requests by `service/Operation[/item kind]`.
-    pub requests: BTreeMap<String, u64>,
-    /// The scheduler's requests by `service/Operation[/item kind]`.
-    pub scheduler_requests: BTreeMap<String, u64>,
+    /// The functions' requests per ended message, counted below the SDK, in the simulator's
+    /// shape (the keys `local drain` prints too).
+    #[serde(flatten)]
+    pub requests: PipelineRequests,
     /// `http` (the double) or `ses` (SES on the emulator).
     pub provider: String,
     /// Effects the provider itself holds: the double's distinct acceptances, or SES's
@@ -92,6 +83,9 @@ pub struct RunReport {
     pub tight: usize,
     /// Reminders the scheduler released to the urgent lane.
     pub released_urgent: u64,
+    /// CPU seconds of the emulators this run started and of `punctual` itself, from the
+    /// pipeline's start to its drain: who spent the cores (`None` off Linux).
+    pub cpu: Option<crate::cpu::CpuShare>,
     /// Wall time of the whole run, import included.
     pub wall_seconds: f64,
     /// Import time.
@@ -161,9 +155,6 @@ impl RunReport {
              drain             {:.1} s (floor {:.1} s) → utilisation {:.3}\n\
              max oldest age    {:.1} s\n\
              lanes             {} released urgent ({} tight renewals), the rest normal\n\
-             limiter writes    {:.3} per call\n\
-             requests/msg      {} (sender side)\n\
-             scheduler         {}\n\
              provider effects  {} at the provider ({})\n\
              wall time         {:.1} s (import {:.1} s)\n\
              chart             {}\n",
@@ -184,9 +175,6 @@ impl RunReport {
             self.counts.max_oldest_age_seconds,
             self.released_urgent,
             self.tight,
-            self.limiter_writes_per_call,
-            self.requests_per_message.line(),
-            self.scheduler_requests_per_message.line(),
             self.provider_effects.map_or_else(|| "unknown".to_owned(), |n| n.to_string()),
             if self.provider == "ses" {
                 "SES SentLast24Hours on the emulator"
@@ -196,33 +184,15 @@ impl RunReport {
             self.wall_seconds,
             self.import_seconds,
             self.chart.as_deref().unwrap_or("not written"),
-        ) + &self.window.as_ref().map_or_else(|| "reconcile         not run\n".to_owned(), |w| w.render())
+        ) + &self.requests.render(18)
+            + &self.cpu.as_ref().map_or_else(String::new, |c| c.render(18))
+            + &self.window.as_ref().map_or_else(|| "reconcile         not run\n".to_owned(), |w| w.render())
     }
 }
 
 pub use punctual_core::workload::{TIGHT_WINDOW, WINDOWS, ZONES, generate};
 
 /// `counts` per reminder of the run (`messages`, as the simulator counts), the limiter's writes per provider call (`calls`).
-fn per_message(counts: &RequestCounts, messages: u64, calls: u64) -> RequestsPerMessage {
-    let all = counts.snapshot();
-    let (mut reads, mut writes, mut sqs, mut limiter) = (0, 0, 0, 0);
-    for (key, n) in &all {
-        let mut parts = key.split('/');
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some("dynamodb"), Some(op), _) if is_dynamodb_read(op) => reads += n,
-            (Some("dynamodb"), Some(_), kind) => {
-                writes += n;
-                if kind == Some("limiter") {
-                    limiter += n;
-                }
-            }
-            (Some("sqs"), _, _) => sqs += n,
-            _ => {}
-        }
-    }
-    RequestsPerMessage::from_totals(reads, writes, sqs, limiter, messages, calls)
-}
-
 /// Who delivers in this run, and how to read what it saw.
 enum ProviderSide {
     /// The provider double (its own counters are the truth).
@@ -347,43 +317,26 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     say(format!("imported       {} renewals over {} zones in {import_seconds:.1} s", rows.len(), ZONES.len()));
 
     let queues = res.queues(sqs);
-    // The functions' requests are counted below the SDK, each function apart (the sender side
-    // with its event source mapping's receives and deletes; the scheduler); this harness's own
-    // reads (progress, reconcile) go through `queues` and `ddb`, uncounted.
-    let (sender_requests, scheduler_requests) = (RequestCounts::new(), RequestCounts::new());
-    let sender_sdk = sender_requests.wrap(&config);
-    let sender_ddb = emulator.dynamodb(&sender_sdk);
-    let sender_queues = res.queues(aws_sdk_sqs::Client::new(&sender_sdk));
-    let scheduler_sdk = scheduler_requests.wrap(&config);
-    let sender = sender_config(&res, opts.quota)?;
-    let provider = crate::env::local_provider(&res, &sender_sdk, &sender_ddb, &token, &sender)?;
-    let instances = local_senders(&sender, &sender_ddb, sender_queues.client(), &provider, opts.seed, opts.concurrency);
-    let urgent = local_senders(
-        &sender,
-        &sender_ddb,
-        sender_queues.client(),
-        &provider,
-        opts.seed ^ 0xa5a5,
-        opts.urgent_concurrency,
-    );
-    // The scheduler function's own composition root (its pause rule included).
-    let scheduler = Arc::new(punctual_scheduler::app::build(
-        &scheduler_config(&res, opts.quota * 0.97)?,
-        &emulator.dynamodb(&scheduler_sdk),
-        &aws_sdk_sqs::Client::new(&scheduler_sdk),
-    ));
+    let pipeline = CountedPipeline::build(
+        &res,
+        &config,
+        emulator.dynamodb_endpoint.as_deref(),
+        &token,
+        opts.quota,
+        Shape {
+            concurrency: opts.concurrency,
+            urgent_concurrency: opts.urgent_concurrency,
+            seed: opts.seed,
+            release_rate: opts.quota * 0.97,
+        },
+    )?;
+    let scheduler = Arc::clone(&pipeline.scheduler);
 
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EsmStats::default());
     let metrics = Arc::new(Mutex::new(Metrics::new()));
-    let pollers = run_pollers(
-        instances.clone(),
-        urgent.clone(),
-        sender_queues.clone(),
-        Arc::clone(&stop),
-        Arc::clone(&stats),
-        Arc::clone(&metrics),
-    );
+    let cpu = crate::cpu::CpuMeter::start(&emulator.named_pids());
+    let pollers = pipeline.poll(Arc::clone(&stop), Arc::clone(&stats), Arc::clone(&metrics));
     let ticks = {
         let (scheduler, stop) = (Arc::clone(&scheduler), Arc::clone(&stop));
         async move {
@@ -498,6 +451,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         Some(w) => w,
         None => work.await,
     };
+    let cpu = cpu.stop();
     let as_of = Utc::now();
 
     let records =
@@ -601,15 +555,10 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         throughput: Throughput::measure(seen.requests, seen.throttled, delivered, drain, floor),
         provider: opts.provider.clone(),
         provider_effects: seen.effects,
-        limiter_writes_per_call: crate::env::limiter_writes_per_call(
-            &instances.iter().chain(&urgent).cloned().collect::<Vec<_>>(),
-        ),
-        requests_per_message: per_message(&sender_requests, n, seen.requests),
-        scheduler_requests_per_message: per_message(&scheduler_requests, n, 0),
-        requests: sender_requests.snapshot(),
-        scheduler_requests: scheduler_requests.snapshot(),
+        requests: pipeline.requests(n, seen.requests),
         tight,
         released_urgent,
+        cpu: std::path::Path::new("/proc/self/stat").exists().then_some(cpu),
         wall_seconds: started.elapsed().as_secs_f64(),
         import_seconds,
         series,

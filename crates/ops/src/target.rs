@@ -70,6 +70,10 @@ pub struct LocalState {
     pub dynamodb_endpoint: Option<String>,
     /// Processes to stop on `down`.
     pub pids: Vec<u32>,
+    /// The same processes by name (`moto`, `dynalite`, `provider-double`), for the CPU reading
+    /// of `local drain` (absent in a state file written before it was kept).
+    #[serde(default)]
+    pub processes: std::collections::BTreeMap<String, u32>,
     /// The double's bearer token (a throwaway local value, not a credential).
     pub provider_token: String,
     /// Provider quota, calls/s.

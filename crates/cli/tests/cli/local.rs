@@ -57,6 +57,15 @@ async fn local_up_then_hand_sent_messages_then_drain_accounts_for_each_one() {
     assert_eq!(report["dead_lettered"]["malformed"], 1, "{report}");
     assert_eq!(report["dead_lettered"]["business_deadline_expired"], 1, "{report}");
     assert_eq!((report["lost"].as_u64(), report["duplicates"].as_u64()), (Some(0), Some(0)), "{report}");
+    // The functions' requests are counted as in `punctual run`, divided by the three reminders
+    // whose record this drain wrote (the malformed message has none).
+    assert_eq!(report["handled"], 3, "{report}");
+    assert!(report["requests"]["sqs/ReceiveMessage"].as_u64() > Some(0), "{report}");
+    assert!(report["requests_per_message"]["dynamodb_writes"].as_f64() > Some(0.0), "{report}");
+    // The emulator here was started by the test harness (AWS_ENDPOINT_URL): its CPU is not
+    // this command's to read, and the report says unknown rather than 0.
+    assert!(report["cpu"]["emulator_share"].is_null(), "{report}");
+    assert!(report["cpu"]["seconds"]["punctual"].as_f64() > Some(0.0), "{report}");
 
     // Counting never hides what it counts: right after the drain, the DLQ hands out both of its
     // messages (the malformed one and the expired reminder's copy).
@@ -103,6 +112,11 @@ fn a_local_pipeline_is_drained_from_a_shell_with_other_credentials() {
     let status = run(&["status", "--json"], "operator-a");
     let down = run(&["local", "down"], "testing");
     assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
+    // `local up` started the emulators, so the drain reads their CPU beside its own.
+    let report: serde_json::Value = serde_json::from_slice(&drain.stdout).unwrap();
+    let share = report["cpu"]["emulator_share"].as_f64();
+    assert!(share.is_some_and(|s| (0.0..=1.0).contains(&s)), "{report}");
+    assert!(report["cpu"]["seconds"]["moto"].as_f64().is_some(), "{report}");
     assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
     assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
 }
@@ -135,6 +149,15 @@ fn run_delivers_every_reminder_once_and_on_time() {
     assert!(throttled * 100 <= calls, "{throttled} of {calls} calls answered 429: {r}");
     assert_eq!(calls, 300 + throttled, "one call per reminder plus one per 429: {r}");
     assert!(dir.join("target/run/report.json").is_file());
+    // The emulators' CPU share is read when `run` started them (the figure a regression
+    // shows); one at AWS_ENDPOINT_URL is not its to read, and it says unknown, never 0.
+    let share = r["cpu"]["emulator_share"].as_f64();
+    if std::env::var_os("AWS_ENDPOINT_URL").is_some() {
+        assert_eq!(share, None, "{r}");
+    } else {
+        assert!(share.is_some_and(|s| s > 0.0 && s < 1.0), "{r}");
+    }
+    assert!(r["cpu"]["seconds"]["punctual"].as_f64() > Some(0.0), "{r}");
     // The run ends with `reconcile` of its own window and that window's deadline SLO.
     let w = &r["window"];
     assert_eq!(

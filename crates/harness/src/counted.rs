@@ -1,0 +1,153 @@
+//! The local pipeline's functions with their requests counted below the SDK: what `punctual run`
+//! and `local drain` both run, so their reports carry the same request keys, divided the same
+//! way, and can be compared field by field (and with the simulator's).
+//!
+//! The sender side (both lanes' pollers, playing the event source mappings, with the handler's
+//! DynamoDB, SQS and provider requests) is counted apart from the scheduler; the command's own
+//! reads (progress, depth, reconcile) go through clients of its own, uncounted.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use aws_config::SdkConfig;
+use punctual_aws::counting::{RequestCounts, is_dynamodb_read};
+use punctual_aws::emf::Metrics;
+use punctual_aws::sqs::SqsQueues;
+use punctual_core::cost::RequestsPerMessage;
+use punctual_core::secret::Secret;
+use punctual_ops::Resources;
+use serde::Serialize;
+
+use crate::HarnessError;
+use crate::env::{
+    LocalSender, limiter_writes_per_call, local_provider, local_senders, scheduler_config, sender_config,
+};
+use crate::esm::{EsmStats, run_pollers};
+
+/// How many pollers each lane runs, their jitter seed and the scheduler's release rate.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Pollers of the normal lane (its mapping's `MaximumConcurrency`).
+    pub concurrency: usize,
+    /// Pollers of the urgent lane.
+    pub urgent_concurrency: usize,
+    /// Seed of the senders' jitter (the urgent lane's is derived from it).
+    pub seed: u64,
+    /// The scheduler's release rate, messages/s.
+    pub release_rate: f64,
+}
+
+/// The sender instances of both lanes and the scheduler, on counted clients.
+pub struct CountedPipeline {
+    sender_requests: RequestCounts,
+    scheduler_requests: RequestCounts,
+    queues: SqsQueues,
+    /// The normal lane's sender instances.
+    pub normal: Vec<Arc<LocalSender>>,
+    /// The urgent lane's sender instances.
+    pub urgent: Vec<Arc<LocalSender>>,
+    /// The scheduler function's own composition root (its pause rule included).
+    pub scheduler: Arc<punctual_scheduler::app::App>,
+}
+
+/// The requests a counted pipeline made, per message (the keys both reports share).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PipelineRequests {
+    /// Shared-limiter DynamoDB writes (failed conditional writes included) ÷ tokens granted.
+    pub limiter_writes_per_call: f64,
+    /// The sender side's requests (its event source mappings' included) per message, in the
+    /// simulator's shape.
+    pub requests_per_message: RequestsPerMessage,
+    /// The scheduler's requests per message (its limiter column is 0).
+    pub scheduler_requests_per_message: RequestsPerMessage,
+    /// The sender side's requests by `service/Operation[/item kind]`.
+    pub requests: BTreeMap<String, u64>,
+    /// The scheduler's requests by `service/Operation[/item kind]`.
+    pub scheduler_requests: BTreeMap<String, u64>,
+}
+
+impl CountedPipeline {
+    /// Builds the functions from the local resources, on clients of `config` whose requests
+    /// are counted (DynamoDB at `dynamodb_endpoint` when dynalite serves it).
+    pub fn build(
+        res: &Resources,
+        config: &SdkConfig,
+        dynamodb_endpoint: Option<&str>,
+        token: &Secret,
+        quota: f64,
+        shape: Shape,
+    ) -> Result<Self, HarnessError> {
+        use punctual_aws::config::dynamodb_client;
+        let (sender_requests, scheduler_requests) = (RequestCounts::new(), RequestCounts::new());
+        let sender_sdk = sender_requests.wrap(config);
+        let sender_ddb = dynamodb_client(&sender_sdk, dynamodb_endpoint);
+        let queues = res.queues(aws_sdk_sqs::Client::new(&sender_sdk));
+        let scheduler_sdk = scheduler_requests.wrap(config);
+        let sender = sender_config(res, quota)?;
+        let provider = local_provider(res, &sender_sdk, &sender_ddb, token, &sender)?;
+        let sqs = queues.client();
+        let normal = local_senders(&sender, &sender_ddb, sqs, &provider, shape.seed, shape.concurrency);
+        let urgent = local_senders(&sender, &sender_ddb, sqs, &provider, shape.seed ^ 0xa5a5, shape.urgent_concurrency);
+        let scheduler = Arc::new(punctual_scheduler::app::build(
+            &scheduler_config(res, shape.release_rate)?,
+            &dynamodb_client(&scheduler_sdk, dynamodb_endpoint),
+            &aws_sdk_sqs::Client::new(&scheduler_sdk),
+        ));
+        Ok(Self { sender_requests, scheduler_requests, queues, normal, urgent, scheduler })
+    }
+
+    /// Both lanes' pollers (playing the event source mappings) until `stop`.
+    pub async fn poll(&self, stop: Arc<AtomicBool>, stats: Arc<EsmStats>, metrics: Arc<Mutex<Metrics>>) {
+        run_pollers(self.normal.clone(), self.urgent.clone(), self.queues.clone(), stop, stats, metrics).await;
+    }
+
+    /// The requests so far, divided by `messages` (the limiter column by `calls`, provider
+    /// calls).
+    pub fn requests(&self, messages: u64, calls: u64) -> PipelineRequests {
+        PipelineRequests {
+            limiter_writes_per_call: limiter_writes_per_call(
+                &self.normal.iter().chain(&self.urgent).cloned().collect::<Vec<_>>(),
+            ),
+            requests_per_message: per_message(&self.sender_requests, messages, calls),
+            scheduler_requests_per_message: per_message(&self.scheduler_requests, messages, 0),
+            requests: self.sender_requests.snapshot(),
+            scheduler_requests: self.scheduler_requests.snapshot(),
+        }
+    }
+}
+
+impl PipelineRequests {
+    /// The report's lines, labels padded to `width`.
+    pub fn render(&self, width: usize) -> String {
+        format!(
+            "{:width$}{:.3} per call\n{:width$}{} (sender side)\n{:width$}{}\n",
+            "limiter writes",
+            self.limiter_writes_per_call,
+            "requests/msg",
+            self.requests_per_message.line(),
+            "scheduler",
+            self.scheduler_requests_per_message.line()
+        )
+    }
+}
+
+fn per_message(counts: &RequestCounts, messages: u64, calls: u64) -> RequestsPerMessage {
+    let all = counts.snapshot();
+    let (mut reads, mut writes, mut sqs, mut limiter) = (0, 0, 0, 0);
+    for (key, n) in &all {
+        let mut parts = key.split('/');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("dynamodb"), Some(op), _) if is_dynamodb_read(op) => reads += n,
+            (Some("dynamodb"), Some(_), kind) => {
+                writes += n;
+                if kind == Some("limiter") {
+                    limiter += n;
+                }
+            }
+            (Some("sqs"), _, _) => sqs += n,
+            _ => {}
+        }
+    }
+    RequestsPerMessage::from_totals(reads, writes, sqs, limiter, messages, calls)
+}
