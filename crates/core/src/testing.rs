@@ -145,16 +145,15 @@ struct ItemTooLarge {
 /// Appends `e` to `r`'s history the way every ledger must: compacting first when it is full.
 fn append(r: &mut LedgerRecord, e: HistoryEntry) {
     r.history_dropped += crate::ports::compact_history(&mut r.history);
+    // Exactly one more: a record is cloned on every write anyway, and doubling would leave a
+    // million two-entry histories holding four (the simulator's ledger is its largest table).
+    r.history.reserve_exact(1);
     r.history.push(e);
 }
 
 /// Stores `next` as `msg`'s record unless it exceeds DynamoDB's item limit (which refuses the
 /// whole write, as DynamoDB does).
-fn store(
-    records: &mut HashMap<ReminderId, LedgerRecord>,
-    msg: &ReminderMessage,
-    next: LedgerRecord,
-) -> Result<(), LedgerError> {
+fn store(records: &mut Records, msg: &ReminderMessage, next: Box<LedgerRecord>) -> Result<(), LedgerError> {
     let bytes = ledger_item_bytes(&next, msg);
     if bytes > DYNAMODB_MAX_ITEM_BYTES {
         return Err(LedgerError::Unknown(Box::new(ItemTooLarge { bytes })));
@@ -163,11 +162,16 @@ fn store(
     Ok(())
 }
 
+/// The records by id, each boxed: a hash table keeps about twice its length in slots, and a
+/// slot of a pointer instead of a whole record is most of what the simulator's
+/// 1,000,000-reminder ledger weighs.
+type Records = HashMap<ReminderId, Box<LedgerRecord>>;
+
 /// The in-memory ledger. It enforces what DynamoDB would: the bounded history and the 400 KB
 /// item limit ([`ledger_item_bytes`]).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryLedger {
-    records: Arc<Mutex<HashMap<ReminderId, LedgerRecord>>>,
+    records: Arc<Mutex<Records>>,
     /// Write requests (claims, settles) and read requests received, as DynamoDB would bill them.
     requests: Arc<[std::sync::atomic::AtomicU64; 2]>,
 }
@@ -193,11 +197,11 @@ impl MemoryLedger {
     }
 }
 
-fn fresh_record(msg: &ReminderMessage) -> LedgerRecord {
-    LedgerRecord {
+fn fresh_record(msg: &ReminderMessage) -> Box<LedgerRecord> {
+    Box::new(LedgerRecord {
         deliver_after: Some(msg.deliver_after),
         ..LedgerRecord::new(msg.reminder_id.clone(), ReminderState::Enqueued, msg.deliver_by)
-    }
+    })
 }
 
 /// The release a copy belongs to: its redrive id, or "" for the scheduler's release. Redrive ids
@@ -340,7 +344,7 @@ impl Ledger for MemoryLedger {
 
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
         self.count(1);
-        Ok(lock(&self.records).get(id).cloned())
+        Ok(lock(&self.records).get(id).map(|r| LedgerRecord::clone(r)))
     }
 }
 
@@ -1414,6 +1418,8 @@ pub struct MemoryDueStore {
 #[derive(Debug, Default)]
 struct DueState {
     shards: u32,
+    /// Forget a row when it is marked ([`MemoryDueStore::forgetting`]).
+    forget_marked: bool,
     /// (tenant, renewal) → (pending, state).
     rows: HashMap<(TenantId, RenewalId), (crate::ports::Pending, &'static str)>,
     watermark: Option<DateTime<Utc>>,
@@ -1425,6 +1431,16 @@ impl MemoryDueStore {
         Self { inner: Arc::new(Mutex::new(DueState { shards: shards.max(1), ..DueState::default() })) }
     }
 
+    /// An empty store with `shards` shards that forgets a row when a tick marks it (released or
+    /// expired), as [`prune`](Self::prune) would after the tick: the simulator's million rows
+    /// give their memory back while the tick moves them onto the queue, instead of both
+    /// holding the population at once. A forgotten row's [`state`](Self::state) is `None`.
+    pub fn forgetting(shards: u32) -> Self {
+        let store = Self::new(shards);
+        lock(&store.inner).forget_marked = true;
+        store
+    }
+
     /// Adds a pending renewal.
     pub fn insert(&self, p: crate::ports::Pending) {
         lock(&self.inner).rows.insert((p.tenant_id.clone(), p.renewal_id.clone()), (p, "scheduled"));
@@ -1433,7 +1449,9 @@ impl MemoryDueStore {
     /// Forgets every renewal no longer pending (released or expired), so a long simulated day
     /// pages only what is still pending (each page filters every row the store holds).
     pub fn prune(&self) {
-        lock(&self.inner).rows.retain(|_, (_, state)| *state == "scheduled");
+        let mut s = lock(&self.inner);
+        s.rows.retain(|_, (_, state)| *state == "scheduled");
+        s.fit();
     }
 
     /// Renewals still pending.
@@ -1467,16 +1485,31 @@ impl MemoryDueStore {
     /// the DynamoDB adapter's condition: a row re-imported under a tick is left pending).
     fn mark(&self, p: &crate::ports::Pending, to: &'static str) -> crate::ports::Marked {
         let mut s = lock(&self.inner);
-        match s.rows.get_mut(&(p.tenant_id.clone(), p.renewal_id.clone())) {
+        let key = (p.tenant_id.clone(), p.renewal_id.clone());
+        match s.rows.get_mut(&key) {
             Some((row, state))
                 if *state == "scheduled"
                     && (&row.reminder_id, row.deliver_after, row.deliver_by)
                         == (&p.reminder_id, p.deliver_after, p.deliver_by) =>
             {
                 *state = to;
+                if s.forget_marked {
+                    s.rows.remove(&key);
+                    s.fit();
+                }
                 crate::ports::Marked::Done
             }
             _ => crate::ports::Marked::NotPending,
+        }
+    }
+}
+
+impl DueState {
+    /// Gives back the table's room once three quarters of it is empty (a table never shrinks
+    /// by itself): amortised, as each shrink halves it at least.
+    fn fit(&mut self) {
+        if self.rows.capacity() > 1024 && self.rows.len() * 4 < self.rows.capacity() {
+            self.rows.shrink_to_fit();
         }
     }
 }
