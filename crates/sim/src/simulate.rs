@@ -450,10 +450,43 @@ pub struct Timeline {
     pub quota: Vec<(f64, f64)>,
 }
 
+/// A key of the run's per-reminder tables: a reminder id (`rem_` and 32 hex digits) as the 128
+/// bits its digits spell — 24 bytes in the table instead of a string's 24-byte handle and the
+/// 48-byte heap block behind it — and anything else as its text. An idempotency key
+/// (`reminder:` and an id) is a variant of its own, so keys and bare ids stay as distinct as
+/// the strings were.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Id(u64, u64),
+    Idempotency(u64, u64),
+    Text(Box<str>),
+}
+
+impl Key {
+    fn of(s: &str) -> Self {
+        if let Some((hi, lo)) = s.strip_prefix("reminder:").and_then(Self::digits) {
+            return Self::Idempotency(hi, lo);
+        }
+        match Self::digits(s) {
+            Some((hi, lo)) => Self::Id(hi, lo),
+            None => Self::Text(s.into()),
+        }
+    }
+
+    /// The two halves of a reminder id's digits (lower-case only, so one number is one id).
+    fn digits(id: &str) -> Option<(u64, u64)> {
+        let hex = id.strip_prefix("rem_")?;
+        if hex.len() != 32 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
+        Some((u64::from_str_radix(&hex[..16], 16).ok()?, u64::from_str_radix(&hex[16..], 16).ok()?))
+    }
+}
+
 /// What the workers share besides the ports.
 struct Shared {
     rng: SplitMix64,
-    delivered_at: HashMap<String, DateTime<Utc>>,
+    delivered_at: HashMap<Key, DateTime<Utc>>,
     backlog: Vec<(f64, f64)>,
 }
 
@@ -469,7 +502,7 @@ impl AsMut<SplitMix64> for Shared {
 struct ProviderState {
     tokens: f64,
     at: Option<DateTime<Utc>>,
-    accepted: HashMap<String, u32>,
+    accepted: HashMap<Key, u32>,
     calls: u64,
     throttled: u64,
     duplicate_deliveries: u64,
@@ -499,7 +532,7 @@ impl SimProvider {
         s.tokens = if s.at.is_none() { self.burst } else { (s.tokens + dt * quota).min(self.burst) };
         s.at = Some(now.max(s.at.unwrap_or(now)));
         if let Some(k) = key
-            && s.accepted.contains_key(k)
+            && s.accepted.contains_key(&Key::of(k))
         {
             s.duplicate_key_attempts += 1;
             return ProviderOutcome::Accepted { status: 200, receipt: None, budget: None };
@@ -512,7 +545,7 @@ impl SimProvider {
         s.tokens -= 1.0;
         // A keyless client cannot be deduplicated: a second acceptance of the same reminder is
         // a second delivery to the recipient.
-        let seen = s.accepted.entry(key.unwrap_or(reminder).to_owned()).or_insert(0);
+        let seen = s.accepted.entry(Key::of(key.unwrap_or(reminder))).or_insert(0);
         *seen += 1;
         if *seen > 1 {
             s.duplicate_deliveries += 1;
@@ -733,7 +766,8 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     // DLQ (`redrive`) the dead ones, the naive worker's one queue everything; the run keeps
     // only what the accounting needs (`Tracked`, or a malformed body).
     let fresh = config.population.as_ref().map_or(config.reminders, |p| p.rows.len());
-    let due = MemoryDueStore::new(1);
+    // Rows leave the index as the tick releases them (the runs read no row's state after).
+    let due = MemoryDueStore::forgetting(1);
     // A population is released minute by minute (below); a scenario's is all due at T0.
     let mut upcoming: Vec<Pending> = Vec::new();
     let dlq = SimDeadLetters { items: Arc::default(), queue: queue.clone(), moved_at: Arc::default() };
@@ -1007,7 +1041,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                                             shared
                                                 .borrow_mut()
                                                 .delivered_at
-                                                .entry(rid.to_string())
+                                                .entry(Key::of(rid.as_str()))
                                                 .or_insert(clock.now());
                                         }
                                         queue.delete(id);
@@ -1027,7 +1061,11 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                                     let crashed = config.scenario == Scenario::Crash
                                         && shared.borrow_mut().rng.next_unit() < 0.02;
                                     if matches!(outcome, ProviderOutcome::Accepted { .. }) {
-                                        shared.borrow_mut().delivered_at.entry(reminder).or_insert(clock.now());
+                                        shared
+                                            .borrow_mut()
+                                            .delivered_at
+                                            .entry(Key::of(&reminder))
+                                            .or_insert(clock.now());
                                         if !crashed {
                                             queue.delete(id);
                                         }
@@ -1139,7 +1177,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             record.as_ref().and_then(|r| r.history.iter().rev().find(|h| h.state == s).map(|h| h.at))
         };
         let state = record.as_ref().map(|r| r.state);
-        let (outcome, ended_at) = match delivered_at.get(m.id.as_str()) {
+        let (outcome, ended_at) = match delivered_at.get(&Key::of(m.id.as_str())) {
             Some(at) => {
                 last = Some(last.map_or(*at, |l| l.max(*at)));
                 delays.entry(m.tenant).or_default().push(until(m.deliver_after, *at).as_secs_f64());
@@ -1226,7 +1264,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         report.fresh_late = msgs[..fresh]
             .iter()
             .filter_map(|(_, m)| m.as_ref())
-            .filter(|m| delivered_at.get(m.id.as_str()).is_none_or(|at| *at >= m.deliver_by))
+            .filter(|m| delivered_at.get(&Key::of(m.id.as_str())).is_none_or(|at| *at >= m.deliver_by))
             .count() as u64;
     }
     report.first_late_seconds = late_times.iter().copied().reduce(f64::min);
