@@ -145,29 +145,58 @@ struct ItemTooLarge {
 /// Appends `e` to `r`'s history the way every ledger must: compacting first when it is full.
 fn append(r: &mut LedgerRecord, e: HistoryEntry) {
     r.history_dropped += crate::ports::compact_history(&mut r.history);
+    // Exactly one more: a record is cloned on every write anyway, and doubling would leave a
+    // million two-entry histories holding four (the simulator's ledger is its largest table).
+    r.history.reserve_exact(1);
     r.history.push(e);
 }
 
 /// Stores `next` as `msg`'s record unless it exceeds DynamoDB's item limit (which refuses the
 /// whole write, as DynamoDB does).
-fn store(
-    records: &mut HashMap<ReminderId, LedgerRecord>,
-    msg: &ReminderMessage,
-    next: LedgerRecord,
-) -> Result<(), LedgerError> {
+fn store(records: &mut Records, msg: &ReminderMessage, next: Box<LedgerRecord>) -> Result<(), LedgerError> {
     let bytes = ledger_item_bytes(&next, msg);
     if bytes > DYNAMODB_MAX_ITEM_BYTES {
         return Err(LedgerError::Unknown(Box::new(ItemTooLarge { bytes })));
     }
-    records.insert(msg.reminder_id.clone(), next);
+    debug_assert_eq!(next.reminder_id, msg.reminder_id);
+    records.replace(Stored(next));
     Ok(())
+}
+
+/// The records, each boxed: a hash table keeps about twice its length in slots, and a slot of
+/// a pointer instead of a whole record is most of what the simulator's 1,000,000-reminder
+/// ledger weighs. A record is found by its own `reminder_id` (no second copy as a key).
+type Records = std::collections::HashSet<Stored>;
+
+/// A stored record, equal and hashed as its reminder id, so the table is searched by id.
+#[derive(Debug, Clone)]
+struct Stored(Box<LedgerRecord>);
+
+impl PartialEq for Stored {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.reminder_id == other.0.reminder_id
+    }
+}
+
+impl Eq for Stored {}
+
+impl std::hash::Hash for Stored {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.reminder_id.hash(state);
+    }
+}
+
+impl std::borrow::Borrow<ReminderId> for Stored {
+    fn borrow(&self) -> &ReminderId {
+        &self.0.reminder_id
+    }
 }
 
 /// The in-memory ledger. It enforces what DynamoDB would: the bounded history and the 400 KB
 /// item limit ([`ledger_item_bytes`]).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryLedger {
-    records: Arc<Mutex<HashMap<ReminderId, LedgerRecord>>>,
+    records: Arc<Mutex<Records>>,
     /// Write requests (claims, settles) and read requests received, as DynamoDB would bill them.
     requests: Arc<[std::sync::atomic::AtomicU64; 2]>,
 }
@@ -193,11 +222,11 @@ impl MemoryLedger {
     }
 }
 
-fn fresh_record(msg: &ReminderMessage) -> LedgerRecord {
-    LedgerRecord {
+fn fresh_record(msg: &ReminderMessage) -> Box<LedgerRecord> {
+    Box::new(LedgerRecord {
         deliver_after: Some(msg.deliver_after),
         ..LedgerRecord::new(msg.reminder_id.clone(), ReminderState::Enqueued, msg.deliver_by)
-    }
+    })
 }
 
 /// The release a copy belongs to: its redrive id, or "" for the scheduler's release. Redrive ids
@@ -232,7 +261,7 @@ impl Ledger for MemoryLedger {
     ) -> Result<ClaimView, LedgerError> {
         self.count(0);
         let mut records = lock(&self.records);
-        let mut r = records.get(&msg.reminder_id).cloned().unwrap_or_else(|| fresh_record(msg));
+        let mut r = records.get(&msg.reminder_id).map_or_else(|| fresh_record(msg), |s| s.0.clone());
         if r.state == ReminderState::Delivered {
             return Ok(ClaimView::AlreadyDelivered);
         }
@@ -283,7 +312,7 @@ impl Ledger for MemoryLedger {
     ) -> Result<SettleOutcome, LedgerError> {
         self.count(0);
         let mut records = lock(&self.records);
-        let existing = records.get(&msg.reminder_id);
+        let existing = records.get(&msg.reminder_id).map(|s| &*s.0);
         if let Some(r) = existing {
             if r.state == ReminderState::Delivered {
                 return Ok(SettleOutcome::AlreadyDelivered);
@@ -304,7 +333,7 @@ impl Ledger for MemoryLedger {
                 }
             }
         }
-        let mut r = records.get(&msg.reminder_id).cloned().unwrap_or_else(|| fresh_record(msg));
+        let mut r = records.get(&msg.reminder_id).map_or_else(|| fresh_record(msg), |s| s.0.clone());
         r.state = s.state;
         r.attempts = s.attempts;
         r.owner = None;
@@ -329,18 +358,20 @@ impl Ledger for MemoryLedger {
     ) -> Result<bool, LedgerError> {
         self.count(0);
         let mut records = lock(&self.records);
-        let Some(r) = records.get_mut(&msg.reminder_id) else { return Ok(false) };
+        let Some(Stored(r)) = records.get(&msg.reminder_id) else { return Ok(false) };
         if r.state != ReminderState::Leased || r.owner.as_deref() != Some(owner.as_str()) || !lease_live(r, now) {
             return Ok(false);
         }
+        let Some(Stored(mut r)) = records.take(&msg.reminder_id) else { return Ok(false) };
         r.call_owner = Some(owner.as_str().to_owned());
         r.call_release = Some(release_of(msg).to_owned());
+        records.insert(Stored(r));
         Ok(true)
     }
 
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
         self.count(1);
-        Ok(lock(&self.records).get(id).cloned())
+        Ok(lock(&self.records).get(id).map(|s| LedgerRecord::clone(&s.0)))
     }
 }
 
@@ -1414,9 +1445,35 @@ pub struct MemoryDueStore {
 #[derive(Debug, Default)]
 struct DueState {
     shards: u32,
-    /// (tenant, renewal) → (pending, state).
-    rows: HashMap<(TenantId, RenewalId), (crate::ports::Pending, &'static str)>,
+    /// Forget a row when it is marked ([`MemoryDueStore::forgetting`]).
+    forget_marked: bool,
+    /// (tenant, renewal) → the rest of the pending renewal, and its state.
+    rows: HashMap<(TenantId, RenewalId), DueRow>,
     watermark: Option<DateTime<Utc>>,
+}
+
+/// A row of the index: a pending renewal but its tenant and renewal ids, which are the row's
+/// key (not a second copy of them: the simulator holds a million rows).
+#[derive(Debug)]
+struct DueRow {
+    kind: crate::ids::ReminderKind,
+    reminder_id: ReminderId,
+    deliver_after: DateTime<Utc>,
+    deliver_by: DateTime<Utc>,
+    state: &'static str,
+}
+
+impl DueRow {
+    fn pending(&self, (tenant, renewal): &(TenantId, RenewalId)) -> crate::ports::Pending {
+        crate::ports::Pending {
+            tenant_id: tenant.clone(),
+            renewal_id: renewal.clone(),
+            kind: self.kind.clone(),
+            reminder_id: self.reminder_id.clone(),
+            deliver_after: self.deliver_after,
+            deliver_by: self.deliver_by,
+        }
+    }
 }
 
 impl MemoryDueStore {
@@ -1425,29 +1482,48 @@ impl MemoryDueStore {
         Self { inner: Arc::new(Mutex::new(DueState { shards: shards.max(1), ..DueState::default() })) }
     }
 
+    /// An empty store with `shards` shards that forgets a row when a tick marks it (released or
+    /// expired), as [`prune`](Self::prune) would after the tick: the simulator's million rows
+    /// give their memory back while the tick moves them onto the queue, instead of both
+    /// holding the population at once. A forgotten row's [`state`](Self::state) is `None`.
+    pub fn forgetting(shards: u32) -> Self {
+        let store = Self::new(shards);
+        lock(&store.inner).forget_marked = true;
+        store
+    }
+
     /// Adds a pending renewal.
     pub fn insert(&self, p: crate::ports::Pending) {
-        lock(&self.inner).rows.insert((p.tenant_id.clone(), p.renewal_id.clone()), (p, "scheduled"));
+        let row = DueRow {
+            kind: p.kind,
+            reminder_id: p.reminder_id,
+            deliver_after: p.deliver_after,
+            deliver_by: p.deliver_by,
+            state: "scheduled",
+        };
+        lock(&self.inner).rows.insert((p.tenant_id, p.renewal_id), row);
     }
 
     /// Forgets every renewal no longer pending (released or expired), so a long simulated day
     /// pages only what is still pending (each page filters every row the store holds).
     pub fn prune(&self) {
-        lock(&self.inner).rows.retain(|_, (_, state)| *state == "scheduled");
+        let mut s = lock(&self.inner);
+        s.rows.retain(|_, row| row.state == "scheduled");
+        s.fit();
     }
 
     /// Renewals still pending.
     pub fn pending(&self) -> usize {
-        lock(&self.inner).rows.values().filter(|(_, state)| *state == "scheduled").count()
+        lock(&self.inner).rows.values().filter(|row| row.state == "scheduled").count()
     }
 
     /// The scheduling state of a renewal (`scheduled`, `enqueued`, `expired`).
     pub fn state(&self, tenant: &TenantId, renewal: &RenewalId) -> Option<&'static str> {
-        lock(&self.inner).rows.get(&(tenant.clone(), renewal.clone())).map(|(_, s)| *s)
+        lock(&self.inner).rows.get(&(tenant.clone(), renewal.clone())).map(|row| row.state)
     }
 
-    fn shard_of(shards: u32, p: &crate::ports::Pending) -> u32 {
-        let h = p.reminder_id.as_str().bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    fn shard_of(shards: u32, reminder_id: &ReminderId) -> u32 {
+        let h = reminder_id.as_str().bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
         h % shards
     }
 
@@ -1460,23 +1536,39 @@ impl MemoryDueStore {
 
     /// The version a renewal's row holds now.
     pub fn current(&self, tenant: &TenantId, renewal: &RenewalId) -> Option<crate::ports::Pending> {
-        lock(&self.inner).rows.get(&(tenant.clone(), renewal.clone())).map(|(p, _)| p.clone())
+        let key = (tenant.clone(), renewal.clone());
+        lock(&self.inner).rows.get(&key).map(|row| row.pending(&key))
     }
 
     /// Marks the row, only while it is pending and still the version `p` was read as (like
     /// the DynamoDB adapter's condition: a row re-imported under a tick is left pending).
     fn mark(&self, p: &crate::ports::Pending, to: &'static str) -> crate::ports::Marked {
         let mut s = lock(&self.inner);
-        match s.rows.get_mut(&(p.tenant_id.clone(), p.renewal_id.clone())) {
-            Some((row, state))
-                if *state == "scheduled"
+        let key = (p.tenant_id.clone(), p.renewal_id.clone());
+        match s.rows.get_mut(&key) {
+            Some(row)
+                if row.state == "scheduled"
                     && (&row.reminder_id, row.deliver_after, row.deliver_by)
                         == (&p.reminder_id, p.deliver_after, p.deliver_by) =>
             {
-                *state = to;
+                row.state = to;
+                if s.forget_marked {
+                    s.rows.remove(&key);
+                    s.fit();
+                }
                 crate::ports::Marked::Done
             }
             _ => crate::ports::Marked::NotPending,
+        }
+    }
+}
+
+impl DueState {
+    /// Gives back the table's room once three quarters of it is empty (a table never shrinks
+    /// by itself): amortised, as each shrink halves it at least.
+    fn fit(&mut self) {
+        if self.rows.capacity() > 1024 && self.rows.len() * 4 < self.rows.capacity() {
+            self.rows.shrink_to_fit();
         }
     }
 }
@@ -1499,17 +1591,19 @@ impl crate::ports::DueStore for MemoryDueStore {
     ) -> Result<crate::ports::Page<(DateTime<Utc>, ReminderId)>, crate::ports::DueStoreError> {
         let limit = limit.max(1);
         let s = lock(&self.inner);
-        let key = |p: &crate::ports::Pending| (p.deliver_after, p.reminder_id.clone());
         // References first, clones only of the page: the simulator pages a million rows.
-        let mut rest: Vec<&crate::ports::Pending> = s
+        let mut rest: Vec<(&(TenantId, RenewalId), &DueRow)> = s
             .rows
-            .values()
-            .filter(|(p, st)| *st == "scheduled" && p.deliver_after <= horizon && Self::shard_of(s.shards, p) == shard)
-            .map(|(p, _)| p)
-            .filter(|p| cursor.as_ref().is_none_or(|(at, id)| (p.deliver_after, &p.reminder_id) > (*at, id)))
+            .iter()
+            .filter(|(_, r)| {
+                r.state == "scheduled"
+                    && r.deliver_after <= horizon
+                    && Self::shard_of(s.shards, &r.reminder_id) == shard
+            })
+            .filter(|(_, r)| cursor.as_ref().is_none_or(|(at, id)| (r.deliver_after, &r.reminder_id) > (*at, id)))
             .collect();
-        let order = |a: &&crate::ports::Pending, b: &&crate::ports::Pending| {
-            (a.deliver_after, &a.reminder_id).cmp(&(b.deliver_after, &b.reminder_id))
+        let order = |a: &(&(TenantId, RenewalId), &DueRow), b: &(&(TenantId, RenewalId), &DueRow)| {
+            (a.1.deliver_after, &a.1.reminder_id).cmp(&(b.1.deliver_after, &b.1.reminder_id))
         };
         let more = rest.len() > limit;
         if more {
@@ -1517,8 +1611,8 @@ impl crate::ports::DueStore for MemoryDueStore {
             rest.truncate(limit);
         }
         rest.sort_by(order);
-        let next = more.then(|| rest.last().map(|p| key(p))).flatten();
-        Ok(crate::ports::Page { items: rest.into_iter().cloned().collect(), next })
+        let next = more.then(|| rest.last().map(|(_, r)| (r.deliver_after, r.reminder_id.clone()))).flatten();
+        Ok(crate::ports::Page { items: rest.into_iter().map(|(k, r)| r.pending(k)).collect(), next })
     }
 
     async fn mark_enqueued(

@@ -204,12 +204,11 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
     Ok((lo, hi))
 }
 
-/// Peak resident memory of this process, MB (Linux; None elsewhere).
-fn peak_rss_mb() -> Option<f64> {
+/// Peak resident memory of this process, kB (`VmHWM`; Linux, None elsewhere).
+fn peak_rss_kb() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some((kb / 1024.0).round())
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn main() -> ExitCode {
@@ -387,7 +386,11 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
     let mut value = serde_json::to_value(&report).unwrap_or_default();
     // Measurements of this process, not of the simulated system (they vary run to run).
     value["wall_seconds"] = serde_json::json!((wall * 100.0).round() / 100.0);
-    value["peak_rss_mb"] = serde_json::json!(peak_rss_mb());
+    let peak_kb = peak_rss_kb();
+    value["peak_rss_mb"] = serde_json::json!(peak_kb.map(|kb| (kb / 1024.0).round()));
+    // The process's peak over the reminders (the simulator's own tables are most of it at scale).
+    value["bytes_per_reminder"] =
+        serde_json::json!(peak_kb.map(|kb| (kb * 1024.0 / report.reminders.max(1) as f64).round()));
     let naive = a.baseline.is_some().then(|| simulate(&config, Worker::Naive));
     if let Some(n) = &naive {
         value["baseline"] = serde_json::to_value(n).unwrap_or_default();
@@ -440,6 +443,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         "cost_per_million_usd",
         "wall_seconds",
         "peak_rss_mb",
+        "bytes_per_reminder",
     ];
     println!("{:<28} {:>16} {:>16}", "", "punctual", if naive.is_some() { "naive" } else { "" });
     let show = |v: &serde_json::Value| match v {

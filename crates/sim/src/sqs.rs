@@ -176,6 +176,19 @@ impl QueueState {
         id
     }
 
+    /// Gives back the room of a drained queue (neither a table nor a heap shrinks by itself:
+    /// a million messages released at once would hold theirs to the end of the run), once
+    /// three quarters of it is empty; amortised, as each shrink halves it at least.
+    pub(crate) fn fit(&mut self) {
+        let sparse = |len: usize, cap: usize| cap > 1024 && len * 4 < cap;
+        if sparse(self.msgs.len(), self.msgs.capacity()) {
+            self.msgs.shrink_to_fit();
+        }
+        if sparse(self.waiting.len(), self.waiting.capacity()) {
+            self.waiting.shrink_to_fit();
+        }
+    }
+
     pub(crate) fn make_ready(&mut self, id: u64) {
         let Some(m) = self.msgs.get_mut(&id) else { return };
         if m.visible_ms.is_none() {
@@ -393,6 +406,7 @@ impl SimQueue {
             let g = m.group as usize;
             s.in_flight[g] = s.in_flight[g].saturating_sub(1);
         }
+        s.fit();
     }
 
     pub(crate) fn depth(&self) -> usize {
