@@ -24,6 +24,8 @@ FIGURES = {
     "utilisation": (("utilisation",), "higher"),
     "provider_429": (("provider_429",), "lower"),
     "limiter_writes_per_call": (("limiter_writes_per_call",), "lower"),
+    "limiter_bookings_per_call": ((), "lower"),
+    "limiter_other_writes_per_call": ((), "lower"),
     "dynamodb_reads": (("requests_per_message", "dynamodb_reads"), "lower"),
     "dynamodb_writes": (("requests_per_message", "dynamodb_writes"), "lower"),
     "sqs": (("requests_per_message", "sqs"), "lower"),
@@ -53,7 +55,13 @@ def run_one(binary, reminders, extra):
     print("bench-run: " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
     out = subprocess.run(cmd, stdout=subprocess.PIPE, env=env, check=True, timeout=900)
     report = json.loads(out.stdout)
-    figures = {name: dig(report, path) for name, (path, _) in FIGURES.items()}
+    figures = {name: dig(report, path) for name, (path, _) in FIGURES.items() if path}
+    # What the limiter's writes were: bookings (ideally 1 per block of 10 calls) and writes that
+    # booked nothing (refused at the horizon or under the near mark, raced, cuts, pauses).
+    lim = report.get("limiter") or {}
+    granted = lim.get("granted") or 0
+    for key in ("bookings", "other_writes"):
+        figures[f"limiter_{key}_per_call"] = round(lim.get(key, 0) / granted, 4) if granted else None
     figures["delivered"] = report.get("delivered")
     figures["cpu_seconds"] = dig(report, ("cpu", "seconds"))
     figures["engines"] = "dynalite (DynamoDB) + moto (SQS)" if dig(report, ("cpu", "seconds", "dynalite")) is not None else "moto"

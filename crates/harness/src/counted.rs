@@ -20,9 +20,7 @@ use punctual_ops::Resources;
 use serde::Serialize;
 
 use crate::HarnessError;
-use crate::env::{
-    LocalSender, limiter_writes_per_call, local_provider, local_senders, scheduler_config, sender_config,
-};
+use crate::env::{LimiterBreakdown, LocalSender, local_provider, local_senders, scheduler_config, sender_config};
 use crate::esm::{EsmStats, run_pollers};
 
 /// How many pollers each lane runs, their jitter seed and the scheduler's release rate.
@@ -56,6 +54,8 @@ pub struct CountedPipeline {
 pub struct PipelineRequests {
     /// Shared-limiter DynamoDB writes (failed conditional writes included) ÷ tokens granted.
     pub limiter_writes_per_call: f64,
+    /// What those writes were: bookings, other writes, stranded slots.
+    pub limiter: LimiterBreakdown,
     /// The sender side's requests (its event source mappings' included) per message, in the
     /// simulator's shape.
     pub requests_per_message: RequestsPerMessage,
@@ -105,10 +105,10 @@ impl CountedPipeline {
     /// The requests so far, divided by `messages` (the limiter column by `calls`, provider
     /// calls).
     pub fn requests(&self, messages: u64, calls: u64) -> PipelineRequests {
+        let limiter = LimiterBreakdown::of(&self.normal.iter().chain(&self.urgent).cloned().collect::<Vec<_>>());
         PipelineRequests {
-            limiter_writes_per_call: limiter_writes_per_call(
-                &self.normal.iter().chain(&self.urgent).cloned().collect::<Vec<_>>(),
-            ),
+            limiter_writes_per_call: limiter.writes_per_call(),
+            limiter,
             requests_per_message: per_message(&self.sender_requests, messages, calls),
             scheduler_requests_per_message: per_message(&self.scheduler_requests, messages, 0),
             requests: self.sender_requests.snapshot(),
@@ -121,9 +121,13 @@ impl PipelineRequests {
     /// The report's lines, labels padded to `width`.
     pub fn render(&self, width: usize) -> String {
         format!(
-            "{:width$}{:.3} per call\n{:width$}{} (sender side)\n{:width$}{}\n",
+            "{:width$}{:.3} per call ({} bookings, {} other writes for {} calls; {} slots stranded)\n{:width$}{} (sender side)\n{:width$}{}\n",
             "limiter writes",
             self.limiter_writes_per_call,
+            self.limiter.bookings,
+            self.limiter.other_writes,
+            self.limiter.granted,
+            self.limiter.stranded,
             "requests/msg",
             self.requests_per_message.line(),
             "scheduler",

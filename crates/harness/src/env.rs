@@ -322,13 +322,46 @@ pub fn local_senders(
         .collect()
 }
 
-/// Shared-limiter writes (failed conditional writes included) ÷ tokens granted, over every
-/// local sender instance.
-pub fn limiter_writes_per_call(instances: &[std::sync::Arc<LocalSender>]) -> f64 {
-    use punctual_core::limiter::SlotStore;
-    let granted: u64 = instances.iter().map(|d| d.sender.limiter().stats().granted).sum();
-    let writes: u64 = instances.iter().map(|d| d.sender.limiter().store().writes()).sum();
-    if granted > 0 { writes as f64 / granted as f64 } else { 0.0 }
+/// Where the shared limiter's writes went, summed over local sender instances: what the
+/// writes per call are made of (a booking buys `block` slots; a refused conditional write buys
+/// none; a stranded slot is a booked call nobody made).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct LimiterBreakdown {
+    /// Tokens granted (calls admitted).
+    pub granted: u64,
+    /// Bookings that succeeded.
+    pub bookings: u64,
+    /// Every write to the limiter's items (failed conditional writes, cuts and pauses too).
+    pub writes: u64,
+    /// Writes that booked nothing: refused or raced conditional writes, cuts, pauses.
+    pub other_writes: u64,
+    /// Slots booked and never used.
+    pub stranded: u64,
+    /// Requests denied (the sender deferred them).
+    pub denied: u64,
+}
+
+impl LimiterBreakdown {
+    /// Sums the instances' limiter statistics.
+    pub fn of(instances: &[std::sync::Arc<LocalSender>]) -> Self {
+        use punctual_core::limiter::SlotStore;
+        let mut b = Self::default();
+        for d in instances {
+            let s = d.sender.limiter().stats();
+            b.granted += s.granted;
+            b.bookings += s.bookings;
+            b.stranded += s.stranded;
+            b.denied += s.denied;
+            b.writes += d.sender.limiter().store().writes();
+        }
+        b.other_writes = b.writes.saturating_sub(b.bookings);
+        b
+    }
+
+    /// Writes ÷ tokens granted.
+    pub fn writes_per_call(&self) -> f64 {
+        if self.granted > 0 { self.writes as f64 / self.granted as f64 } else { 0.0 }
+    }
 }
 
 /// The scheduler configuration the local pipeline runs with, parsed by the scheduler's own
