@@ -294,7 +294,7 @@ stack-policy: build-tools
 localstack-test: tools
 	AWS_ENDPOINT_URL=http://localhost:4566 tools/with-emulator.sh $(CARGO) test --workspace --locked
 
-## The real pipeline at its quota (docs/measurements.md#the-real-pipeline-at-the-quota; not part
+## The real pipeline at its quota (docs/measurements.md#release-3000-and-10000-one-session-2026-12-03; not part
 ## of `make test`): release `punctual run`, 3,000 reminders without and with 10 % tight work, on
 ## its own moto + dynalite. Utilisation, 429s, limiter writes per call, requests per message and
 ## the emulators' CPU share go to target/bench-run.json, set beside the last recording (else

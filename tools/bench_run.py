@@ -2,7 +2,7 @@
 """`make bench-run`: the real pipeline at its quota, recorded so a later change can be compared.
 
 Runs the release `punctual run` (its own moto and dynalite on loopback, the provider double) on
-the two workloads whose targets docs/measurements.md#the-real-pipeline-at-the-quota states:
+the two workloads whose targets docs/measurements.md#release-3000-and-10000-one-session-2026-12-03 states:
 3,000 reminders without tight work and with 10 % tight. Each run's utilisation, 429s, limiter
 writes per call, requests per message and the emulators' CPU share go to target/bench-run.json
 with the commit and the date. The figures are then set beside the previous recording
