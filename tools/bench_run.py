@@ -53,8 +53,20 @@ def run_one(binary, reminders, extra):
     cmd = [binary, "run", "--reminders", str(reminders), "--json", *extra]
     env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
     print("bench-run: " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, env=env, check=True, timeout=900)
-    report = json.loads(out.stdout)
+    try:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, env=env, timeout=900)
+    except subprocess.TimeoutExpired:
+        print("bench-run: punctual run did not finish in 900 s; nothing recorded for it", file=sys.stderr)
+        return {"exit_code": None}
+    try:
+        report = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        print(f"bench-run: punctual run exited {out.returncode} without a report", file=sys.stderr)
+        return {"exit_code": out.returncode}
+    if out.returncode != 0:
+        # `run` exits non-zero when a reminder is unaccounted for: the figures still say what
+        # happened, and the exit code is recorded beside them.
+        print(f"bench-run: punctual run exited {out.returncode}; its figures are recorded", file=sys.stderr)
     figures = {name: dig(report, path) for name, (path, _) in FIGURES.items() if path}
     # What the limiter's writes were: bookings (ideally 1 per block of 10 calls) and writes that
     # booked nothing (refused at the horizon or under the near mark, raced, cuts, pauses).
@@ -63,6 +75,7 @@ def run_one(binary, reminders, extra):
     for key in ("bookings", "other_writes"):
         figures[f"limiter_{key}_per_call"] = round(lim.get(key, 0) / granted, 4) if granted else None
     figures["delivered"] = report.get("delivered")
+    figures["exit_code"] = out.returncode
     figures["cpu_seconds"] = dig(report, ("cpu", "seconds"))
     figures["engines"] = "dynalite (DynamoDB) + moto (SQS)" if dig(report, ("cpu", "seconds", "dynalite")) is not None else "moto"
     return figures
@@ -91,7 +104,7 @@ def compare(now, before, label):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--binary", default="target/release/punctual")
+    p.add_argument("--binary", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release", "punctual"))
     p.add_argument("--reminders", type=int, default=3000)
     p.add_argument("--out", default="target/bench-run.json")
     p.add_argument("--baseline", default="tools/bench-run-baseline.json")
@@ -118,10 +131,15 @@ def main():
     if os.path.exists(a.out):
         with open(a.out) as f:
             previous, label = json.load(f), f"the previous recording ({a.out})"
-        shutil.copy(a.out, a.out.replace(".json", ".previous.json"))
+        if previous.get("reminders") != a.reminders:
+            print(f"bench-run: the previous recording ran {previous.get('reminders')} reminders, this one {a.reminders}: "
+                  "compared anyway, read the ratios with that in mind", file=sys.stderr)
+        shutil.copy(a.out, os.path.splitext(a.out)[0] + ".previous.json")
     elif os.path.exists(a.baseline):
         with open(a.baseline) as f:
             previous, label = json.load(f), f"the committed baseline ({a.baseline})"
+    if previous is not None and label.startswith("the committed") and previous.get("reminders") != a.reminders:
+        print(f"bench-run: the baseline ran {previous.get('reminders')} reminders, this one {a.reminders}", file=sys.stderr)
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(now, f, indent=2, sort_keys=True)

@@ -103,7 +103,8 @@ impl CountedPipeline {
     }
 
     /// The requests so far, divided by `messages` (the limiter column by `calls`, provider
-    /// calls).
+    /// calls). With no message the per-message figures are 0 (nothing to divide by; the
+    /// totals stay in `requests`), not the totals under a per-message name.
     pub fn requests(&self, messages: u64, calls: u64) -> PipelineRequests {
         let limiter = LimiterBreakdown::of(&self.normal.iter().chain(&self.urgent).cloned().collect::<Vec<_>>());
         PipelineRequests {
@@ -137,6 +138,9 @@ impl PipelineRequests {
 }
 
 fn per_message(counts: &RequestCounts, messages: u64, calls: u64) -> RequestsPerMessage {
+    if messages == 0 {
+        return RequestsPerMessage::default();
+    }
     let all = counts.snapshot();
     let (mut reads, mut writes, mut sqs, mut limiter) = (0, 0, 0, 0);
     for (key, n) in &all {

@@ -240,8 +240,10 @@ impl DrainReport {
             c.late,
             c.duplicates,
             c.lost
-        ) + &format!("handled        {} reminders (the requests below are per handled reminder)\n", self.handled)
-            + &self.requests.render(15)
+        ) + &format!(
+            "records        {} reminders written by this drain (the requests below are per one of them)\n",
+            self.handled
+        ) + &self.requests.render(15)
             + &self.cpu.render(15)
             + &self.window.as_ref().map_or_else(String::new, |w| w.render())
     }

@@ -192,7 +192,6 @@ impl RunReport {
 
 pub use punctual_core::workload::{TIGHT_WINDOW, WINDOWS, ZONES, generate};
 
-/// `counts` per reminder of the run (`messages`, as the simulator counts), the limiter's writes per provider call (`calls`).
 /// Who delivers in this run, and how to read what it saw.
 enum ProviderSide {
     /// The provider double (its own counters are the truth).
