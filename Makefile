@@ -92,13 +92,16 @@ endif
 ## invariants cfn-lint cannot know (tools/check_template.py), then docs/configuration.md against
 ## the code's environment reads and the template's parameters (tools/check_config_docs.py), then
 ## every relative link and anchor of the Markdown pages, every docs/ reference in the code, and
-## each alarm's runbook section in docs/operations.md (tools/check_links.py).
+## each alarm's runbook section in docs/operations.md (tools/check_links.py); then the checks of
+## the tools themselves (fidelity.py must fail on a disagreement; punctual-moto must keep a
+## message sent during a delete).
 lint-template: tools
 	$(VENV)/bin/cfn-lint infra/template.yaml
 	$(VENV)/bin/python tools/check_template.py infra/template.yaml
 	$(VENV)/bin/python tools/check_config_docs.py
 	$(VENV)/bin/python tools/check_links.py
 	$(VENV)/bin/python tools/test_fidelity.py
+	$(VENV)/bin/python tools/moto/test_punctual_moto.py
 
 ## The fault checker (docs/design.md#invariants-the-fault-checker-asserts): seeded fault plans through the real
 ## services in virtual time, invariants I1–I8 after every seed; exits 3 on a violation with the seed to replay.
