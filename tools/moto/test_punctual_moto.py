@@ -4,9 +4,10 @@
 moto 5.2.5's `Queue.delete_message` rebuilds the queue's message list and then assigns it, without
 the lock `add_message` appends under. A message appended after the rebuild's pass and before the
 assignment is dropped: SendMessage(Batch) answered success, the message is on no queue. The test
-forces that interleaving: the rebuild's pass, once it has seen every message, lets another thread
-send and waits up to 0.3 s for it. Unpatched moto loses the sent message; punctual-moto (which
-holds the lock over the delete) makes the send wait and keeps it.
+forces that interleaving: each pass the delete makes over the queue ends by letting another thread
+send, and waits up to 0.3 s for it. Unpatched moto loses the message sent after its second pass;
+punctual-moto (which holds the lock over the delete) makes the sends wait and keeps them. A second
+case checks punctual-moto's delete and receive answer as moto's own do.
 
 Run: .venv/bin/python tools/moto/test_punctual_moto.py [--unpatched]  (exit 1 = the message was
 lost). `make lint-template` runs it patched; `--unpatched` shows moto's own code failing it.
@@ -21,7 +22,7 @@ import moto.sqs.models as sqs_models
 
 
 class HookedList(list):
-    """A list whose iteration runs `hook` once, when an iteration has walked every item."""
+    """A list that calls `hook` each time an iteration over it ends (walked to the end or left)."""
 
     def __init__(self, items, hook):
         super().__init__(items)
@@ -29,33 +30,73 @@ class HookedList(list):
 
     def __iter__(self):
         i = 0
-        while i < len(self):
-            yield self[i]
-            i += 1
-        hook, self._hook = self._hook, None
-        if hook is not None:
-            hook()
+        try:
+            while i < len(self):
+                yield self[i]
+                i += 1
+        finally:
+            self._hook()
 
 
-def send_during_delete_keeps_the_message() -> bool:
+def sends_during_delete_stay_on_the_queue() -> bool:
+    """Every pass the delete makes over the queue ends with a send from another thread, which is
+    given 0.3 s to finish. moto's delete makes two passes; the send after the second is lost."""
     backend = sqs_models.sqs_backends["123456789012"]["us-east-1"]
     queue = backend.create_queue("race-" + str(time.monotonic_ns()))
     for i in range(5):
         backend.send_message(queue.name, f"old-{i}")
     [first] = backend.receive_message(queue.name, 1, 0, 30)
 
-    sent = threading.Thread(target=lambda: backend.send_message(queue.name, "sent-during-delete"))
+    senders = []
+
+    deleter = threading.current_thread()
 
     def send_now():
-        sent.start()
-        sent.join(timeout=0.3)  # unpatched: the send finishes here; patched: it waits for the lock
+        if threading.current_thread() is not deleter:
+            return  # a pass the send itself makes (moto's attribute reads walk the queue)
+        body = f"sent-during-delete-{len(senders)}"
+        sender = threading.Thread(target=lambda: backend.send_message(queue.name, body))
+        senders.append((body, sender))
+        sender.start()
+        sender.join(timeout=0.3)  # moto's: the send finishes here; punctual-moto's waits for the lock
 
     queue._messages = HookedList(queue._messages, send_now)
     backend.delete_message(queue.name, first.receipt_handle)
-    sent.join(timeout=5)
+    deleter = None  # passes after the delete send nothing
+    for _, sender in senders:
+        sender.join(timeout=5)
     bodies = [m.body for m in queue._messages]
     print(f"after the delete: {len(bodies)} messages on the queue: {sorted(bodies)}")
-    return "sent-during-delete" in bodies and first.body not in bodies
+    sent = [body for body, _ in senders]
+    return bool(sent) and all(b in bodies for b in sent) and first.body not in bodies
+
+
+def delete_answers_as_moto_does() -> bool:
+    """Receipt handles old and new delete; a deleted one deletes again quietly; an unknown one is
+    ReceiptHandleIsInvalid; receive takes visible messages in order and skips delayed ones."""
+    backend = sqs_models.sqs_backends["123456789012"]["us-east-1"]
+    queue = backend.create_queue("answers-" + str(time.monotonic_ns()))
+    backend.send_message(queue.name, "delayed", delay_seconds=60)
+    for i in range(3):
+        backend.send_message(queue.name, f"m{i}")
+    got = backend.receive_message(queue.name, 10, 0, 0)  # visibility 0: visible again at once
+    if [m.body for m in got] != ["m0", "m1", "m2"]:
+        print(f"receive: {[m.body for m in got]}")
+        return False
+    old = got[0].receipt_handle
+    backend.receive_message(queue.name, 1, 0, 30)  # m0 again, under a new handle
+    backend.delete_message(queue.name, old)  # the old handle still names it
+    backend.delete_message(queue.name, old)  # and deleting twice is quiet
+    try:
+        backend.delete_message(queue.name, "no-such-handle")
+        print("an unknown receipt handle was accepted")
+        return False
+    except sqs_models.ReceiptHandleIsInvalid:
+        pass
+    left = sorted(m.body for m in queue._messages)
+    visible = len(queue.messages)
+    print(f"after the deletes: {left}, {visible} visible")
+    return left == ["delayed", "m1", "m2"] and visible == 2 and bool(queue.messages)
 
 
 def main() -> int:
@@ -63,9 +104,15 @@ def main() -> int:
         import punctual_moto
 
         punctual_moto.patch()
-    ok = send_during_delete_keeps_the_message()
-    print("ok: the message sent during a delete is on the queue" if ok else
-          "FAILED: SendMessage answered success and the message is on no queue")
+    ok = True
+    if not sends_during_delete_stay_on_the_queue():
+        print("FAILED: SendMessage answered success and the message is on no queue")
+        ok = False
+    if not delete_answers_as_moto_does():
+        print("FAILED: delete or receive answered otherwise than moto's own")
+        ok = False
+    if ok:
+        print("ok: sends during a delete stay on the queue; deletes and receives answer as moto's")
     return 0 if ok else 1
 
 

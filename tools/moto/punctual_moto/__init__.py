@@ -12,12 +12,15 @@ becomes a read-only mapping that computes an attribute when it is read. It holds
 and the same values as moto's dict (its own code builds each value, the same way); nothing in
 moto mutates the dict it gets.
 
-2. No message lost to a concurrent delete. `Queue.delete_message` rebuilds the message list and
+2. No message lost to a concurrent delete, and receives and deletes that do not walk the queue. `Queue.delete_message` rebuilds the message list and
 then assigns it, without the lock `add_message` appends under: a message sent between the rebuild
 and the assignment is dropped after SendMessage answered success. One release `punctual run` of
 10,000 lost 180 reminders this way (released, accepted by SendMessageBatch, on no queue); a
 forced interleaving in tools/moto/test_punctual_moto.py loses the message on moto's own code. The
-fix holds the queue's lock over the delete, as sends do.
+fix holds the queue's lock over the delete, as sends do. moto's delete and receive also walk
+every message in the queue per receipt handle and per receive; at 10,000 reminders that made moto
+76 % of a core and bounded the run (docs/measurements.md). Both now stop where their answer is
+found (`_delete_message`, `VisibleMessages` say how), with the same answers.
 
 Everything else is moto, unchanged: `punctual-moto` takes moto_server's arguments.
 """
@@ -80,17 +83,53 @@ def patch() -> None:
             "check the fix still applies (tools/moto/punctual_moto/__init__.py) before moving the pin"
         )
     sqs_models.Queue.attributes = property(LazyQueueAttributes)  # type: ignore[assignment]
-    sqs_models.Queue.delete_message = _locked(sqs_models.Queue.delete_message)  # type: ignore[method-assign]
+    sqs_models.Queue.delete_message = _delete_message  # type: ignore[method-assign]
+    sqs_models.Queue.messages = property(VisibleMessages)  # type: ignore[assignment]
 
 
-def _locked(delete: Any) -> Any:
-    """`delete` under the queue's message lock (a Condition over an RLock, as `add_message` takes)."""
+def _delete_message(self: Any, receipt_handle: str) -> None:
+    """moto's `Queue.delete_message`, under the queue's lock and in time proportional to the
+    message's position rather than the queue's depth.
 
-    def delete_message(self: Any, receipt_handle: str) -> None:
-        with self._messages_lock:
-            delete(self, receipt_handle)
+    moto's own walks the whole list twice per handle (a DeleteMessageBatch of ten on a queue of
+    5,000: 100,000 receipt-handle lists built) and replaces the list outside the lock. Here: the
+    lock `add_message` appends under (a Condition over an RLock), one walk that stops at the
+    message (a receipt handle names one message; received messages sit near the front), and a
+    copy-on-write removal, so readers that walk `_messages` without the lock (moto's
+    ChangeMessageVisibility, receive) still see a whole list. Same answers as moto's: an
+    already-deleted handle is accepted, an unknown one is ReceiptHandleIsInvalid."""
+    with self._messages_lock:
+        if receipt_handle in self.deleted_messages:
+            return
+        messages = self._messages
+        for i, message in enumerate(messages):
+            if message.receipt_handle == receipt_handle or receipt_handle in message._old_receipt_handles:
+                self._messages = messages[:i] + messages[i + 1 :]
+                self.pending_messages.discard(message)
+                self.deleted_messages.update(message.all_receipt_handles)
+                return
+    raise sqs_models.ReceiptHandleIsInvalid()
 
-    return delete_message
+
+class VisibleMessages:
+    """moto's `Queue.messages` (visible, not delayed), walked lazily.
+
+    moto builds the whole list on every ReceiveMessage, a pass over every message in the queue, to
+    take the first ten: a lane holding 5,000 ready reminders cost a 5,000-message walk per receive.
+    Iterating yields the same messages in the same order and stops where the reader stops;
+    `len()` and truth (ApproximateNumberOfMessages, the long poll's wait) count as moto does."""
+
+    def __init__(self, queue: Any) -> None:
+        self._messages = queue._messages
+
+    def __iter__(self) -> Iterator[Any]:
+        return (m for m in self._messages if m.visible and not m.delayed)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:
+        return any(True for _ in self)
 
 
 def main() -> None:
