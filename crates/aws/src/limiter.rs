@@ -189,7 +189,14 @@ impl SlotStore for DynamoSlotStore {
 
     async fn view(&self, key: &str) -> Result<Option<SlotView>, LimiterError> {
         let item = dynamodb::get(&self.client, &self.table, &Self::pk(key)).await.map_err(err)?;
-        Ok(item.as_ref().map(|i| view_of(Some(i))))
+        let view = item.as_ref().map(|i| view_of(Some(i)));
+        // A read is as good a sighting as a write's answer: the next booking guesses idle or
+        // busy from it (a guess from before a long wait behind near work is usually wrong,
+        // and a wrong guess is a wasted write).
+        if let Some(v) = &view {
+            self.remember(key, v.next_ms);
+        }
+        Ok(view)
     }
 
     fn writes(&self) -> u64 {

@@ -183,6 +183,16 @@ pub struct LimiterStats {
     pub budget_pauses: u64,
     /// Rate cuts taken because the provider's remaining budget would not last its window.
     pub budget_cuts: u64,
+    /// Reads of the schedule before a normal booking, taken when this instance last saw
+    /// deadline-near work active (see [`SharedLimiter`]'s `take`).
+    pub peeks: u64,
+    /// Bookings the store refused, by lane: normal work (its horizon, or behind near work),
+    /// deadline-near work, and capped (redrive, tenant) schedules.
+    pub refused_normal: u64,
+    /// See `refused_normal`.
+    pub refused_near: u64,
+    /// See `refused_normal`.
+    pub refused_cap: u64,
 }
 
 #[derive(Debug, Default)]
@@ -341,7 +351,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
             let now = self.clock.now().timestamp_millis();
             let budget = (deadline_ms - now).max(0);
             let mut sleep = None;
-            let (slots, block_ms, interval) = {
+            let (slots, block_ms, interval, seen) = {
                 let mut pools = lock(&self.pools);
                 let view = pools.get(key).map(|p| p.view).unwrap_or_default();
                 let pool = pools.entry(pool_key.to_owned()).or_default();
@@ -366,8 +376,29 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
                 let rate = cap_rate.unwrap_or_else(|| self.main_rate(&view, now));
                 let interval = 1000.0 / rate;
                 let n = if near { s.near_block } else { s.block };
-                (n, (interval * f64::from(n)).ceil() as i64, interval)
+                (n, (interval * f64::from(n)).ceil() as i64, interval, view)
             };
+            // Normal work that last saw deadline-near work active reads the schedule before it
+            // books. Near bookings keep extending the mark `near_hold` at a time, so an
+            // instance that slept until the mark it saw lapse usually finds it extended: its
+            // booking would be refused (a conditional write that buys nothing, plus the read
+            // of the item that dynalite needs to say why) by every waiting instance each hold.
+            // A read costs a fifth of a write and spares the hot item the contention; when
+            // the near demand has ended, the read is the one extra request before the booking.
+            let fill_ms = s.normal_fill.as_millis() as i64;
+            if normal
+                && sleep.is_none()
+                && seen.near_until_ms > 0
+                && seen.near_until_ms + s.near_hold.as_millis() as i64 >= now
+            {
+                lock(&self.stats).peeks += 1;
+                if let Some(fresh) = self.store.view(key).await? {
+                    lock(&self.pools).entry(key.to_owned()).or_default().view = fresh;
+                    if near_busy(&fresh, now, fill_ms) {
+                        sleep = Some(self.yield_for(fresh.near_until_ms - now));
+                    }
+                }
+            }
             if let Some(wait) = sleep {
                 drop(guard);
                 if self.wait_within(wait, deadline_ms).await {
@@ -405,6 +436,14 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
                     // Loop: the next pass takes the earliest slot (ours or an older one).
                 }
                 Booked::Full { view } => {
+                    {
+                        let mut st = lock(&self.stats);
+                        match lane {
+                            Lane::Normal { .. } => st.refused_normal += 1,
+                            Lane::Near { .. } => st.refused_near += 1,
+                            Lane::Cap => st.refused_cap += 1,
+                        }
+                    }
                     lock(&self.pools).entry(key.to_owned()).or_default().view = view;
                     drop(guard);
                     let wait = if matches!(lane, Lane::Normal { .. }) && view.near_until_ms >= now {
@@ -837,6 +876,85 @@ mod tests {
         let answer = l.acquire(req(LimiterClass::DeadlineNear, &t), Duration::from_secs(61)).await.unwrap();
         assert_eq!(answer, LimiterAnswer::Granted);
         assert!(crate::clock::until(t0, c.now()) <= Duration::from_secs(61), "admitted after {:?}", c.now() - t0);
+    }
+
+    /// A store where deadline-near work keeps arriving: before each request normal work makes,
+    /// near work (another instance) has booked a second of slots and held the schedule 2 s more,
+    /// until `near_until_ms`. Counts what normal work spends.
+    #[derive(Clone)]
+    struct NearKeepsComing {
+        inner: MemorySlotStore,
+        clock: ManualClock,
+        near_until_ms: i64,
+        normal_writes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        normal_reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl NearKeepsComing {
+        async fn near_books(&self, key: &str) {
+            let now = self.clock.now().timestamp_millis();
+            if now < self.near_until_ms {
+                let lane = Lane::Near { hold_until_ms: now + 2000 };
+                let book = Book { now_ms: now, block_ms: 1000, ahead_ms: 60_000, grace_ms: 0, lane };
+                let _ = self.inner.book(key, &book).await.unwrap();
+            }
+        }
+    }
+
+    impl SlotStore for NearKeepsComing {
+        async fn book(&self, key: &str, req: &Book) -> Result<Booked, LimiterError> {
+            self.near_books(key).await;
+            let before = self.inner.writes();
+            let booked = self.inner.book(key, req).await;
+            self.normal_writes.fetch_add(self.inner.writes() - before, std::sync::atomic::Ordering::Relaxed);
+            booked
+        }
+        async fn cut(&self, key: &str, now_ms: i64, rate: f64, rec: i64, gap: i64) -> Result<(), LimiterError> {
+            self.inner.cut(key, now_ms, rate, rec, gap).await
+        }
+        async fn pause(&self, key: &str, until_ms: i64) -> Result<(), LimiterError> {
+            self.inner.pause(key, until_ms).await
+        }
+        async fn view(&self, key: &str) -> Result<Option<SlotView>, LimiterError> {
+            self.near_books(key).await;
+            self.normal_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.view(key).await
+        }
+        fn writes(&self) -> u64 {
+            self.inner.writes()
+        }
+    }
+
+    /// Normal work waiting behind a stream of deadline-near work reads the schedule when the
+    /// mark it saw lapses, instead of booking into a refusal each time the mark was extended.
+    #[tokio::test]
+    async fn normal_work_behind_a_near_stream_reads_instead_of_being_refused() {
+        let c = clock();
+        let near_for = Duration::from_secs(20);
+        let store = NearKeepsComing {
+            inner: MemorySlotStore::default(),
+            clock: c.clone(),
+            near_until_ms: c.now().timestamp_millis() + near_for.as_millis() as i64,
+            normal_writes: Default::default(),
+            normal_reads: Default::default(),
+        };
+        let normal = SharedLimiter::new(store.clone(), c.clone(), LimiterSettings::new(10.0), 2);
+        let t = tenant();
+        let t0 = c.now();
+        store.near_books("provider#main").await;
+        assert_eq!(
+            normal.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(60)).await.unwrap(),
+            LimiterAnswer::Granted
+        );
+        let waited = crate::clock::until(t0, c.now());
+        assert!(waited >= near_for, "normal work went ahead of the near stream after {waited:?}");
+        let writes = store.normal_writes.load(std::sync::atomic::Ordering::Relaxed);
+        let reads = store.normal_reads.load(std::sync::atomic::Ordering::Relaxed);
+        // 20 s of near demand extended 2 s at a time: about ten wakes. Each used to be a
+        // refused booking; now each is a read, and the one booking after the stream ends.
+        assert!(writes <= 2, "{writes} writes (reads {reads}) behind 20 s of near work");
+        assert!(reads >= 5, "{reads} reads: the wakes were not reads");
+        assert_eq!(normal.stats().peeks, reads);
     }
 
     #[tokio::test]

@@ -339,6 +339,10 @@ pub struct LimiterBreakdown {
     pub stranded: u64,
     /// Requests denied (the sender deferred them).
     pub denied: u64,
+    /// Reads of the schedule before a normal booking while deadline-near work was active.
+    pub peeks: u64,
+    /// Bookings refused, by lane (normal, deadline-near, capped): each a write that bought nothing.
+    pub refused: [u64; 3],
 }
 
 impl LimiterBreakdown {
@@ -352,6 +356,10 @@ impl LimiterBreakdown {
             b.bookings += s.bookings;
             b.stranded += s.stranded;
             b.denied += s.denied;
+            b.peeks += s.peeks;
+            b.refused[0] += s.refused_normal;
+            b.refused[1] += s.refused_near;
+            b.refused[2] += s.refused_cap;
             b.writes += d.sender.limiter().store().writes();
         }
         b.other_writes = b.writes.saturating_sub(b.bookings);

@@ -1257,9 +1257,13 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         Throughput::measure(p.calls, p.throttled, report.counts.delivered, drain, healthy as f64 / config.quota);
     if worker == Worker::Punctual {
         let stats = senders.iter().map(Sender::limiter).map(SharedLimiter::stats);
-        let (granted, stranded) = stats.fold((0, 0), |(g, s), x| (g + x.granted, s + x.stranded));
+        let (granted, stranded, peeks) =
+            stats.fold((0, 0, 0), |(g, s, p), x| (g + x.granted, s + x.stranded, p + x.peeks));
         report.limiter_writes_per_call = if granted > 0 { slots.writes() as f64 / granted as f64 } else { 0.0 };
         report.limiter_stranded = stranded;
+        // The schedule reads normal work takes while deadline-near work is active: DynamoDB
+        // reads like the real sender's (GetItem on the limiter's item).
+        Usage::add(&usage.ddb_reads, peeks);
     }
     let limiter_writes = if worker == Worker::Punctual { slots.writes() } else { 0 };
     report.cost = Cost::per_million(&usage, limiter_writes, msgs.len());
