@@ -131,11 +131,14 @@ async fn up_on(
     let mut processes: std::collections::BTreeMap<String, u32> =
         emulator.named_pids().into_iter().map(|(name, pid)| (name.to_owned(), pid)).collect();
     processes.insert("provider-double".to_owned(), double.id());
+    let pid_starts =
+        pids.iter().filter_map(|pid| punctual_ops::target::process_start(*pid).map(|t| (*pid, t))).collect();
     let state = LocalState {
         resources,
         dynamodb_endpoint: emulator.dynamodb_endpoint.clone(),
         pids,
         processes,
+        pid_starts,
         provider_token: token,
         quota,
     };
@@ -278,7 +281,9 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EsmStats::default());
     let metrics = Arc::new(Mutex::new(Metrics::new()));
-    let processes: Vec<(&str, u32)> = state.processes.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    // A pid reused by another process since `up` is not measured as an emulator.
+    let processes: Vec<(&str, u32)> =
+        state.processes.iter().filter(|(_, pid)| state.is_ours(**pid)).map(|(k, v)| (k.as_str(), *v)).collect();
     let cpu = crate::cpu::CpuMeter::start(&processes);
     let started = Instant::now();
     let drain_from = Utc::now();
@@ -387,11 +392,22 @@ async fn provider_stats(provider_url: &str) -> Option<punctual_provider_double::
 
 /// `local down`: stop the processes `up` started and forget the state. Resources die with
 /// the emulator (moto and dynalite run in memory).
+///
+/// A pid whose process is no longer the one `up` started (it died and the kernel gave the pid
+/// to another process) is not signalled: `down` after a crash or a reboot must not kill a
+/// stranger. Returns the pids stopped.
 pub fn down() -> Result<Vec<u32>, LocalError> {
     let state = load_state()?;
-    for pid in &state.pids {
+    let stopped = stop_ours(&state);
+    std::fs::remove_file(state_file()).map_err(step("removing the state file"))?;
+    Ok(stopped)
+}
+
+/// Sends SIGTERM to each of `state`'s pids that is still its own process; returns those.
+fn stop_ours(state: &LocalState) -> Vec<u32> {
+    let ours: Vec<u32> = state.pids.iter().copied().filter(|pid| state.is_ours(*pid)).collect();
+    for pid in &ours {
         let _ = Command::new("kill").arg(pid.to_string()).status();
     }
-    std::fs::remove_file(state_file()).map_err(step("removing the state file"))?;
-    Ok(state.pids)
+    ours
 }

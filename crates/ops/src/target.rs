@@ -74,10 +74,34 @@ pub struct LocalState {
     /// of `local drain` (absent in a state file written before it was kept).
     #[serde(default)]
     pub processes: std::collections::BTreeMap<String, u32>,
+    /// Each process's start time (`/proc/PID/stat` field 22, clock ticks after boot), so a pid
+    /// the kernel has since given to another process is not signalled or measured as ours
+    /// (absent in a state file written before it was kept: those pids are trusted as before).
+    #[serde(default)]
+    pub pid_starts: std::collections::BTreeMap<u32, u64>,
     /// The double's bearer token (a throwaway local value, not a credential).
     pub provider_token: String,
     /// Provider quota, calls/s.
     pub quota: f64,
+}
+
+impl LocalState {
+    /// Whether `pid` is still the process `local up` started: its start time is the one
+    /// recorded (a pid reused after a crash or a reboot has another), or none was recorded.
+    pub fn is_ours(&self, pid: u32) -> bool {
+        match self.pid_starts.get(&pid) {
+            Some(recorded) => process_start(pid) == Some(*recorded),
+            None => true,
+        }
+    }
+}
+
+/// A process's start time, clock ticks after boot (`/proc/PID/stat` field 22); `None` when the
+/// process is gone or this is not Linux. The command name (field 2) may hold spaces and
+/// parentheses: fields are counted after its last closing parenthesis.
+pub fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// The state directory of `punctual local` (`PUNCTUAL_STATE_DIR`, default `target/local`).
@@ -195,5 +219,47 @@ impl Target {
             }
             _ => std::env::var(k).ok().filter(|v| !v.is_empty()),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(pids: &[u32], pid_starts: &[(u32, u64)]) -> LocalState {
+        LocalState {
+            resources: Resources {
+                endpoint: "http://127.0.0.1:1".into(),
+                send_queue_url: String::new(),
+                urgent_queue_url: String::new(),
+                dlq_url: String::new(),
+                ledger_table: String::new(),
+                renewals_table: String::new(),
+                provider_url: String::new(),
+                recipients_table: String::new(),
+                provider_kind: String::new(),
+            },
+            dynamodb_endpoint: None,
+            pids: pids.to_vec(),
+            processes: std::collections::BTreeMap::new(),
+            pid_starts: pid_starts.iter().copied().collect(),
+            provider_token: String::new(),
+            quota: 1.0,
+        }
+    }
+
+    /// A pid the kernel gave to another process since `local up` is not ours: `down` must not
+    /// signal it, `drain` must not measure it as an emulator.
+    #[test]
+    fn a_reused_pid_is_not_ours() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        let started = process_start(pid).expect("a live process has a start time on Linux");
+        assert!(state(&[pid], &[(pid, started)]).is_ours(pid), "the recorded process");
+        assert!(!state(&[pid], &[(pid, started + 1)]).is_ours(pid), "another process under the same pid");
+        assert!(state(&[pid], &[]).is_ours(pid), "a state file from before start times were kept");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!state(&[pid], &[(pid, started)]).is_ours(pid), "a process that is gone");
     }
 }
