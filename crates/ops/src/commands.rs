@@ -736,21 +736,7 @@ mod tests {
     use punctual_core::reason::ReasonCode;
 
     fn target() -> Target {
-        Target {
-            resources: Resources {
-                endpoint: String::new(),
-                send_queue_url: String::new(),
-                urgent_queue_url: String::new(),
-                dlq_url: String::new(),
-                ledger_table: String::new(),
-                renewals_table: String::new(),
-                provider_url: String::new(),
-                recipients_table: String::new(),
-                provider_kind: String::new(),
-            },
-            dynamodb_endpoint: None,
-            quota: 100.0,
-        }
+        Target { resources: Resources::default(), dynamodb_endpoint: None, quota: 100.0 }
     }
 
     fn record(

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::OpsError;
 
 /// Queues, tables and endpoints of one deployment (or of `punctual local up`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resources {
     /// The emulator (empty: AWS itself).
     pub endpoint: String,
@@ -228,17 +228,7 @@ mod tests {
 
     fn state(pids: &[u32], pid_starts: &[(u32, u64)]) -> LocalState {
         LocalState {
-            resources: Resources {
-                endpoint: "http://127.0.0.1:1".into(),
-                send_queue_url: String::new(),
-                urgent_queue_url: String::new(),
-                dlq_url: String::new(),
-                ledger_table: String::new(),
-                renewals_table: String::new(),
-                provider_url: String::new(),
-                recipients_table: String::new(),
-                provider_kind: String::new(),
-            },
+            resources: Resources::default(),
             dynamodb_endpoint: None,
             pids: pids.to_vec(),
             processes: std::collections::BTreeMap::new(),
