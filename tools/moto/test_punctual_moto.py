@@ -40,7 +40,9 @@ class HookedList(list):
 
 def sends_during_delete_stay_on_the_queue() -> bool:
     """Every pass the delete makes over the queue ends with a send from another thread, which is
-    given 0.3 s to finish. moto's delete makes two passes; the send after the second is lost."""
+    given 0.3 s to finish. moto's delete makes two passes; the send after the second is lost.
+    punctual-moto's copies the list once, under the lock: without the lock, the send after the
+    copy would be lost the same way (the assignment is of the copy)."""
     backend = sqs_models.sqs_backends["123456789012"]["us-east-1"]
     queue = backend.create_queue("race-" + str(time.monotonic_ns()))
     for i in range(5):
@@ -99,6 +101,45 @@ def delete_answers_as_moto_does() -> bool:
     return left == ["delayed", "m1", "m2"] and visible == 2 and bool(queue.messages)
 
 
+class MovedDuringTheWalk(list):
+    """A receipt-handle list whose membership test first runs `move` (once): the point where a
+    receive on another thread moves a message to the dead-letter queue, in place, unlocked."""
+
+    def __init__(self, items, move):
+        super().__init__(items)
+        self._move = move
+
+    def __contains__(self, x):
+        move, self._move = self._move, None
+        if move is not None:
+            move()
+        return list.__contains__(self, x)
+
+
+def a_dead_letter_move_during_a_delete_loses_nothing() -> bool:
+    """receive moves a message to the DLQ (`_messages.remove`, in place, without the lock) while a
+    delete walks the queue: the delete must remove the message it names and no other. A cut
+    made on the live list after the move removed the deleted message's neighbour instead."""
+    backend = sqs_models.sqs_backends["123456789012"]["us-east-1"]
+    queue = backend.create_queue("dlq-move-" + str(time.monotonic_ns()))
+    for i in range(4):
+        backend.send_message(queue.name, f"m{i}")
+    handles = {m.body: m.receipt_handle for m in backend.receive_message(queue.name, 10, 0, 30)}
+    [first, _, target, _] = list(queue._messages)
+    target.visible_at = 0
+    backend.receive_message(queue.name, 1, 0, 30)  # target again: its first handle is now an old one
+
+    def move_first():
+        if first in queue._messages:
+            queue._messages.remove(first)
+
+    target._old_receipt_handles = MovedDuringTheWalk(target._old_receipt_handles, move_first)
+    backend.delete_message(queue.name, handles["m2"])
+    left = sorted(m.body for m in queue._messages)
+    print(f"after a DLQ move during the delete of m2: {left} (m0 moved; m0 back is a duplicate, not a loss)")
+    return "m1" in left and "m3" in left and "m2" not in left
+
+
 def main() -> int:
     if "--unpatched" not in sys.argv:
         import punctual_moto
@@ -107,6 +148,9 @@ def main() -> int:
     ok = True
     if not sends_during_delete_stay_on_the_queue():
         print("FAILED: SendMessage answered success and the message is on no queue")
+        ok = False
+    if not a_dead_letter_move_during_a_delete_loses_nothing():
+        print("FAILED: a delete during a dead-letter move removed a message it did not name")
         ok = False
     if not delete_answers_as_moto_does():
         print("FAILED: delete or receive answered otherwise than moto's own")
