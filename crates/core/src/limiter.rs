@@ -301,6 +301,21 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
         Some(t)
     }
 
+    /// Whether normal work should read the schedule before booking `key`: its last view shows
+    /// a deadline-near mark that lapsed within one `near_hold` (likely extended since), the
+    /// view itself does not already make it wait, and its pool holds no slot in time.
+    fn near_seen_lapsing(&self, key: &str, pool_key: &str, deadline_ms: i64) -> bool {
+        let now = self.clock.now().timestamp_millis();
+        let pools = lock(&self.pools);
+        let seen = pools.get(key).map(|p| p.view).unwrap_or_default();
+        let pooled = pools.get(pool_key).and_then(|p| p.slots.front()).is_some_and(|t| *t <= deadline_ms);
+        let fill_ms = self.settings.normal_fill.as_millis() as i64;
+        !pooled
+            && seen.near_until_ms > 0
+            && seen.near_until_ms + self.settings.near_hold.as_millis() as i64 >= now
+            && !near_busy(&seen, now, fill_ms)
+    }
+
     fn main_key(&self) -> String {
         format!("{}#main", self.settings.name)
     }
@@ -348,10 +363,25 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
             // One booking in flight per instance: the callers behind it usually find the
             // pool refilled, instead of each booking a block and stranding most of them.
             let guard = self.booking.lock().await;
+            // Normal work that last saw deadline-near work active reads the schedule before it
+            // books. Near bookings keep extending the mark `near_hold` at a time, so an
+            // instance that slept until the mark it saw lapse usually finds it extended: its
+            // booking would be refused (a conditional write that buys nothing, plus the read
+            // of the item that dynalite needs to say why) by every waiting instance each hold.
+            // A read costs a fifth of a write and spares the hot item the contention; when
+            // the near demand has ended, the read is the one extra request before the booking.
+            // The read comes first, so the pass below decides from it (the mark, a pause, a
+            // cut) and from the clock after it.
+            if normal && self.near_seen_lapsing(key, pool_key, deadline_ms) {
+                lock(&self.stats).peeks += 1;
+                if let Some(fresh) = self.store.view(key).await? {
+                    lock(&self.pools).entry(key.to_owned()).or_default().view = fresh;
+                }
+            }
             let now = self.clock.now().timestamp_millis();
             let budget = (deadline_ms - now).max(0);
             let mut sleep = None;
-            let (slots, block_ms, interval, seen) = {
+            let (slots, block_ms, interval) = {
                 let mut pools = lock(&self.pools);
                 let view = pools.get(key).map(|p| p.view).unwrap_or_default();
                 let pool = pools.entry(pool_key.to_owned()).or_default();
@@ -368,37 +398,16 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
                     return Ok(Take::Wait(Duration::from_millis((view.paused_until_ms - now) as u64)));
                 }
                 // Normal work yields to deadline-near work without a write while the last view
-                // (at most one booking old) shows it active and the schedule busy: it waits
-                // here, holding its message, and books again when the mark lapses.
+                // (at most one booking or read old) shows it active and the schedule busy: it
+                // waits here, holding its message, and books again when the mark lapses.
                 if normal && near_busy(&view, now, s.normal_fill.as_millis() as i64) {
                     sleep = Some(self.yield_for(view.near_until_ms - now));
                 }
                 let rate = cap_rate.unwrap_or_else(|| self.main_rate(&view, now));
                 let interval = 1000.0 / rate;
                 let n = if near { s.near_block } else { s.block };
-                (n, (interval * f64::from(n)).ceil() as i64, interval, view)
+                (n, (interval * f64::from(n)).ceil() as i64, interval)
             };
-            // Normal work that last saw deadline-near work active reads the schedule before it
-            // books. Near bookings keep extending the mark `near_hold` at a time, so an
-            // instance that slept until the mark it saw lapse usually finds it extended: its
-            // booking would be refused (a conditional write that buys nothing, plus the read
-            // of the item that dynalite needs to say why) by every waiting instance each hold.
-            // A read costs a fifth of a write and spares the hot item the contention; when
-            // the near demand has ended, the read is the one extra request before the booking.
-            let fill_ms = s.normal_fill.as_millis() as i64;
-            if normal
-                && sleep.is_none()
-                && seen.near_until_ms > 0
-                && seen.near_until_ms + s.near_hold.as_millis() as i64 >= now
-            {
-                lock(&self.stats).peeks += 1;
-                if let Some(fresh) = self.store.view(key).await? {
-                    lock(&self.pools).entry(key.to_owned()).or_default().view = fresh;
-                    if near_busy(&fresh, now, fill_ms) {
-                        sleep = Some(self.yield_for(fresh.near_until_ms - now));
-                    }
-                }
-            }
             if let Some(wait) = sleep {
                 drop(guard);
                 if self.wait_within(wait, deadline_ms).await {
