@@ -59,6 +59,24 @@ KNOWN = {
 }
 
 
+# With `--redrive`: the redrive's copies join the send queue behind the fresh backlog. moto hands
+# out the oldest message first (as SQS's best-effort order mostly does); the simulator's queue
+# hands out a random message of the least busy tenant's. So in the simulator the canary's ten
+# copies settle within seconds of each other and the redrive's watch finds most copies settled,
+# while in the real run every copy waits out the fresh backlog. Both differences below are that
+# order, measured in release on 2026-12-03 (docs/measurements.md#the-simulator-against-the-real-pipeline).
+KNOWN_REDRIVE = {
+    "redrive_dynamodb_reads": ("the redrive re-reads the record of every letter it moved and is not "
+                               "settled yet at each check (every 20 moves); the real copies wait out "
+                               "the ~30 s fresh backlog (moto: oldest first), the simulator's settle "
+                               "sooner (random order): 8.87 reads per letter moved against 3.06",
+                               *ratio_within(0.9, 4.0)),
+    "utilisation": ("the drain is the redrive's length (500 letters at 10/s, 50 s, above the 35 s "
+                    "floor) plus its canary wait: the simulator's canary copies, picked at random "
+                    "among 3,000, settle after ~26 s, the real ones (oldest first) after ~8 s: sim "
+                    "0.457, real 0.605", *ratio_within(0.9, 1.5)),
+}
+
 # `make fidelity`: 3,000 reminders (10 % tight), 10,000, and 3,000 while 500 letters are redriven.
 SUITE = [
     {"reminders": 3000, "redrive": 0},
@@ -132,11 +150,12 @@ def check(a, reminders, redrive):
         rows.append(("redrive_dynamodb_reads", s_rd.get("dynamodb_reads", 0), r_rd.get("dynamodb_reads", 0)))
     unexplained, gone, out = [], [], []
     n = reminders + redrive
+    known_here = {**KNOWN, **KNOWN_REDRIVE} if redrive else KNOWN
     print(f"{'per message':<26} {'simulator':>10} {'real':>10} {'real/sim':>9}  within 10 %")
     for key, s, r in rows:
         ok = close(s, r)
         ratio = f"{r / s:.2f}" if s else "-"
-        known = KNOWN.get(key)
+        known = known_here.get(key)
         bounded = known is not None and known[1](s, r, n)
         note = "yes" if ok else (f"no, known ({known[2]}: {'ok' if bounded else 'OUTSIDE'})" if known else "NO")
         print(f"{key:<26} {s:>10} {r:>10} {ratio:>9}  {note}")
@@ -148,8 +167,8 @@ def check(a, reminders, redrive):
                     "known": known[0] if known else None, "bound": known[2] if known else None,
                     "within_bound": bounded})
     for key, s, r in rows:
-        if not close(s, r) and key in KNOWN:
-            print(f"  {key}: {KNOWN[key][0]}")
+        if not close(s, r) and key in known_here:
+            print(f"  {key}: {known_here[key][0]}")
     print(f"real requests by operation (sender side): {json.dumps(real['requests'])}")
     if redrive:
         print(f"real requests by operation (redrive): {json.dumps(real.get('redrive_requests', {}))}")
