@@ -192,3 +192,44 @@ pub fn redrive_request(letters: usize, quota: f64) -> crate::redrive::RedriveReq
         ..RedriveRequestWire::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::Ledger;
+    use crate::testing::{MemoryLedger, MemoryQueue};
+    use crate::{ReasonCode, ReminderState};
+
+    #[tokio::test]
+    async fn a_seeded_letter_is_left_as_the_sender_leaves_a_spent_budget() {
+        let now = Utc::now();
+        let letters = letter_renewals(3000, 4, now);
+        assert_eq!(letters.len(), 4);
+        // Named after the fresh ones, never one of theirs; hours from their deadline.
+        let fresh = generate(3000, now, 0.1);
+        assert!(letters.iter().all(|l| fresh.iter().all(|f| f.reminder_id != l.reminder_id)));
+        assert!(letters.iter().all(|l| l.deliver_by - l.deliver_after >= TimeDelta::hours(2)));
+
+        let (ledger, queue) = (MemoryLedger::new(), MemoryQueue::default());
+        let msg = released(&letters[0], now);
+        dead_letter(&ledger, &queue, &msg, "m-1", now).await.unwrap();
+        let rec = ledger.get(&msg.reminder_id).await.unwrap().unwrap();
+        let spent = crate::decision::SenderPolicy::default().max_attempts;
+        assert_eq!(
+            (rec.state, rec.last_reason, rec.attempts),
+            (ReminderState::DeadLettered, Some(LETTER_REASON), spent)
+        );
+        assert!(rec.history.iter().any(|h| h.state == ReminderState::Deferred), "{:?}", rec.history);
+        let dead = queue.dead.lock().unwrap().clone();
+        assert_eq!(dead.len(), 1);
+        assert_eq!((dead[0].reason, dead[0].attempts), (ReasonCode::AttemptLimit, spent));
+        let body = crate::ReminderMessage::decode(&dead[0].body).unwrap();
+        assert_eq!((&body.reminder_id, body.attempt, &body.redrive), (&msg.reminder_id, spent, &None));
+
+        // The redrive's request passes the redrive function's default caps at 100/s.
+        let caps = crate::redrive::RedriveCaps { max_messages: 1000, max_per_second: 20.0 };
+        let req = redrive_request(500, 100.0).validate(caps).unwrap();
+        assert_eq!((req.max_messages, req.max_per_second, req.canary), (500, 10.0, 10));
+        assert!(req.selection.matches(&body, Some(LETTER_REASON), Some(body.first_enqueued)));
+    }
+}
