@@ -130,8 +130,9 @@ drill:
 ## The simulator against the real pipeline on one workload (docs/measurements.md#the-simulator-against-the-real-pipeline):
 ## `punctual run` with its requests counted below the SDK, and `simulate --workload run` with
 ## the same flags, compared per message within 10 %; a difference is fixed or named with its
-## reason in tools/fidelity.py. `make test` runs 500 reminders (≈ 15 s); `make fidelity` 3,000.
-FIDELITY_ARGS ?=
+## reason in tools/fidelity.py. `make test` runs 500 reminders (≈ 15 s); `make fidelity` its suite:
+## 3,000 (10 % tight), 10,000, and 3,000 while 500 dead letters are redriven (`--redrive`).
+FIDELITY_ARGS ?= --suite
 fidelity-fast: tools
 	$(CARGO) build --locked -q -p punctual -p punctual-sim
 	$(VENV)/bin/python tools/fidelity.py --reminders 500 --json target/fidelity.json

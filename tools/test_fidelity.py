@@ -9,12 +9,17 @@ import json, os, subprocess, sys, tempfile, textwrap
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIDELITY = os.path.join(HERE, "fidelity.py")
 
-def report(reads, writes, sqs, limiter, p429, util):
-    return {"requests_per_message": {"dynamodb_reads": reads, "dynamodb_writes": writes, "sqs": sqs,
-                                     "limiter_writes_per_call": limiter},
-            "provider_429": p429, "utilisation": util, "requests": {}}
+def report(reads, writes, sqs, limiter, p429, util, redriven=None, redrive_sqs=0.0, redrive_reads=0.0):
+    r = {"requests_per_message": {"dynamodb_reads": reads, "dynamodb_writes": writes, "sqs": sqs,
+                                  "limiter_writes_per_call": limiter},
+         "provider_429": p429, "utilisation": util, "requests": {}}
+    if redriven is not None:
+        r["redriven"] = redriven
+        r["redrive_requests_per_message"] = {"dynamodb_reads": redrive_reads, "dynamodb_writes": 0.0,
+                                             "sqs": redrive_sqs, "limiter_writes_per_call": 0.0}
+    return r
 
-def fidelity_exit(sim, real):
+def fidelity_exit(sim, real, extra=()):
     with tempfile.TemporaryDirectory() as d:
         bins = os.path.join(d, "bin"); os.makedirs(bins)
         with open(os.path.join(bins, "punctual"), "w") as f:
@@ -29,7 +34,7 @@ def fidelity_exit(sim, real):
             f.write(f"#!/bin/sh\ncat <<'J'\n{json.dumps(sim)}\nJ\n")
         for b in ("punctual", "punctual-sim"):
             os.chmod(os.path.join(bins, b), 0o755)
-        r = subprocess.run([sys.executable, FIDELITY, "--bin-dir", bins, "--reminders", "500"], cwd=d,
+        r = subprocess.run([sys.executable, FIDELITY, "--bin-dir", bins, "--reminders", "500", *extra], cwd=d,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         return r.returncode, r.stdout + r.stderr
 
@@ -43,9 +48,29 @@ CASES = [
     ("SQS 10x, limiter 10x, 429s 400, utilisation 0.05", report(1.0, 5.0, 5.0, 10.0, 400, 0.05), True),
 ]
 
+# `--redrive N`: the redrive compared too (letters moved back, its requests per letter moved).
+SIM_REDRIVE = report(1.0, 5.0, 0.5, 1.0, 0, 0.9, 50, 0.4, 1.2)
+REDRIVE = ["--redrive", "50"]
+CASES += [
+    ("redrive: agrees", report(1.0, 5.0, 0.5, 1.0, 0, 0.9, 50, 0.41, 1.25), False, SIM_REDRIVE, REDRIVE),
+    ("redrive: half the letters not moved back", report(1.0, 5.0, 0.5, 1.0, 0, 0.9, 25, 0.4, 1.2), True,
+     SIM_REDRIVE, REDRIVE),
+    ("redrive: the real redrive's DLQ requests 3x", report(1.0, 5.0, 0.5, 1.0, 0, 0.9, 50, 1.2, 1.2), True,
+     SIM_REDRIVE, REDRIVE),
+    ("redrive: no redrive figures in the real report", report(1.0, 5.0, 0.5, 1.0, 0, 0.9), True,
+     SIM_REDRIVE, REDRIVE),
+    # `--suite` (make fidelity): every workload checked, the worst exit returned.
+    ("suite: three workloads agree", report(1.0, 5.0, 0.5, 1.0, 0, 0.9, 50, 0.4, 1.2), False, SIM_REDRIVE,
+     ["--suite"]),
+    ("suite: one figure off fails the suite", report(1.0, 10.0, 0.5, 1.0, 0, 0.9, 50, 0.4, 1.2), True,
+     SIM_REDRIVE, ["--suite"]),
+]
+
 failed = 0
-for name, real, must_fail in CASES:
-    code, out = fidelity_exit(SIM, real)
+for case in CASES:
+    name, real, must_fail = case[:3]
+    sim, extra = (case[3], case[4]) if len(case) > 3 else (SIM, ())
+    code, out = fidelity_exit(sim, real, extra)
     ok = code in (0, 1) and (code == 1) == must_fail
     print(f"{'ok  ' if ok else 'FAIL'} {name}: fidelity exited {code}, expected {'non-zero' if must_fail else 0}")
     if not ok:

@@ -40,6 +40,8 @@ pub struct Shape {
 pub struct CountedPipeline {
     sender_requests: RequestCounts,
     scheduler_requests: RequestCounts,
+    /// The redrive function's requests (`run --redrive`; none otherwise).
+    redrive_requests: RequestCounts,
     queues: SqsQueues,
     /// The normal lane's sender instances.
     pub normal: Vec<Arc<LocalSender>>,
@@ -65,6 +67,15 @@ pub struct PipelineRequests {
     pub requests: BTreeMap<String, u64>,
     /// The scheduler's requests by `service/Operation[/item kind]`.
     pub scheduler_requests: BTreeMap<String, u64>,
+    /// `run --redrive`: the redrive function's own requests per message it moved back (its
+    /// DLQ receives, sends back, deletes and releases; its ledger reads of each letter and of
+    /// the redriven outcomes; its pause read and audit writes). They are in
+    /// `requests_per_message` too, divided there by every message, as the simulator counts them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redrive_requests_per_message: Option<RequestsPerMessage>,
+    /// `run --redrive`: the redrive function's requests by `service/Operation[/item kind]`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub redrive_requests: BTreeMap<String, u64>,
 }
 
 impl CountedPipeline {
@@ -94,7 +105,27 @@ impl CountedPipeline {
             &dynamodb_client(&scheduler_sdk, dynamodb_endpoint),
             &aws_sdk_sqs::Client::new(&scheduler_sdk),
         ));
-        Ok(Self { sender_requests, scheduler_requests, queues, normal, urgent, scheduler })
+        let redrive_requests = RequestCounts::new();
+        Ok(Self { sender_requests, scheduler_requests, redrive_requests, queues, normal, urgent, scheduler })
+    }
+
+    /// The redrive function as its Lambda composes it ([`punctual_redrive::app::build`]), on
+    /// clients of `config` whose requests are counted apart from the sender's.
+    pub fn redrive(
+        &self,
+        res: &Resources,
+        config: &SdkConfig,
+        dynamodb_endpoint: Option<&str>,
+        quota: f64,
+    ) -> Result<(punctual_redrive::app::App, punctual_core::redrive::RedriveCaps), HarnessError> {
+        let sdk = self.redrive_requests.wrap(config);
+        let redrive = crate::env::redrive_config(res, quota)?;
+        let app = punctual_redrive::app::build(
+            &redrive,
+            &punctual_aws::config::dynamodb_client(&sdk, dynamodb_endpoint),
+            &aws_sdk_sqs::Client::new(&sdk),
+        );
+        Ok((app, redrive.caps))
     }
 
     /// Both lanes' pollers (playing the event source mappings) until `stop`.
@@ -105,15 +136,29 @@ impl CountedPipeline {
     /// The requests so far, divided by `messages` (the limiter column by `calls`, provider
     /// calls). With no message the per-message figures are 0 (nothing to divide by; the
     /// totals stay in `requests`), not the totals under a per-message name.
-    pub fn requests(&self, messages: u64, calls: u64) -> PipelineRequests {
+    ///
+    /// With a redrive (`redriven`: the messages it moved back), the redrive function's
+    /// requests join the sender side's in `requests_per_message` (the simulator's totals
+    /// count them so) and are reported alone per message moved.
+    pub fn requests(&self, messages: u64, calls: u64, redriven: Option<u64>) -> PipelineRequests {
         let limiter = LimiterBreakdown::of(&self.normal.iter().chain(&self.urgent).cloned().collect::<Vec<_>>());
+        let sender = self.sender_requests.snapshot();
+        let redrive = self.redrive_requests.snapshot();
+        let mut both = sender.clone();
+        if redriven.is_some() {
+            for (k, n) in &redrive {
+                *both.entry(k.clone()).or_default() += n;
+            }
+        }
         PipelineRequests {
             limiter_writes_per_call: limiter.writes_per_call(),
             limiter,
-            requests_per_message: per_message(&self.sender_requests, messages, calls),
-            scheduler_requests_per_message: per_message(&self.scheduler_requests, messages, 0),
-            requests: self.sender_requests.snapshot(),
+            requests_per_message: per_message(&both, messages, calls),
+            scheduler_requests_per_message: per_message(&self.scheduler_requests.snapshot(), messages, 0),
+            requests: sender,
             scheduler_requests: self.scheduler_requests.snapshot(),
+            redrive_requests_per_message: redriven.map(|n| per_message(&redrive, n, 0)),
+            redrive_requests: if redriven.is_some() { redrive } else { BTreeMap::new() },
         }
     }
 }
@@ -133,17 +178,19 @@ impl PipelineRequests {
             self.requests_per_message.line(),
             "scheduler",
             self.scheduler_requests_per_message.line()
-        )
+        ) + &self
+            .redrive_requests_per_message
+            .as_ref()
+            .map_or_else(String::new, |r| format!("{:width$}{} (per message moved back)\n", "redrive", r.line()))
     }
 }
 
-fn per_message(counts: &RequestCounts, messages: u64, calls: u64) -> RequestsPerMessage {
+fn per_message(all: &BTreeMap<String, u64>, messages: u64, calls: u64) -> RequestsPerMessage {
     if messages == 0 {
         return RequestsPerMessage::default();
     }
-    let all = counts.snapshot();
     let (mut reads, mut writes, mut sqs, mut limiter) = (0, 0, 0, 0);
-    for (key, n) in &all {
+    for (key, n) in all {
         let mut parts = key.split('/');
         match (parts.next(), parts.next(), parts.next()) {
             (Some("dynamodb"), Some(op), _) if is_dynamodb_read(op) => reads += n,

@@ -372,6 +372,22 @@ impl LimiterBreakdown {
     }
 }
 
+/// The redrive configuration the local pipeline runs with, parsed by the redrive function's
+/// own `RedriveConfig::from_env` from the local resources and `quota` (its caps: the defaults,
+/// the rate within the redrive share of `quota`).
+pub fn redrive_config(res: &Resources, quota: f64) -> Result<punctual_redrive::config::RedriveConfig, ConfigError> {
+    let r = res.clone();
+    let quota = quota.to_string();
+    punctual_redrive::config::RedriveConfig::from_env(&Env::new(move |k: &str| match k {
+        "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
+        "URGENT_QUEUE_URL" => r.urgent_url().map(str::to_owned),
+        "DLQ_URL" => Some(r.dlq_url.clone()),
+        "LEDGER_TABLE" => Some(r.ledger_table.clone()),
+        "PROVIDER_RATE_PER_SEC" => Some(quota.clone()),
+        _ => None,
+    }))
+}
+
 /// The scheduler configuration the local pipeline runs with, parsed by the scheduler's own
 /// `SchedulerConfig::from_env` from the local resources and `sustainable_rate`.
 pub fn scheduler_config(res: &Resources, sustainable_rate: f64) -> Result<SchedulerConfig, ConfigError> {

@@ -367,7 +367,7 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
         records: stats.records.load(Ordering::Relaxed),
         drain_seconds: started.elapsed().as_secs_f64(),
         window,
-        requests: pipeline.requests(handled, calls),
+        requests: pipeline.requests(handled, calls, None),
         handled,
         cpu,
     })

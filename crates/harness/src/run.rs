@@ -52,6 +52,13 @@ pub struct RunOptions {
     /// (Amazon SES on the emulator: no keys, addresses from the recipients table).
     #[arg(long, default_value = "http", value_parser = ["http", "ses"])]
     pub provider: String,
+    /// Dead letters before the run starts (at most the redrive function's
+    /// `REDRIVE_MAX_MESSAGES`, 1,000): renewals due now, hours from their deadline, whose
+    /// reminders the sender gave up on (`attempt_limit`: a ledger record `dead_lettered`, a
+    /// letter in the DLQ with the sender's attributes). The redrive function moves them back
+    /// while the fresh reminders run, paced at half the redrive share of the quota.
+    #[arg(long, default_value_t = 0)]
+    pub redrive: usize,
     /// Print progress to stderr (always on for the command line).
     #[arg(skip = true)]
     pub progress: bool,
@@ -83,6 +90,14 @@ pub struct RunReport {
     pub tight: usize,
     /// Reminders the scheduler released to the urgent lane.
     pub released_urgent: u64,
+    /// `--redrive`: dead letters before the run.
+    pub dead_letters: usize,
+    /// `--redrive`: dead letters the redrive moved back to the send queue.
+    pub redriven: u64,
+    /// `--redrive`: the redrive's answer (`done`, `aborted` with why, `refused`).
+    pub redrive_status: Option<String>,
+    /// `--redrive`: from the pipeline's start to the redrive's last send back, seconds.
+    pub redrive_seconds: f64,
     /// CPU seconds of the emulators this run started and of `punctual` itself, from the
     /// pipeline's start to its drain: who spent the cores (`None` off Linux).
     pub cpu: Option<crate::cpu::CpuShare>,
@@ -143,7 +158,7 @@ impl RunReport {
     pub fn render(&self, quota: f64) -> String {
         let dlq: Vec<String> = self.counts.dead_lettered.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!(
-            "punctual run: {} reminders, quota {quota}/s\n\
+            "punctual run: {} reminders{}, quota {quota}/s\n\
              delivered         {}\n\
              duplicates        {}\n\
              late              {}\n\
@@ -159,6 +174,7 @@ impl RunReport {
              wall time         {:.1} s (import {:.1} s)\n\
              chart             {}\n",
             self.reminders,
+            if self.dead_letters > 0 { format!(" + {} dead letters", self.dead_letters) } else { String::new() },
             self.counts.delivered,
             self.counts.duplicates,
             self.counts.late,
@@ -187,6 +203,17 @@ impl RunReport {
         ) + &self.requests.render(18)
             + &self.cpu.as_ref().map_or_else(String::new, |c| c.render(18))
             + &self.window.as_ref().map_or_else(|| "reconcile         not run\n".to_owned(), |w| w.render())
+            + &if self.dead_letters > 0 {
+                format!(
+                    "redrive           {} of {} dead letters moved back in {:.1} s ({})\n",
+                    self.redriven,
+                    self.dead_letters,
+                    self.redrive_seconds,
+                    self.redrive_status.as_deref().unwrap_or("not run")
+                )
+            } else {
+                String::new()
+            }
     }
 }
 
@@ -314,6 +341,23 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     }
     let import_seconds = import_started.elapsed().as_secs_f64();
     say(format!("imported       {} renewals over {} zones in {import_seconds:.1} s", rows.len(), ZONES.len()));
+    let letters = punctual_core::workload::letter_renewals(opts.reminders, opts.redrive, Utc::now());
+    if !letters.is_empty() {
+        let seeded = Instant::now();
+        dead_letters_before_the_run(
+            &renewals,
+            &DynamoLedger::new(ddb.clone(), &res.ledger_table),
+            &res.queues(sqs.clone()),
+            &letters,
+        )
+        .await?;
+        say(format!(
+            "dead letters   {} in the DLQ, their ledger records dead_lettered ({}) in {:.1} s",
+            letters.len(),
+            punctual_core::workload::LETTER_REASON.as_str(),
+            seeded.elapsed().as_secs_f64()
+        ));
+    }
 
     let queues = res.queues(sqs);
     let pipeline = CountedPipeline::build(
@@ -330,6 +374,11 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         },
     )?;
     let scheduler = Arc::clone(&pipeline.scheduler);
+    let redrive = if letters.is_empty() {
+        None
+    } else {
+        Some(pipeline.redrive(&res, &config, emulator.dynamodb_endpoint.as_deref(), opts.quota)?)
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EsmStats::default());
@@ -360,7 +409,41 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         }
     };
 
-    let n = opts.reminders as u64;
+    // Every fresh reminder and every letter ends; a redrive that stops short (refused,
+    // aborted) lowers the count to what it moved back.
+    let n = (opts.reminders + letters.len()) as u64;
+    let expected = Arc::new(std::sync::atomic::AtomicU64::new(n));
+    // The redrive runs beside the fresh reminders (as `simulate --scenario redrive` and
+    // `simulate --workload run --redrive` run it): a redrive is an operator's move while the
+    // day's traffic goes on, and its rate cap is there to leave that traffic its quota. The
+    // request goes through the redrive function's own handler, validated against its caps.
+    let redrive_run = {
+        let (stop, expected) = (Arc::clone(&stop), Arc::clone(&expected));
+        let request = punctual_core::workload::redrive_request(letters.len(), opts.quota);
+        let fresh = opts.reminders as u64;
+        let redrive = redrive.as_ref();
+        async move {
+            let (redriver, caps) = redrive?;
+            let function = punctual_redrive::handler::Function { redriver, caps: *caps };
+            // The Lambda's longest invocation.
+            let deadline = Utc::now() + TimeDelta::minutes(15);
+            let answer = tokio::select! {
+                a = function.answer(request, deadline) => a,
+                () = async { while !stop.load(Ordering::Relaxed) { tokio::time::sleep(Duration::from_millis(200)).await } } => {
+                    return None;
+                }
+            };
+            let moved = match &answer {
+                Ok(
+                    punctual_redrive::handler::Answer::Done { summary }
+                    | punctual_redrive::handler::Answer::Aborted { summary },
+                ) => summary.moved,
+                _ => 0,
+            };
+            expected.store(fresh + moved, Ordering::Relaxed);
+            Some((answer, Instant::now()))
+        }
+    };
     let monitor = async {
         let limit = Duration::from_secs_f64(n as f64 / opts.quota * 4.0 + 120.0);
         let loop_started = Instant::now();
@@ -416,7 +499,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
                     )
                 });
             }
-            if (handled >= n && total == Some(0)) || loop_started.elapsed() > limit {
+            if (handled >= expected.load(Ordering::Relaxed) && total == Some(0)) || loop_started.elapsed() > limit {
                 break;
             }
         }
@@ -428,7 +511,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     // SIGTERM), the run gives them two seconds to finish what they hold and then drops them
     // (an abandoned message returns to its queue after its visibility timeout), so it exits
     // promptly and `Emulator`'s drop stops the processes it started.
-    let mut work = std::pin::pin!(async { tokio::join!(pollers, ticks) });
+    let mut work = std::pin::pin!(async { tokio::join!(pollers, ticks, redrive_run) });
     let mut monitor = std::pin::pin!(monitor);
     let mut finished = None;
     let (interrupted, backlog) = loop {
@@ -446,7 +529,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         .await;
         return Err(RunError::Interrupted(stop));
     }
-    let ((), (sched_expired, released_urgent)) = match finished {
+    let ((), (sched_expired, released_urgent), redrive_answer) = match finished {
         Some(w) => w,
         None => work.await,
     };
@@ -503,6 +586,21 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         repeated_key_requests: seen.repeated_keys,
         double_effects: seen.double_effects,
     };
+    let (redriven, redrive_status, redrive_seconds) = match &redrive_answer {
+        None => (0, letters.first().map(|_| "not finished".to_owned()), 0.0),
+        Some((answer, at)) => {
+            use punctual_redrive::handler::Answer;
+            let secs = at.duration_since(side.started()).as_secs_f64();
+            match answer {
+                Ok(Answer::Done { summary }) => (summary.moved, Some("done".to_owned()), secs),
+                Ok(Answer::Aborted { summary }) => {
+                    (summary.moved, Some(format!("aborted: {}", summary.aborted.as_deref().unwrap_or("?"))), secs)
+                }
+                Ok(Answer::Refused { problems, .. }) => (0, Some(format!("refused: {}", problems.join("; "))), secs),
+                Err(e) => (0, Some(format!("failed: {e}")), secs),
+            }
+        }
+    };
     let (counts, endings) = count(&observed, as_of, Some(n));
     let floor = n as f64 / opts.quota;
     let drain = seen.drain;
@@ -554,14 +652,53 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         throughput: Throughput::measure(seen.requests, seen.throttled, delivered, drain, floor),
         provider: opts.provider.clone(),
         provider_effects: seen.effects,
-        requests: pipeline.requests(n, seen.requests),
+        requests: pipeline.requests(n, seen.requests, (!letters.is_empty()).then_some(redriven)),
         tight,
         released_urgent,
+        dead_letters: letters.len(),
+        redriven,
+        redrive_status,
+        redrive_seconds,
         cpu: std::path::Path::new("/proc/self/stat").exists().then_some(cpu),
         wall_seconds: started.elapsed().as_secs_f64(),
         import_seconds,
         series,
     })
+}
+
+/// Leaves `letters`' reminders as the sender leaves a reminder whose attempts ran out, before
+/// the run starts: each renewal imported and released (the scheduler's own mark, so no tick
+/// releases it again), its reminder claimed, deferred, claimed again and quarantined through
+/// the product's ports ([`punctual_core::workload::dead_letter`]) on the command's own,
+/// uncounted clients.
+async fn dead_letters_before_the_run(
+    renewals: &DynamoRenewals,
+    ledger: &DynamoLedger,
+    queues: &punctual_aws::sqs::SqsQueues,
+    letters: &[punctual_core::renewal::Renewal],
+) -> Result<(), RunError> {
+    use futures_util::{StreamExt, TryStreamExt};
+    use punctual_core::ports::DueStore;
+    let now = Utc::now();
+    for chunk in letters.chunks(500) {
+        renewals.import(chunk, now).await.map_err(step("importing the dead letters' renewals"))?;
+    }
+    let released_at = now - TimeDelta::seconds(1);
+    futures_util::stream::iter(letters.iter().enumerate())
+        .map(|(i, r)| async move {
+            renewals
+                .mark_enqueued(&punctual_core::workload::pending(r), released_at)
+                .await
+                .map_err(step("marking the dead letters' renewals released"))?;
+            let msg = punctual_core::workload::released(r, released_at);
+            punctual_core::workload::dead_letter(ledger, queues, &msg, &format!("letter-{i:06}"), now)
+                .await
+                .map_err(|e| step("dead-lettering a reminder before the run")(e))
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
 }
 
 /// What the provider saw over a run.

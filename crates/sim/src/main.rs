@@ -149,6 +149,11 @@ struct SimulateArgs {
     /// the whole backlog at once. EDF's optimum is then measured from the lift.
     #[arg(long, default_value_t = 0, requires = "day")]
     pause_minutes: u64,
+    /// With `--workload run`: this many reminders are dead letters at T0 (`punctual run
+    /// --redrive`'s: due with the fresh ones, hours from their deadline, `attempt_limit`), and
+    /// the redrive moves them back while the fresh ones run, at half the redrive share.
+    #[arg(long, default_value_t = 0, requires = "workload")]
+    redrive: usize,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -355,7 +360,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
             Ok(p) => Some(std::sync::Arc::new(p)),
             Err(code) => return code,
         },
-        (None, Some(w)) => Some(std::sync::Arc::new(run_workload(w, a.reminders, a.tight_share))),
+        (None, Some(w)) => Some(std::sync::Arc::new(run_workload(w, a.reminders, a.tight_share, a.redrive))),
         (None, None) => None,
     };
     let (quota, concurrency, seed) = (a.capacity.quota, a.capacity.concurrency, a.seed);
@@ -490,17 +495,24 @@ fn slo_policy() -> Result<punctual_core::slo::SloPolicy, ExitCode> {
 
 /// The renewals `punctual run` would import now (its generator, its defaults), as the
 /// simulator's population: all active, none released yet.
-fn run_workload(workload: &str, reminders: Option<usize>, tight_share: Option<f64>) -> punctual_sim::SimPopulation {
+fn run_workload(
+    workload: &str,
+    reminders: Option<usize>,
+    tight_share: Option<f64>,
+    letters: usize,
+) -> punctual_sim::SimPopulation {
     let (n, span) = match workload {
         "staggered" => (12_000, punctual_core::workload::STAGGERED_MINUTES),
         _ => (3000, 0),
     };
+    let (n, now) = (reminders.unwrap_or(n), chrono::Utc::now());
     punctual_sim::SimPopulation::from_renewals(&punctual_core::workload::generate_spread(
-        reminders.unwrap_or(n),
-        chrono::Utc::now(),
+        n,
+        now,
         span,
         tight_share.unwrap_or(0.1).clamp(0.0, 1.0),
     ))
+    .with_letters(&punctual_core::workload::letter_renewals(n, letters, now))
 }
 
 /// Reads a population file; exit 2 (with the line) when it does not read whole.

@@ -175,6 +175,9 @@ pub struct SimPopulation {
     pub shift: TimeDelta,
     /// Renewals of the file excluded by status (not simulated), by status.
     pub excluded: BTreeMap<String, u64>,
+    /// `--workload run --redrive N`: reminders already dead letters at T0, as `rows` (shifted
+    /// the same), their renewals released before T0; redriven while the rows run.
+    pub letters: Vec<(u32, punctual_core::ids::ReminderId, DateTime<Utc>, DateTime<Utc>)>,
 }
 
 impl SimPopulation {
@@ -200,6 +203,21 @@ impl SimPopulation {
             })
             .collect();
         Self::new(&rows)
+    }
+
+    /// With `letters` (`punctual_core::workload::letter_renewals`) dead-lettered before T0.
+    pub fn with_letters(mut self, letters: &[punctual_core::renewal::Renewal]) -> Self {
+        for r in letters {
+            let t = match self.tenants.iter().position(|t| t == r.tenant_id.as_str()) {
+                Some(t) => t as u32,
+                None => {
+                    self.tenants.push(r.tenant_id.to_string());
+                    (self.tenants.len() - 1) as u32
+                }
+            };
+            self.letters.push((t, r.reminder_id.clone(), r.deliver_after + self.shift, r.deliver_by + self.shift));
+        }
+        self
     }
 
     /// The active renewals of `rows` (cancelled and paid ones are counted, not simulated).
@@ -280,9 +298,14 @@ impl SimConfig {
         }
     }
 
-    /// Reminders already in the DLQ at T0 (`redrive`: one sixth of the fresh ones).
+    /// Reminders already in the DLQ at T0 (`redrive`: one sixth of the fresh ones; a
+    /// population: its letters).
     fn dead_at_start(&self) -> usize {
-        if self.scenario == Scenario::Redrive { self.reminders / 6 } else { 0 }
+        match &self.population {
+            Some(p) => p.letters.len(),
+            None if self.scenario == Scenario::Redrive => self.reminders / 6,
+            None => 0,
+        }
     }
 
     fn quota_at(&self, since_start: Duration) -> f64 {
@@ -337,6 +360,10 @@ pub struct SimReport {
     pub limiter_stranded: u64,
     /// `redrive`: dead letters moved back to the send queue.
     pub redriven: u64,
+    /// `--workload run --redrive`: the redrive's own requests per message it moved back (its
+    /// DLQ requests and ledger reads; they are in `requests_per_message` too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redrive_requests_per_message: Option<punctual_core::cost::RequestsPerMessage>,
     /// `redrive`: T0 → the last one moved back.
     pub redrive_seconds: f64,
     /// `redrive`: fresh (never dead-lettered) reminders that were late.
@@ -601,6 +628,75 @@ struct SimDeadLetters {
     items: Arc<Mutex<Vec<(u64, String, bool)>>>,
     queue: SimLanes,
     moved_at: Arc<Mutex<Option<DateTime<Utc>>>>,
+    /// The letters' `reason` attribute.
+    reason: ReasonCode,
+}
+
+/// The sender's quarantine as the letters of a population reach the DLQ before T0
+/// (`punctual_core::workload::dead_letter`): uncounted, as `punctual run` seeds them on the
+/// command's own clients.
+impl punctual_core::ports::SendQueue for SimDeadLetters {
+    async fn requeue(
+        &self,
+        _msg: &ReminderMessage,
+        _delay: Duration,
+        _lane: QueueLane,
+    ) -> Result<(), punctual_core::ports::QueueError> {
+        Err(punctual_core::ports::QueueError::Unknown("the letters are only ever quarantined".into()))
+    }
+
+    async fn dead_letter(
+        &self,
+        q: &punctual_core::ports::Quarantine<'_>,
+    ) -> Result<(), punctual_core::ports::QueueError> {
+        let mut items = lock(&self.items);
+        let id = items.len() as u64 + 1_000_000_000;
+        items.push((id, q.body.to_owned(), false));
+        Ok(())
+    }
+}
+
+/// A ledger whose reads are counted apart: the redrive's own (its `redrive_requests_per_message`).
+#[derive(Clone)]
+struct ReadsCounted<L>(L, Arc<std::sync::atomic::AtomicU64>);
+
+impl<L: Ledger> Ledger for ReadsCounted<L> {
+    async fn claim(
+        &self,
+        msg: &ReminderMessage,
+        owner: &punctual_core::ports::OwnerToken,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<punctual_core::decision::ClaimView, punctual_core::ports::LedgerError> {
+        self.0.claim(msg, owner, now, lease_until).await
+    }
+
+    async fn settle(
+        &self,
+        msg: &ReminderMessage,
+        owner: Option<&punctual_core::ports::OwnerToken>,
+        now: DateTime<Utc>,
+        settlement: &punctual_core::ports::Settlement,
+    ) -> Result<punctual_core::ports::SettleOutcome, punctual_core::ports::LedgerError> {
+        self.0.settle(msg, owner, now, settlement).await
+    }
+
+    async fn mark_call(
+        &self,
+        msg: &ReminderMessage,
+        owner: &punctual_core::ports::OwnerToken,
+        now: DateTime<Utc>,
+    ) -> Result<bool, punctual_core::ports::LedgerError> {
+        self.0.mark_call(msg, owner, now).await
+    }
+
+    async fn get(
+        &self,
+        id: &punctual_core::ids::ReminderId,
+    ) -> Result<Option<punctual_core::ports::LedgerRecord>, punctual_core::ports::LedgerError> {
+        Usage::add(&self.1, 1);
+        self.0.get(id).await
+    }
 }
 
 impl punctual_core::ports::DeadLetters for SimDeadLetters {
@@ -620,7 +716,7 @@ impl punctual_core::ports::DeadLetters for SimDeadLetters {
                     handle: id.to_string(),
                     message_id: format!("dlq-{id}"),
                     body: body.clone(),
-                    reason: Some(ReasonCode::NoSafeRetryWindow.as_str().to_owned()),
+                    reason: Some(self.reason.as_str().to_owned()),
                     first_enqueued: Some(t0() - TimeDelta::hours(1)),
                 }
             })
@@ -673,7 +769,7 @@ pub fn t0() -> DateTime<Utc> {
 /// tight deadlines (`mixed`: 10 % within 2–5 minutes). `None` for a malformed body.
 fn reminder(config: &SimConfig, rng: &mut SplitMix64, i: usize) -> Result<ReminderMessage, String> {
     if let Some(pop) = &config.population {
-        let (t, id, after, by) = &pop.rows[i];
+        let (t, id, after, by) = pop.rows.get(i).unwrap_or_else(|| &pop.letters[i - pop.rows.len()]);
         let m = punctual_core::testing::message(&format!("sim-{i}"), *after, *by);
         let tenant_id = punctual_core::TenantId::parse(pop.tenants[*t as usize].as_str()).map_err(|e| e.to_string())?;
         return Ok(ReminderMessage { tenant_id, reminder_id: id.clone(), ..m });
@@ -779,13 +875,27 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let due = MemoryDueStore::forgetting(1);
     // A population is released minute by minute (below); a scenario's is all due at T0.
     let mut upcoming: Vec<Pending> = Vec::new();
-    let dlq = SimDeadLetters { items: Arc::default(), queue: queue.clone(), moved_at: Arc::default() };
+    let letters_at_t0 = config.population.as_ref().is_some_and(|p| !p.letters.is_empty());
+    let dlq = SimDeadLetters {
+        items: Arc::default(),
+        queue: queue.clone(),
+        moved_at: Arc::default(),
+        reason: if letters_at_t0 { punctual_core::workload::LETTER_REASON } else { ReasonCode::NoSafeRetryWindow },
+    };
+    // A population's letters: dead-lettered through the ledger below, as the sender leaves them.
+    let mut letters: Vec<ReminderMessage> = Vec::new();
     let mut msgs: Vec<(String, Option<Tracked>)> = Vec::with_capacity(fresh + config.dead_at_start());
     for i in 0..fresh + config.dead_at_start() {
         let m = reminder(config, &mut rng, i);
         let body = || m.as_ref().map_or_else(Clone::clone, ReminderMessage::encode);
         if i >= fresh {
-            if worker == Worker::Naive {
+            if let (true, Ok(m)) = (letters_at_t0, &m) {
+                if worker == Worker::Naive {
+                    queue.normal.push(body(), t0(), Some(m.tenant_id.as_str()));
+                } else {
+                    letters.push(m.clone());
+                }
+            } else if worker == Worker::Naive {
                 // The naive operator moves the whole DLQ back at once (SQS's own redrive).
                 queue.normal.push(body(), t0(), m.as_ref().ok().map(|m| m.tenant_id.as_str()));
             } else {
@@ -821,7 +931,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                     deliver_after: m.deliver_after,
                     deliver_by: m.deliver_by,
                     tenant: match &config.population {
-                        Some(p) => p.rows[i].0,
+                        Some(p) => p.rows.get(i).unwrap_or_else(|| &p.letters[i - p.rows.len()]).0,
                         None if config.scenario == Scenario::Tenants => tenant_of(i),
                         None => 0,
                     },
@@ -897,6 +1007,14 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     );
     // One sender (one Lambda instance) per worker, each with its own handle on ONE shared
     // limiter schedule, as in production.
+    // A population's letters: dead-lettered before T0 as the sender leaves them (through the
+    // same ports); the requests that took are not the run's, as `punctual run`'s seeding is not.
+    for (k, m) in letters.iter().enumerate() {
+        let seeded = block_on(punctual_core::workload::dead_letter(&ledger, &dlq, m, &format!("letter-{k:06}"), t0()));
+        debug_assert!(seeded.is_ok(), "{seeded:?}");
+    }
+    let (seed_reads, seed_writes) = (memory.reads(), memory.writes());
+    let redrive_reads = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let slots = MemorySlotStore::default();
     // Workers 0..concurrency poll the normal lane, the rest the urgent lane (naive: one queue).
     let urgent_workers = if worker == Worker::Punctual { config.urgent_concurrency } else { 0 };
@@ -972,9 +1090,36 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             let (ledger, dlq, clock, feeding) = (ledger.clone(), dlq.clone(), clock.clone(), Rc::clone(&feeding));
             // Half the redrive share: fresh traffic keeps the rest of the quota.
             let cap = (config.quota * LimiterSettings::new(config.quota).redrive_share / 2.0).max(1.0);
+            let population = config.population.clone();
+            let (quota, reads) = (config.quota, Arc::clone(&redrive_reads));
             tokio::task::spawn_local(async move {
                 if !feeding.get() {
                     return None;
+                }
+                if let Some(pop) = population.filter(|p| !p.letters.is_empty()) {
+                    // `punctual run --redrive`'s redrive, the same request validated against the
+                    // redrive function's default caps (REDRIVE_MAX_MESSAGES 1,000,
+                    // REDRIVE_MAX_PER_SECOND 20 within the redrive share), started when the
+                    // fresh reminders can first go, as `run` starts it with its pipeline.
+                    let share = LimiterSettings::new(quota).redrive_share;
+                    let caps = punctual_core::redrive::RedriveCaps {
+                        max_messages: 1000,
+                        max_per_second: (share * quota).min(20.0),
+                    };
+                    let req = punctual_core::workload::redrive_request(pop.letters.len(), quota).validate(caps).ok()?;
+                    if let Some(first) = pop.first_due().filter(|f| *f > clock.now()) {
+                        clock.sleep(until(clock.now(), first)).await;
+                    }
+                    let deadline = clock.now() + TimeDelta::minutes(15);
+                    let redriver = punctual_core::redrive::Redriver::new(
+                        ReadsCounted(ledger, reads),
+                        dlq,
+                        punctual_core::testing::MemoryControl::default(),
+                        clock,
+                    );
+                    let summary = redriver.run(&req, deadline).await.ok();
+                    feeding.set(false);
+                    return summary;
                 }
                 let redriver = punctual_core::redrive::Redriver::new(
                     ledger,
@@ -1121,8 +1266,8 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     });
 
     // What the run asked of the ledger (before the accounting reads it).
-    Usage::add(&usage.ddb_writes, memory.writes());
-    Usage::add(&usage.ddb_reads, memory.reads());
+    Usage::add(&usage.ddb_writes, memory.writes() - seed_writes);
+    Usage::add(&usage.ddb_reads, memory.reads() - seed_reads);
     // Accounting: the one accounting (docs/design.md#the-one-accounting) over every reminder's ending.
     let p = lock(&provider.state);
     let q = lock(&queue.normal.state);
@@ -1152,7 +1297,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let left_in_dlq = lock(&dlq.items).clone();
     let mut dead_before_t0: HashSet<String> = HashSet::new();
     for (_, body, _) in &left_in_dlq {
-        dlq_reason.entry(key(body)).or_insert_with(|| ReasonCode::NoSafeRetryWindow.as_str().to_owned());
+        dlq_reason.entry(key(body)).or_insert_with(|| dlq.reason.as_str().to_owned());
         dead_before_t0.insert(key(body));
     }
     let urgent_q = lock(&queue.urgent.state);
@@ -1280,7 +1425,19 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     report.sqs_requests_by_kind = SqsByKind::per_message(&usage, msgs.len());
     report.dynamodb_writes_per_message = (report.cost.dynamodb_writes / 1e4).round() / 100.0;
     report.released_urgent = released_urgent;
-    if config.scenario == Scenario::Redrive {
+    if letters_at_t0 {
+        report.redriven = summary.as_ref().map_or(0, |s| s.moved);
+        let start = config.population.as_ref().and_then(|p| p.first_due()).map_or(t0(), |f| f.max(t0()));
+        report.redrive_seconds = lock(&dlq.moved_at).map_or(0.0, |t| until(start, t).as_secs_f64());
+        report.redrive_requests_per_message = Some(punctual_core::cost::RequestsPerMessage::from_totals(
+            Usage::get(&redrive_reads),
+            0,
+            Usage::get(&usage.sqs.redrive),
+            0,
+            report.redriven,
+            0,
+        ));
+    } else if config.scenario == Scenario::Redrive {
         report.redriven = match &summary {
             Some(s) => s.moved,
             None => (msgs.len() - fresh) as u64, // the naive bulk move

@@ -220,3 +220,42 @@ fn a_low_load_day_pays_for_the_pollers_the_mappings_keep_on_an_idle_queue() {
         assert!(p.limiter_writes_per_call <= 0.15, "{normal} + {urgent}: {}", p.limiter_writes_per_call);
     }
 }
+
+/// `simulate --workload run --redrive N`: the N letters are in the DLQ at T0 (dead-lettered
+/// through the ledger as the sender leaves them), and the redrive moves every one back beside
+/// the fresh reminders, each delivered once; the redrive's own requests are reported per letter.
+#[test]
+fn a_workload_with_letters_seeds_them_and_redrives_every_one() {
+    let now = chrono::Utc::now();
+    let (fresh, letters) = (300, 40);
+    let population = std::sync::Arc::new(
+        punctual_sim::SimPopulation::from_renewals(&punctual_core::workload::generate(fresh, now, 0.1))
+            .with_letters(&punctual_core::workload::letter_renewals(fresh, letters, now)),
+    );
+    assert_eq!((population.rows.len(), population.letters.len()), (fresh, letters));
+    let config = SimConfig {
+        reminders: population.rows.len(),
+        population: Some(std::sync::Arc::clone(&population)),
+        tight_share: 0.1,
+        quota: 20.0,
+        ..SimConfig::new(Scenario::Normal)
+    };
+    let p = run(&config, Worker::Punctual);
+    assert_eq!(p.reminders, fresh + letters, "every letter is one of the report's messages");
+    assert_eq!(p.redriven, letters as u64, "{p:#?}");
+    assert_eq!((p.counts.delivered, p.counts.late, p.counts.lost), ((fresh + letters) as u64, 0, 0), "{:#?}", p.counts);
+    assert!(p.counts.dead_lettered.is_empty() && p.counts.duplicates == 0, "{:#?}", p.counts);
+    let rd = p.redrive_requests_per_message.expect("the redrive's own requests");
+    // At least a receive per ten, a send back and a delete per letter; a read of each letter's record.
+    assert!(rd.sqs >= 2.1 && rd.dynamodb_reads >= 1.0, "{rd:?}");
+    assert!(p.sqs_requests_by_kind.redrive > 0.0, "{:#?}", p.sqs_requests_by_kind);
+    // Without letters the same workload has no redrive.
+    let plain = SimConfig {
+        population: Some(std::sync::Arc::new(punctual_sim::SimPopulation::from_renewals(
+            &punctual_core::workload::generate(fresh, now, 0.1),
+        ))),
+        ..config
+    };
+    let q = run(&plain, Worker::Punctual);
+    assert_eq!((q.reminders, q.redriven, q.redrive_requests_per_message), (fresh, 0, None));
+}
