@@ -32,24 +32,32 @@ pub fn generate_spread(n: usize, start: DateTime<Utc>, span_minutes: u32, tight_
     let tight = |i: usize| (i as f64 * tight_share).floor() != ((i + 1) as f64 * tight_share).floor();
     (0..n)
         .filter_map(|i| {
-            let zone = ZONES[i % ZONES.len()];
-            let tz: chrono_tz::Tz = zone.parse().ok()?;
             let offset = (i as u64 * u64::from(span_minutes)) / (n as u64).max(1);
-            let local = (first + TimeDelta::minutes(i64::try_from(offset).ok()?)).with_timezone(&tz);
-            Renewal::validate(&RenewalInput {
-                tenant_id: format!("tenant-{}", i % 5),
-                renewal_id: format!("run-{i:06}"),
-                recipient_ref: format!("cust-{i}"),
-                channel: if i % 3 == 0 { "sms".into() } else { "email".into() },
-                zone: zone.into(),
-                local_due_date: local.format("%Y-%m-%d").to_string(),
-                local_send_time: local.format("%H:%M").to_string(),
-                window_minutes: if tight(i) { TIGHT_WINDOW } else { WINDOWS[i % WINDOWS.len()] }.to_string(),
-                ..RenewalInput::default()
-            })
-            .ok()
+            let due = first + TimeDelta::minutes(i64::try_from(offset).ok()?);
+            run_renewal(i, due, if tight(i) { TIGHT_WINDOW } else { WINDOWS[i % WINDOWS.len()] })
         })
         .collect()
+}
+
+/// The `i`-th renewal of a run's population, due at `due` (whole minutes) in the local time of
+/// its zone, with a window of `window_minutes`: tenant, renewal id, recipient, channel and zone
+/// all follow from `i`, so fresh renewals and dead letters are named and spread alike.
+fn run_renewal(i: usize, due: DateTime<Utc>, window_minutes: u32) -> Option<Renewal> {
+    let zone = ZONES[i % ZONES.len()];
+    let tz: chrono_tz::Tz = zone.parse().ok()?;
+    let local = due.with_timezone(&tz);
+    Renewal::validate(&RenewalInput {
+        tenant_id: format!("tenant-{}", i % 5),
+        renewal_id: format!("run-{i:06}"),
+        recipient_ref: format!("cust-{i}"),
+        channel: if i.is_multiple_of(3) { "sms".into() } else { "email".into() },
+        zone: zone.into(),
+        local_due_date: local.format("%Y-%m-%d").to_string(),
+        local_send_time: local.format("%H:%M").to_string(),
+        window_minutes: window_minutes.to_string(),
+        ..RenewalInput::default()
+    })
+    .ok()
 }
 
 // ---- the letters of `punctual run --redrive` ---------------------------------------------------
@@ -67,25 +75,7 @@ pub const LETTER_REASON: crate::ReasonCode = crate::ReasonCode::AttemptLimit;
 /// same five tenants and zones, never tight ([`LETTER_WINDOWS`]).
 pub fn letter_renewals(fresh: usize, n: usize, now: DateTime<Utc>) -> Vec<Renewal> {
     let first = now.with_second(0).and_then(|t| t.with_nanosecond(0)).unwrap_or(now);
-    (fresh..fresh + n)
-        .filter_map(|i| {
-            let zone = ZONES[i % ZONES.len()];
-            let tz: chrono_tz::Tz = zone.parse().ok()?;
-            let local = first.with_timezone(&tz);
-            Renewal::validate(&RenewalInput {
-                tenant_id: format!("tenant-{}", i % 5),
-                renewal_id: format!("run-{i:06}"),
-                recipient_ref: format!("cust-{i}"),
-                channel: if i % 3 == 0 { "sms".into() } else { "email".into() },
-                zone: zone.into(),
-                local_due_date: local.format("%Y-%m-%d").to_string(),
-                local_send_time: local.format("%H:%M").to_string(),
-                window_minutes: LETTER_WINDOWS[i % LETTER_WINDOWS.len()].to_string(),
-                ..RenewalInput::default()
-            })
-            .ok()
-        })
-        .collect()
+    (fresh..fresh + n).filter_map(|i| run_renewal(i, first, LETTER_WINDOWS[i % LETTER_WINDOWS.len()])).collect()
 }
 
 /// The renewal's pending row, as the scheduler's index holds it.
