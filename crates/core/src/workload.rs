@@ -78,21 +78,9 @@ pub fn letter_renewals(fresh: usize, n: usize, now: DateTime<Utc>) -> Vec<Renewa
     (fresh..fresh + n).filter_map(|i| run_renewal(i, first, LETTER_WINDOWS[i % LETTER_WINDOWS.len()])).collect()
 }
 
-/// The renewal's pending row, as the scheduler's index holds it.
-pub fn pending(r: &Renewal) -> crate::ports::Pending {
-    crate::ports::Pending {
-        tenant_id: r.tenant_id.clone(),
-        renewal_id: r.renewal_id.clone(),
-        kind: r.kind.clone(),
-        reminder_id: r.reminder_id.clone(),
-        deliver_after: r.deliver_after,
-        deliver_by: r.deliver_by,
-    }
-}
-
 /// The renewal's reminder as the scheduler released it at `at`.
 pub fn released(r: &Renewal, at: DateTime<Utc>) -> crate::ReminderMessage {
-    crate::scheduler::message_for(&pending(r), at)
+    crate::scheduler::message_for(&crate::ports::Pending::from(r), at)
 }
 
 /// Leaves `msg` dead-lettered exactly as the sender does when a reminder's attempt budget is

@@ -687,7 +687,7 @@ async fn dead_letters_before_the_run(
     futures_util::stream::iter(letters.iter().enumerate())
         .map(|(i, r)| async move {
             renewals
-                .mark_enqueued(&punctual_core::workload::pending(r), released_at)
+                .mark_enqueued(&punctual_core::ports::Pending::from(r), released_at)
                 .await
                 .map_err(step("marking the dead letters' renewals released"))?;
             let msg = punctual_core::workload::released(r, released_at);

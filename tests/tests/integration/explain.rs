@@ -30,17 +30,6 @@ fn row(id: &str, at: DateTime<Utc>, window: u32) -> Renewal {
     .unwrap()
 }
 
-fn pending_of(r: &Renewal) -> Pending {
-    Pending {
-        tenant_id: r.tenant_id.clone(),
-        renewal_id: r.renewal_id.clone(),
-        kind: r.kind.clone(),
-        reminder_id: r.reminder_id.clone(),
-        deliver_after: r.deliver_after,
-        deliver_by: r.deliver_by,
-    }
-}
-
 #[tokio::test]
 async fn explain_says_what_reconcile_says_of_a_reminder_no_sender_recorded() {
     let config = sdk_config().await;
@@ -54,7 +43,7 @@ async fn explain_says_what_reconcile_says_of_a_reminder_no_sender_recorded() {
     // attributes: no sender ever decided it).
     let backstop = row("backstop", due, 240);
     renewals.import(&[never.clone(), backstop.clone()], now).await.unwrap();
-    renewals.mark_enqueued(&pending_of(&backstop), now - TimeDelta::minutes(9)).await.unwrap();
+    renewals.mark_enqueued(&Pending::from(&backstop), now - TimeDelta::minutes(9)).await.unwrap();
     let body = ReminderMessage {
         reminder_id: backstop.reminder_id.clone(),
         renewal_id: backstop.renewal_id.clone(),
@@ -72,7 +61,7 @@ async fn explain_says_what_reconcile_says_of_a_reminder_no_sender_recorded() {
     // it past its deadline and expired it at release.
     let expired = row("expired", minute(now - TimeDelta::hours(3)), 60);
     renewals.import(std::slice::from_ref(&expired), now - TimeDelta::hours(3) - TimeDelta::minutes(5)).await.unwrap();
-    renewals.mark_expired(&pending_of(&expired), now - TimeDelta::hours(1)).await.unwrap();
+    renewals.mark_expired(&Pending::from(&expired), now - TimeDelta::hours(1)).await.unwrap();
 
     let target = stack.target();
     for (r, want) in
@@ -98,7 +87,7 @@ async fn explain_says_what_reconcile_says_of_a_reminder_no_sender_recorded() {
     // (from the row) says it waits for release — explain says the latter.
     let back = row("back", due, 240);
     renewals.import(std::slice::from_ref(&back), now).await.unwrap();
-    renewals.mark_enqueued(&pending_of(&back), now - TimeDelta::minutes(9)).await.unwrap();
+    renewals.mark_enqueued(&Pending::from(&back), now - TimeDelta::minutes(9)).await.unwrap();
     let mut cancelled = back.clone();
     cancelled.status = punctual_core::renewal::RenewalStatus::Cancelled;
     renewals.import(std::slice::from_ref(&cancelled), now).await.unwrap();

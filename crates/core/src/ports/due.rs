@@ -25,6 +25,20 @@ pub struct Pending {
     pub deliver_by: DateTime<Utc>,
 }
 
+impl From<&crate::renewal::Renewal> for Pending {
+    /// The renewal's row as the scheduler's index holds it.
+    fn from(r: &crate::renewal::Renewal) -> Self {
+        Self {
+            tenant_id: r.tenant_id.clone(),
+            renewal_id: r.renewal_id.clone(),
+            kind: r.kind.clone(),
+            reminder_id: r.reminder_id.clone(),
+            deliver_after: r.deliver_after,
+            deliver_by: r.deliver_by,
+        }
+    }
+}
+
 impl Pending {
     /// The pending reminder of `kind` for `tenant`/`renewal` with the window `[after, by)`, its
     /// id derived as production derives it (from the local due date of `after`, in UTC here).
