@@ -34,12 +34,10 @@ pub fn cpu_seconds(pid: &str) -> Option<f64> {
     stat_ticks(&stat).map(|t| t / ticks_per_second())
 }
 
-/// utime + stime of one `/proc/PID/stat` line, in clock ticks. The command name (field 2)
-/// may hold spaces and parentheses: fields are counted after its last closing parenthesis;
-/// utime and stime are fields 14 and 15 (the 12th and 13th after it).
+/// utime + stime of one `/proc/PID/stat` line, in clock ticks: fields 14 and 15 (the 12th and
+/// 13th after the command name).
 fn stat_ticks(stat: &str) -> Option<f64> {
-    let rest = stat.rsplit_once(')')?.1;
-    let mut fields = rest.split_whitespace().skip(11);
+    let mut fields = punctual_ops::target::stat_fields(stat)?.skip(11);
     let utime: f64 = fields.next()?.parse().ok()?;
     let stime: f64 = fields.next()?.parse().ok()?;
     Some(utime + stime)

@@ -693,7 +693,7 @@ async fn dead_letters_before_the_run(
             let msg = punctual_core::workload::released(r, released_at);
             punctual_core::workload::dead_letter(ledger, queues, &msg, &format!("letter-{i:06}"), now)
                 .await
-                .map_err(|e| step("dead-lettering a reminder before the run")(e))
+                .map_err(step("dead-lettering a reminder before the run"))
         })
         .buffer_unordered(16)
         .try_collect::<Vec<()>>()

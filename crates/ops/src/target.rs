@@ -97,11 +97,16 @@ impl LocalState {
 }
 
 /// A process's start time, clock ticks after boot (`/proc/PID/stat` field 22); `None` when the
-/// process is gone or this is not Linux. The command name (field 2) may hold spaces and
-/// parentheses: fields are counted after its last closing parenthesis.
+/// process is gone or this is not Linux.
 pub fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+    stat_fields(&stat)?.nth(19)?.parse().ok()
+}
+
+/// The fields of one `/proc/PID/stat` line from field 3 (the state) on. The command name (field
+/// 2) may hold spaces and parentheses: fields are counted after its last closing parenthesis.
+pub fn stat_fields(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    Some(stat.rsplit_once(')')?.1.split_whitespace())
 }
 
 /// The state directory of `punctual local` (`PUNCTUAL_STATE_DIR`, default `target/local`).
