@@ -23,6 +23,31 @@ fn punctual(state: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_punctual")).args(args).env("PUNCTUAL_STATE_DIR", state).output().unwrap()
 }
 
+/// `punctual run ARGS --json` in a directory of its own, one pipeline at a time: the directory
+/// (its `target/run` holds the run's files) and the report.
+/// `own_emulators`: as `make run` does, it starts its own moto and dynalite (whose CPU the
+/// report reads) instead of using the emulator at `AWS_ENDPOINT_URL`.
+fn run_report(name: &str, args: &[&str], own_emulators: bool) -> (std::path::PathBuf, serde_json::Value) {
+    let _one = one_pipeline();
+    let dir = std::env::temp_dir().join(unique(name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
+    cmd.arg("run").args(args).arg("--json").current_dir(&dir);
+    if own_emulators {
+        cmd.env_remove("AWS_ENDPOINT_URL");
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (dir, serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// No reminder of the run was sent twice, late, lost, expired or cancelled.
+fn assert_each_once_on_time(r: &serde_json::Value) {
+    for key in ["duplicates", "late", "lost", "expired", "cancelled"] {
+        assert_eq!(r[key], 0, "{key}: {r}");
+    }
+}
+
 #[tokio::test]
 #[allow(clippy::await_holding_lock)] // held on purpose across the whole test: see ONE_PIPELINE
 async fn local_up_then_hand_sent_messages_then_drain_accounts_for_each_one() {
@@ -128,28 +153,16 @@ fn a_local_pipeline_is_drained_from_a_shell_with_other_credentials() {
 
 #[test]
 fn run_delivers_every_reminder_once_and_on_time() {
-    let _one = one_pipeline();
-    let dir = std::env::temp_dir().join(unique("punctual-run"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
-        // At 20/s the provider double's burst of 10 covers a 500 ms stall of this process. At
-        // the default 100/s it covers 100 ms, which a debug build beside a CPU-bound simulator
-        // test overruns: CI saw 9 of 309 calls answered 429 (utilisation 0.14), and a run
-        // beside three busy loops here gave 5 of 305 at 100/s and 0 of 300 at 20/s. The
-        // limiter's 429 rate at the full quota is measured in release (`make fidelity`).
-        .args(["run", "--reminders", "300", "--quota", "20", "--json"])
-        // As `make run` does: its own moto and dynalite, whose CPU the report reads.
-        .env_remove("AWS_ENDPOINT_URL")
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // At 20/s the provider double's burst of 10 covers a 500 ms stall of this process. At
+    // the default 100/s it covers 100 ms, which a debug build beside a CPU-bound simulator
+    // test overruns: CI saw 9 of 309 calls answered 429 (utilisation 0.14), and a run
+    // beside three busy loops here gave 5 of 305 at 100/s and 0 of 300 at 20/s. The
+    // limiter's 429 rate at the full quota is measured in release (`make fidelity`).
+    // Its own moto and dynalite, as `make run`: the report reads their CPU.
+    let (dir, r) = run_report("punctual-run", &["--reminders", "300", "--quota", "20"], true);
     assert_eq!(r["reminders"], 300);
     assert_eq!(r["delivered"], 300, "{r}");
-    for key in ["duplicates", "late", "lost", "expired", "cancelled"] {
-        assert_eq!(r[key], 0, "{key}: {r}");
-    }
+    assert_each_once_on_time(&r);
     // The limiter's target: at most 1 % of calls answered 429 (a debug build on two busy cores
     // can still bunch a few calls past the provider's burst); each one is one extra call.
     let (calls, throttled) = (r["provider_calls"].as_u64().unwrap(), r["provider_429"].as_u64().unwrap());
@@ -190,27 +203,16 @@ fn run_delivers_every_reminder_once_and_on_time() {
 /// while fresh reminders run, and every one of them reaches the provider exactly once.
 #[test]
 fn run_redrive_moves_every_letter_back_and_delivers_it_once() {
-    let _one = one_pipeline();
-    let dir = std::env::temp_dir().join(unique("punctual-run-redrive"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
-        // 40/s: the redrive goes at 4/s (half its share). At 20/s (2/s) the run took 37 s on the
-        // pipeline tests' serialised chain, at 40/s 16 s; 429s are allowed here (counted below),
-        // unlike the run above, which bounds them.
-        .args(["run", "--reminders", "40", "--redrive", "20", "--quota", "40", "--json"])
-        .env_remove("AWS_ENDPOINT_URL")
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 40/s: the redrive goes at 4/s (half its share). At 20/s (2/s) the run took 37 s on the
+    // pipeline tests' serialised chain, at 40/s 16 s; 429s are allowed here (counted below),
+    // unlike the run above, which bounds them.
+    let args = ["--reminders", "40", "--redrive", "20", "--quota", "40"];
+    let (_, r) = run_report("punctual-run-redrive", &args, true);
     assert_eq!((r["reminders"].as_u64(), r["dead_letters"].as_u64()), (Some(40), Some(20)), "{r}");
     assert_eq!(r["redriven"], 20, "{r}");
     assert_eq!(r["redrive_status"], "done", "{r}");
     assert_eq!(r["delivered"], 60, "{r}");
-    for key in ["duplicates", "late", "lost", "expired", "cancelled"] {
-        assert_eq!(r[key], 0, "{key}: {r}");
-    }
+    assert_each_once_on_time(&r);
     assert_eq!(r["dead_lettered"], serde_json::json!({}), "every letter left the DLQ for good: {r}");
     // Once each: the double's distinct acceptances are the deliveries, and every call but a
     // 429's was a first call.
@@ -228,20 +230,9 @@ fn run_redrive_moves_every_letter_back_and_delivers_it_once() {
 /// during the run equals the reminders delivered.
 #[test]
 fn run_over_ses_sends_each_reminder_exactly_once_at_ses() {
-    let _one = one_pipeline();
-    let dir = std::env::temp_dir().join(unique("punctual-run-ses"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
-        .args(["run", "--reminders", "200", "--provider", "ses", "--json"])
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (dir, r) = run_report("punctual-run-ses", &["--reminders", "200", "--provider", "ses"], false);
     assert_eq!((r["provider"].as_str(), r["delivered"].as_u64()), (Some("ses"), Some(200)), "{r}");
     assert_eq!(r["provider_effects"], 200, "SES's own count must equal the deliveries: {r}");
-    for key in ["duplicates", "late", "lost", "expired", "cancelled"] {
-        assert_eq!(r[key], 0, "{key}: {r}");
-    }
+    assert_each_once_on_time(&r);
     let _ = std::fs::remove_dir_all(&dir);
 }
