@@ -143,6 +143,7 @@ impl CountedPipeline {
     pub fn requests(&self, messages: u64, calls: u64, redriven: Option<u64>) -> PipelineRequests {
         let limiter = LimiterBreakdown::of(&self.normal.iter().chain(&self.urgent).cloned().collect::<Vec<_>>());
         let sender = self.sender_requests.snapshot();
+        let scheduler = self.scheduler_requests.snapshot();
         let redrive = self.redrive_requests.snapshot();
         let mut both = sender.clone();
         if redriven.is_some() {
@@ -154,9 +155,9 @@ impl CountedPipeline {
             limiter_writes_per_call: limiter.writes_per_call(),
             limiter,
             requests_per_message: per_message(&both, messages, calls),
-            scheduler_requests_per_message: per_message(&self.scheduler_requests.snapshot(), messages, 0),
+            scheduler_requests_per_message: per_message(&scheduler, messages, 0),
             requests: sender,
-            scheduler_requests: self.scheduler_requests.snapshot(),
+            scheduler_requests: scheduler,
             redrive_requests_per_message: redriven.map(|n| per_message(&redrive, n, 0)),
             redrive_requests: if redriven.is_some() { redrive } else { BTreeMap::new() },
         }
