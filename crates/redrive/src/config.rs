@@ -25,15 +25,21 @@ impl RedriveConfig {
     pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
         let limiter = limiter_settings(env)?;
         let max_messages =
-            env.parse("REDRIVE_MAX_MESSAGES", 1000u32, "an integer in 1..=100000", |v| (1..=100_000).contains(v))?;
-        let max_rate =
-            env.parse("REDRIVE_MAX_PER_SECOND", 20.0, "a rate in (0, 10000]", |v: &f64| *v > 0.0 && *v <= 10_000.0)?;
+            env.parse("REDRIVE_MAX_MESSAGES", RedriveCaps::DEFAULT_MAX_MESSAGES, "an integer in 1..=100000", |v| {
+                (1..=100_000).contains(v)
+            })?;
+        let max_rate = env.parse(
+            "REDRIVE_MAX_PER_SECOND",
+            RedriveCaps::DEFAULT_MAX_PER_SECOND,
+            "a rate in (0, 10000]",
+            |v: &f64| *v > 0.0 && *v <= 10_000.0,
+        )?;
         Ok(Self {
             send_queue_url: env.required("SEND_QUEUE_URL")?,
             lanes: lane_config(env)?,
             dlq_url: env.required("DLQ_URL")?,
             ledger_table: env.required("LEDGER_TABLE")?,
-            caps: RedriveCaps { max_messages, max_per_second: max_rate.min(limiter.redrive_share * limiter.quota) },
+            caps: RedriveCaps::within_share(max_messages, max_rate, &limiter),
         })
     }
 }

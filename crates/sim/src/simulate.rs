@@ -1101,11 +1101,12 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                     // redrive function's default caps (REDRIVE_MAX_MESSAGES 1,000,
                     // REDRIVE_MAX_PER_SECOND 20 within the redrive share), started when the
                     // fresh reminders can first go, as `run` starts it with its pipeline.
-                    let share = LimiterSettings::new(quota).redrive_share;
-                    let caps = punctual_core::redrive::RedriveCaps {
-                        max_messages: 1000,
-                        max_per_second: (share * quota).min(20.0),
-                    };
+                    use punctual_core::redrive::RedriveCaps;
+                    let caps = RedriveCaps::within_share(
+                        RedriveCaps::DEFAULT_MAX_MESSAGES,
+                        RedriveCaps::DEFAULT_MAX_PER_SECOND,
+                        &LimiterSettings::new(quota),
+                    );
                     let req = punctual_core::workload::redrive_request(pop.letters.len(), quota).validate(caps).ok()?;
                     if let Some(first) = pop.first_due().filter(|f| *f > clock.now()) {
                         clock.sleep(until(clock.now(), first)).await;

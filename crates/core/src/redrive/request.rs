@@ -30,6 +30,19 @@ pub struct RedriveCaps {
     pub max_per_second: f64,
 }
 
+impl RedriveCaps {
+    /// `REDRIVE_MAX_MESSAGES`'s default.
+    pub const DEFAULT_MAX_MESSAGES: u32 = 1000;
+    /// `REDRIVE_MAX_PER_SECOND`'s default.
+    pub const DEFAULT_MAX_PER_SECOND: f64 = 20.0;
+
+    /// The caps for `max_messages` and a configured `max_rate`, the rate held within the
+    /// limiter's redrive share of its quota.
+    pub fn within_share(max_messages: u32, max_rate: f64, limiter: &crate::limiter::LimiterSettings) -> Self {
+        Self { max_messages, max_per_second: max_rate.min(limiter.redrive_share * limiter.quota) }
+    }
+}
+
 /// Which dead letters a request selects (all lists: any of; empty: no constraint).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Selection {
