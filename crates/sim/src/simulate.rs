@@ -511,11 +511,8 @@ impl Key {
 
     /// The two halves of a reminder id's digits (lower-case only, so one number is one id).
     fn digits(id: &str) -> Option<(u64, u64)> {
-        let hex = id.strip_prefix("rem_")?;
-        if hex.len() != 32 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return None;
-        }
-        Some((u64::from_str_radix(&hex[..16], 16).ok()?, u64::from_str_radix(&hex[16..], 16).ok()?))
+        // Two halves, not one u128: a u128's 16-byte alignment would widen the enum.
+        punctual_core::ids::ReminderId::bits_of(id).map(|bits| ((bits >> 64) as u64, bits as u64))
     }
 }
 
