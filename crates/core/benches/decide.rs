@@ -32,6 +32,7 @@ fn bench(c: &mut Criterion) {
         claim: None,
         recorded: None,
         renewal: None,
+        channel: punctual_core::decision::ChannelView::Open,
         limiter: None,
         call_marked: None,
         provider: None,

@@ -164,6 +164,19 @@ pub enum LimiterAnswer {
     },
 }
 
+/// What the deployment says of the renewal's channel (docs/design.md#channels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChannelView<'a> {
+    /// Declared and not paused, or no channels declared (one provider serves every channel).
+    #[default]
+    Open,
+    /// Declared, and paused on its own (an operator's `pause --channel`, or the sender's own
+    /// pause after that channel's provider refused its credentials).
+    Paused,
+    /// Not declared by the deployment: the name the renewal gave.
+    Unknown(&'a str),
+}
+
 /// Everything known so far about one message.
 #[derive(Debug, Clone, Copy)]
 pub struct Inputs<'a> {
@@ -181,6 +194,8 @@ pub struct Inputs<'a> {
     pub recorded: Option<RecordView>,
     /// The renewal's state, once looked up.
     pub renewal: Option<RenewalView>,
+    /// The renewal's channel, once the renewal is looked up ([`ChannelView::Open`] before).
+    pub channel: ChannelView<'a>,
     /// The limiter's answer, once asked.
     pub limiter: Option<LimiterAnswer>,
     /// The ledger's answer to the call mark (true: marked under this worker's lease), once
@@ -429,6 +444,32 @@ fn held_elsewhere(
     })
 }
 
+/// Waits for a pause's recheck (deferred `reason`, `attempts` kept), or, when the recheck plus
+/// the queue delay lands at or after `deliver_by`, dead-letters the copy as a missed window
+/// (`last` says what held it).
+fn pause_recheck(
+    inputs: &Inputs<'_>,
+    msg: &ReminderMessage,
+    reason: ReasonCode,
+    attempts: u32,
+    status: Option<u16>,
+    last: &str,
+) -> Decision {
+    let next = add(inputs.now, crate::pause::PAUSE_RECHECK);
+    if add(next, inputs.observed.queue_delay) >= msg.deliver_by {
+        return quarantine(
+            ReasonCode::NoSafeRetryWindow,
+            attempts,
+            status,
+            format!(
+                "{last}; the pause's recheck at {} would be at or after deliver_by",
+                crate::contract::format_instant(next)
+            ),
+        );
+    }
+    Decision::Done(Disposition::Defer { until: next, reason, attempts_made: attempts, provider_status: status })
+}
+
 /// Decides the next step or the final disposition for one message. Pure: the same inputs and
 /// jitter state give the same answer.
 pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitter) -> Decision {
@@ -489,6 +530,30 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
             return Decision::Done(Disposition::Rescheduled { same_reminder, deliver_after, deliver_by });
         }
         Some(renewal) => return Decision::Done(Disposition::Cancel { renewal }),
+    }
+    // 5a. A channel the deployment serves, and not paused on its own. A paused channel waits
+    //     for its recheck like a fleet pause, spending no attempt; an undeclared one has no
+    //     provider at all, so an operator must decide (declare it, or fix the renewal).
+    match inputs.channel {
+        ChannelView::Open => {}
+        ChannelView::Unknown(name) => {
+            return quarantine(
+                ReasonCode::UnknownChannel,
+                prior_attempts,
+                None,
+                format!("channel {name:?} is not declared by this deployment"),
+            );
+        }
+        ChannelView::Paused => {
+            return pause_recheck(
+                inputs,
+                msg,
+                ReasonCode::OperatorPause,
+                prior_attempts,
+                None,
+                "its channel is paused",
+            );
+        }
     }
     // 5b. An earlier call whose outcome is unknown, at a provider that would apply a resend as
     //     a second effect: under `at_most_once` an operator decides (a redrive resends).
@@ -565,19 +630,7 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         if attempt >= limit {
             return quarantine(reason, attempt, status, format!("{last}; {attempt} of {limit} provider attempts made"));
         }
-        let next = add(now, crate::pause::PAUSE_RECHECK);
-        if add(next, inputs.observed.queue_delay) >= msg.deliver_by {
-            return quarantine(
-                ReasonCode::NoSafeRetryWindow,
-                attempt,
-                status,
-                format!(
-                    "{last}; the pause's recheck at {} would be at or after deliver_by",
-                    crate::contract::format_instant(next)
-                ),
-            );
-        }
-        Decision::Done(Disposition::Defer { until: next, reason, attempts_made: attempt, provider_status: status })
+        pause_recheck(inputs, msg, reason, attempt, status, &last)
     };
     let (status, retry_after, reason) = match outcome {
         ProviderOutcome::Accepted { receipt, .. } => {

@@ -147,6 +147,9 @@ closed_enum! {
         /// this copy was released: the copy belongs to a version the table no longer holds and
         /// was dropped without an attempt; the current version is released at its own time.
         Rescheduled => "rescheduled",
+        /// The renewal's channel is not one the deployment declares (`CHANNELS`): nothing was
+        /// sent; declare the channel or fix the renewal, then redrive.
+        UnknownChannel => "unknown_channel",
     }
 }
 

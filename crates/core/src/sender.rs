@@ -18,7 +18,9 @@ use chrono::{DateTime, Utc};
 use crate::backoff::SplitMix64;
 use crate::clock::{Clock, until};
 use crate::contract::{MalformedMessage, ReminderMessage};
-use crate::decision::{ClaimView, Decision, Disposition, Inputs, Observed, RecordView, SenderPolicy, Step, decide};
+use crate::decision::{
+    ChannelView, ClaimView, Decision, Disposition, Inputs, Observed, RecordView, SenderPolicy, Step, decide,
+};
 use crate::lanes::QueueLane;
 use crate::pause::{PAUSE_RECHECK, PauseGate, is_paused};
 use crate::ports::{
@@ -156,6 +158,27 @@ impl Default for SenderSettings {
     }
 }
 
+/// A declared channel's own limiter, provider and pause (docs/design.md#channels): a storm or a
+/// credential refusal on one channel slows or stops that channel only.
+pub struct ChannelRoute<T, P, C> {
+    /// The channel's name, as renewals give it (`email`, `sms`).
+    pub name: String,
+    /// The channel's limiter, on its own schedule (its own key, quota and adaptive cut).
+    pub limiter: T,
+    /// The channel's provider.
+    pub provider: P,
+    /// The channel's own pause switch (`None`: only the fleet pause stops it).
+    pub pause: Option<PauseGate<C>>,
+}
+
+/// Which limiter, provider and pause serve a message: the sender's own (no channels declared)
+/// or a declared channel's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Default,
+    Channel(usize),
+}
+
 /// The sender service, generic over its ports.
 pub struct Sender<L, R, T, P, Q, C> {
     ledger: L,
@@ -170,6 +193,8 @@ pub struct Sender<L, R, T, P, Q, C> {
     latency: Mutex<f64>,
     /// The operator pause switch (`None`: never paused).
     pause: Option<PauseGate<C>>,
+    /// The declared channels (empty: the limiter and provider above serve every channel).
+    channels: Vec<ChannelRoute<T, P, C>>,
 }
 
 impl<L, R, T, P, Q, C> Sender<L, R, T, P, Q, C>
@@ -208,7 +233,62 @@ where
             jitter: Mutex::new(SplitMix64::new(seed)),
             latency: Mutex::new(latency),
             pause: None,
+            channels: Vec::new(),
         }
+    }
+
+    /// Routes each message by its renewal's channel to that channel's limiter, provider and
+    /// pause; a renewal whose channel is not among `routes` is dead-lettered as
+    /// `unknown_channel`. Once channels are declared, the limiter and provider given to
+    /// [`Sender::new`] serve no message (the fleet pause still holds every channel).
+    pub fn with_channels(mut self, routes: Vec<ChannelRoute<T, P, C>>) -> Self {
+        self.channels = routes;
+        self
+    }
+
+    /// The declared channels.
+    pub fn channels(&self) -> &[ChannelRoute<T, P, C>] {
+        &self.channels
+    }
+
+    /// The route of a renewal's channel; `None` if channels are declared and it is not one.
+    fn route(&self, channel: Option<&str>) -> Option<Via> {
+        if self.channels.is_empty() {
+            return Some(Via::Default);
+        }
+        let name = channel?;
+        self.channels.iter().position(|c| c.name == name).map(Via::Channel)
+    }
+
+    fn limiter_of(&self, via: Option<Via>) -> &T {
+        match via {
+            Some(Via::Channel(i)) => &self.channels[i].limiter,
+            _ => &self.limiter,
+        }
+    }
+
+    fn provider_of(&self, via: Option<Via>) -> &P {
+        match via {
+            Some(Via::Channel(i)) => &self.channels[i].provider,
+            _ => &self.provider,
+        }
+    }
+
+    /// The pause a refusal of `via`'s credentials trips: the channel's own, else the fleet's.
+    fn pause_of(&self, via: Option<Via>) -> Option<&PauseGate<C>> {
+        match via {
+            Some(Via::Channel(i)) => self.channels[i].pause.as_ref().or(self.pause.as_ref()),
+            _ => self.pause.as_ref(),
+        }
+    }
+
+    /// The policy for `via`: what its provider promises about keys.
+    fn policy_of(&self, via: Option<Via>) -> SenderPolicy {
+        let mut policy = self.settings.policy;
+        if let Some(Via::Channel(_)) = via {
+            policy.provider_keys = self.provider_of(via).profile().honours_keys;
+        }
+        policy
     }
 
     /// Honours the operator pause switch read through `gate` (docs/design.md#the-pause-switch).
@@ -333,6 +413,9 @@ where
         let mut call_marked = None;
         let mut possible_double = false;
         let mut call_latency = None;
+        // The renewal's route, and whether its channel is paused, as of the renewal's read.
+        let mut via: Option<Via> = None;
+        let mut channel_paused = false;
         let mut now = self.clock.now();
         let disposition = loop {
             // A renewal read before this copy's deadline is read again before the copy expires:
@@ -365,13 +448,19 @@ where
                 claim,
                 recorded,
                 renewal: renewal.as_ref().zip(decoded.as_ref().ok()).map(|(r, m)| r.view_for(m)),
+                channel: match (renewal.as_ref(), via) {
+                    (None, _) => ChannelView::Open,
+                    (Some(r), None) => ChannelView::Unknown(r.channel.as_deref().unwrap_or("")),
+                    (Some(_), Some(_)) if channel_paused => ChannelView::Paused,
+                    (Some(_), Some(_)) => ChannelView::Open,
+                },
                 limiter,
                 call_marked,
                 provider: provider.as_ref(),
             };
             let decision = {
                 let mut j = self.jitter.lock().unwrap_or_else(PoisonError::into_inner);
-                decide(&self.settings.policy, &inputs, &mut *j)
+                decide(&self.policy_of(via), &inputs, &mut *j)
             };
             // Every step is only asked for once the message decoded.
             let Ok(msg) = decoded.as_ref() else {
@@ -403,13 +492,19 @@ where
                     });
                 }
                 Decision::Next(Step::CheckRenewal) => {
-                    renewal = Some(self.renewals.lookup(&msg.tenant_id, &msg.renewal_id).await?);
+                    let read = self.renewals.lookup(&msg.tenant_id, &msg.renewal_id).await?;
+                    via = self.route(read.channel.as_deref());
+                    channel_paused = match via {
+                        Some(Via::Channel(i)) => is_paused(self.channels[i].pause.as_ref()).await,
+                        _ => false,
+                    };
+                    renewal = Some(read);
                     renewal_read_at = Some(now);
                 }
                 Decision::Next(Step::TakeToken { max_wait }) => {
                     let class = LimiterClass::of(msg, now, self.settings.deadline_near);
                     let req = LimiterRequest { class, tenant: &msg.tenant_id };
-                    limiter = Some(self.limiter.acquire(req, max_wait).await?);
+                    limiter = Some(self.limiter_of(via).acquire(req, max_wait).await?);
                 }
                 Decision::Next(Step::MarkCall) => match self.ledger.mark_call(msg, &owner, now).await {
                     Ok(marked) => call_marked = Some(marked),
@@ -425,7 +520,7 @@ where
                 Decision::Next(Step::CallProvider { timeout, .. }) => {
                     // A call after one whose outcome is unknown, to a provider that may apply it as
                     // a second effect (`at_least_once`): counted, never hidden.
-                    possible_double |= !self.settings.policy.provider_keys
+                    possible_double |= !self.policy_of(via).provider_keys
                         && matches!(claim, Some(ClaimView::Claimed { unsettled_call: true, .. }));
                     let r = renewal.as_ref();
                     let req = ProviderRequest {
@@ -435,7 +530,7 @@ where
                         timeout,
                     };
                     let started = self.clock.now();
-                    let outcome = match self.provider.send(&req).await {
+                    let outcome = match self.provider_of(via).send(&req).await {
                         Ok(o) => o,
                         // The client failed before calling (nothing reached the provider). With
                         // a marked call this must not look like an unknown outcome to the next
@@ -466,13 +561,13 @@ where
                     // next 429 or budget hint tries again).
                     if let Some(retry_after) = slow_down {
                         let ra = retry_after.map(|r| r.delay_from(self.clock.now()));
-                        if let Err(e) = self.limiter.throttled(ra).await {
+                        if let Err(e) = self.limiter_of(via).throttled(ra).await {
                             tracing::warn!(error = %e, "could not slow the shared limiter after a throttle");
                         }
                     }
                     // The provider said its window is nearly spent: slow down before a 429.
                     if let ProviderOutcome::Accepted { budget: Some(b), .. } = &outcome
-                        && let Err(e) = self.limiter.budget(b.remaining, b.reset).await
+                        && let Err(e) = self.limiter_of(via).budget(b.remaining, b.reset).await
                     {
                         tracing::warn!(error = %e, "could not pass the provider's remaining budget to the limiter");
                     }
@@ -491,6 +586,7 @@ where
                 disposition,
                 provider_calls,
                 provider.as_ref(),
+                via,
             )
             .await?;
         processed.possible_double = possible_double;
@@ -509,6 +605,7 @@ where
         disposition: Disposition,
         provider_calls: u32,
         outcome: Option<&ProviderOutcome>,
+        via: Option<Via>,
     ) -> Result<Processed, SenderError> {
         let msg = decoded.as_ref().ok();
         let held = matches!(claim, Some(ClaimView::Claimed { .. })).then_some(owner);
@@ -550,7 +647,7 @@ where
             Disposition::Acknowledge { .. } => {}
             Disposition::Defer { until: at, reason, attempts_made, provider_status } => {
                 if matches!(*reason, ReasonCode::ProviderCredentials | ReasonCode::ProviderAccount)
-                    && let Some(gate) = &self.pause
+                    && let Some(gate) = self.pause_of(via)
                 {
                     // Every other message would meet the same refusal: pause the fleet for an
                     // operator (who lifts it with `punctual resume` once the credential is

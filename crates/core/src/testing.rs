@@ -676,6 +676,19 @@ impl Renewals for AllActive {
     }
 }
 
+/// A renewals table where every renewal is active, on the channel the function names for its
+/// renewal id (two channels from one population, an undeclared one).
+#[derive(Debug, Clone, Copy)]
+pub struct ActiveOn(pub fn(&RenewalId) -> &'static str);
+
+impl Renewals for ActiveOn {
+    async fn lookup(&self, tenant: &TenantId, renewal: &RenewalId) -> Result<RenewalLookup, RenewalsError> {
+        let mut view = AllActive.lookup(tenant, renewal).await?;
+        view.channel = Some((self.0)(renewal).to_owned());
+        Ok(view)
+    }
+}
+
 /// An owned copy of a quarantined message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLettered {

@@ -99,6 +99,7 @@ impl World {
             claim: self.claim,
             recorded: self.recorded,
             renewal: self.renewal,
+            channel: punctual_core::decision::ChannelView::Open,
             limiter: self.limiter,
             call_marked: self.call_marked,
             provider: self.provider.as_ref(),

@@ -814,3 +814,68 @@ async fn a_late_redriven_copy_records_the_expiry_it_dead_letters() {
     assert_eq!(p.disposition, Disposition::Acknowledge { reason: ReasonCode::SuppressedDuplicate });
     assert_eq!(r.queue.dead().len(), 2);
 }
+
+/// Two declared channels, each with its own limiter, provider and pause: a confirmed 401 on
+/// SMS pauses SMS only (email is still delivered and the fleet is not paused), and a renewal on
+/// a channel the deployment does not declare is dead-lettered as `unknown_channel` without a
+/// provider call or a spent attempt.
+#[tokio::test]
+async fn a_401_on_one_channel_pauses_that_channel_only() {
+    use punctual_core::limiter::{LimiterSettings, SharedLimiter};
+    use punctual_core::pause::PauseGate;
+    use punctual_core::ports::Control;
+    use punctual_core::sender::{ChannelRoute, Sender, SenderSettings};
+    use punctual_core::testing::{ActiveOn, MemoryControl, MemorySlotStore};
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let (fleet, sms_switch) = (MemoryControl::default(), MemoryControl::default());
+    let gate = |c: &MemoryControl| PauseGate::new(c.clone(), clock.clone(), Duration::ZERO);
+    let limiter = || SharedLimiter::new(MemorySlotStore::default(), clock.clone(), LimiterSettings::new(100.0), 1);
+    let email = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]);
+    let sms = ScriptedProvider::new(
+        clock.clone(),
+        Duration::from_millis(100),
+        vec![ProviderOutcome::Permanent { status: 401 }],
+    );
+    let queue = MemoryQueue::new();
+    let channel_of = |r: &punctual_core::ids::RenewalId| match r.as_str() {
+        id if id.starts_with("ren-sms") => "sms",
+        id if id.starts_with("ren-fax") => "fax",
+        _ => "email",
+    };
+    let sender = Sender::new(
+        MemoryLedger::new(),
+        ActiveOn(channel_of),
+        limiter(),
+        email.clone(),
+        queue.clone(),
+        clock.clone(),
+        SenderSettings::default(),
+        7,
+    )
+    .with_pause(gate(&fleet))
+    .with_channels(vec![
+        ChannelRoute { name: "email".into(), limiter: limiter(), provider: email.clone(), pause: None },
+        ChannelRoute { name: "sms".into(), limiter: limiter(), provider: sms.clone(), pause: Some(gate(&sms_switch)) },
+    ]);
+    let deadline = clock.now() + TimeDelta::seconds(30);
+    let process = async |name: &str| {
+        let m = punctual_core::testing::message(name, t0(), t0() + TimeDelta::hours(2));
+        sender.process(Received { message_id: name, body: &m.encode() }, deadline).await.unwrap().disposition
+    };
+    let d = process("sms-1").await;
+    assert!(matches!(d, Disposition::Defer { reason: ReasonCode::ProviderCredentials, .. }), "{d:?}");
+    assert!(sms_switch.pause().await.unwrap().is_some(), "SMS is paused");
+    assert!(fleet.pause().await.unwrap().is_none(), "the fleet is not paused");
+    let d = process("email-1").await;
+    assert!(matches!(d, Disposition::Delivered { attempt: 1, .. }), "email still delivers: {d:?}");
+    assert_eq!(email.calls().len(), 1);
+    let d = process("sms-2").await;
+    assert!(matches!(d, Disposition::Defer { reason: ReasonCode::OperatorPause, attempts_made: 0, .. }), "{d:?}");
+    assert_eq!(sms.calls().len(), 1, "the paused channel's provider is not called again");
+    let d = process("fax-1").await;
+    assert!(matches!(d, Disposition::Quarantine { reason: ReasonCode::UnknownChannel, attempts_made: 0, .. }), "{d:?}");
+    let dead = queue.dead();
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0].detail.contains("\"fax\""), "the letter names the channel: {}", dead[0].detail);
+    assert_eq!((email.calls().len(), sms.calls().len()), (1, 1), "no call for the undeclared channel");
+}
