@@ -847,3 +847,24 @@ fn a_fleet_refusal_that_cannot_wait_is_dead_lettered_for_what_it_is() {
         );
     }
 }
+
+/// The renewal's channel is judged after the renewal and before the token: a paused channel
+/// waits for the pause's recheck with its attempts kept (or misses its window when the recheck
+/// lands at or after `deliver_by`), an undeclared one is dead-lettered without a call.
+#[test]
+fn a_paused_or_undeclared_channel_is_decided_before_the_token() {
+    use punctual_core::decision::ChannelView;
+    let mut w = World::ready();
+    w.limiter = None;
+    w.claim = Some(ClaimView::Claimed { prior_attempts: 2, unsettled_call: false });
+    let d = |w: &World, channel: ChannelView<'_>| decide(&policy(), &Inputs { channel, ..w.inputs() }, &mut Fixed(0.5));
+    assert!(
+        matches!(d(&w, ChannelView::Open), Decision::Next(Step::TakeToken { .. })),
+        "{:?}",
+        d(&w, ChannelView::Open)
+    );
+    assert_eq!(d(&w, ChannelView::Paused), defer(w.now + secs(60), ReasonCode::OperatorPause, 2, None));
+    assert_eq!(quarantined(&d(&w, ChannelView::Unknown("fax"))), Some((ReasonCode::UnknownChannel, 2, None)));
+    w.now = t(BY) - secs(30);
+    assert_eq!(quarantined(&d(&w, ChannelView::Paused)), Some((ReasonCode::NoSafeRetryWindow, 2, None)));
+}
