@@ -531,7 +531,16 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
         }
         Some(renewal) => return Decision::Done(Disposition::Cancel { renewal }),
     }
-    // 5a. A channel the deployment serves, and not paused on its own. A paused channel waits
+    // 5b. An earlier call whose outcome is unknown, at a provider that would apply a resend as
+    //     a second effect: under `at_most_once` an operator decides (a redrive resends).
+    if unsettled_call && !policy.resends_indeterminate() {
+        return unknown_earlier_call(
+            prior_attempts.max(msg.attempt),
+            "the provider does not honour idempotency keys; not resent under at_most_once",
+        );
+    }
+    // 5c. A channel the deployment serves, and not paused on its own (after 5b: an unknown
+    //     earlier call is the operator's first, whatever the channel). A paused channel waits
     //     for its recheck like a fleet pause, spending no attempt; an undeclared one has no
     //     provider at all, so an operator must decide (declare it, or fix the renewal).
     match inputs.channel {
@@ -554,14 +563,6 @@ pub fn decide(policy: &SenderPolicy, inputs: &Inputs<'_>, jitter: &mut impl Jitt
                 "its channel is paused",
             );
         }
-    }
-    // 5b. An earlier call whose outcome is unknown, at a provider that would apply a resend as
-    //     a second effect: under `at_most_once` an operator decides (a redrive resends).
-    if unsettled_call && !policy.resends_indeterminate() {
-        return unknown_earlier_call(
-            prior_attempts.max(msg.attempt),
-            "the provider does not honour idempotency keys; not resent under at_most_once",
-        );
     }
     let call_room = until(now, inputs.invocation_deadline).saturating_sub(policy.invocation_margin);
     // 6. A token from the shared limiter.

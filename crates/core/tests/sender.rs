@@ -815,48 +815,63 @@ async fn a_late_redriven_copy_records_the_expiry_it_dead_letters() {
     assert_eq!(r.queue.dead().len(), 2);
 }
 
-/// Two declared channels, each with its own limiter, provider and pause: a confirmed 401 on
-/// SMS pauses SMS only (email is still delivered and the fleet is not paused), and a renewal on
-/// a channel the deployment does not declare is dead-lettered as `unknown_channel` without a
-/// provider call or a spent attempt.
-#[tokio::test]
-async fn a_401_on_one_channel_pauses_that_channel_only() {
+type ChannelSender = punctual_core::sender::Sender<
+    MemoryLedger,
+    punctual_core::testing::ActiveOn,
+    punctual_core::limiter::SharedLimiter<punctual_core::testing::MemorySlotStore, ManualClock>,
+    ScriptedProvider<ManualClock>,
+    MemoryQueue,
+    ManualClock,
+>;
+
+/// A sender with two declared channels, `email` (its own limiter and provider, no pause of its
+/// own) and `sms` (its own limiter, `sms`, and the pause `sms_switch`), under the fleet pause
+/// `fleet`. Renewals `ren-sms…` are SMS, `ren-fax…` an undeclared channel, the rest email.
+fn two_channels(
+    clock: &ManualClock,
+    ledger: MemoryLedger,
+    sms: ScriptedProvider<ManualClock>,
+    settings: punctual_core::sender::SenderSettings,
+) -> (ChannelSender, MemoryQueue, ScriptedProvider<ManualClock>, [punctual_core::testing::MemoryControl; 2]) {
     use punctual_core::limiter::{LimiterSettings, SharedLimiter};
     use punctual_core::pause::PauseGate;
-    use punctual_core::ports::Control;
-    use punctual_core::sender::{ChannelRoute, Sender, SenderSettings};
+    use punctual_core::sender::{ChannelRoute, Sender};
     use punctual_core::testing::{ActiveOn, MemoryControl, MemorySlotStore};
-    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
     let (fleet, sms_switch) = (MemoryControl::default(), MemoryControl::default());
     let gate = |c: &MemoryControl| PauseGate::new(c.clone(), clock.clone(), Duration::ZERO);
     let limiter = || SharedLimiter::new(MemorySlotStore::default(), clock.clone(), LimiterSettings::new(100.0), 1);
     let email = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]);
-    let sms = ScriptedProvider::new(
-        clock.clone(),
-        Duration::from_millis(100),
-        vec![ProviderOutcome::Permanent { status: 401 }],
-    );
     let queue = MemoryQueue::new();
     let channel_of = |r: &punctual_core::ids::RenewalId| match r.as_str() {
         id if id.starts_with("ren-sms") => "sms",
         id if id.starts_with("ren-fax") => "fax",
         _ => "email",
     };
-    let sender = Sender::new(
-        MemoryLedger::new(),
-        ActiveOn(channel_of),
-        limiter(),
-        email.clone(),
-        queue.clone(),
+    let sender =
+        Sender::new(ledger, ActiveOn(channel_of), limiter(), email.clone(), queue.clone(), clock.clone(), settings, 7)
+            .with_pause(gate(&fleet))
+            .with_channels(vec![
+                ChannelRoute { name: "email".into(), limiter: limiter(), provider: email.clone(), pause: None },
+                ChannelRoute { name: "sms".into(), limiter: limiter(), provider: sms, pause: Some(gate(&sms_switch)) },
+            ]);
+    (sender, queue, email, [fleet, sms_switch])
+}
+
+/// Two declared channels, each with its own limiter, provider and pause: a confirmed 401 on
+/// SMS pauses SMS only (email is still delivered and the fleet is not paused), and a renewal on
+/// a channel the deployment does not declare is dead-lettered as `unknown_channel` without a
+/// provider call or a spent attempt.
+#[tokio::test]
+async fn a_401_on_one_channel_pauses_that_channel_only() {
+    use punctual_core::ports::Control;
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let sms = ScriptedProvider::new(
         clock.clone(),
-        SenderSettings::default(),
-        7,
-    )
-    .with_pause(gate(&fleet))
-    .with_channels(vec![
-        ChannelRoute { name: "email".into(), limiter: limiter(), provider: email.clone(), pause: None },
-        ChannelRoute { name: "sms".into(), limiter: limiter(), provider: sms.clone(), pause: Some(gate(&sms_switch)) },
-    ]);
+        Duration::from_millis(100),
+        vec![ProviderOutcome::Permanent { status: 401 }],
+    );
+    let (sender, queue, email, [fleet, sms_switch]) =
+        two_channels(&clock, MemoryLedger::new(), sms.clone(), punctual_core::sender::SenderSettings::default());
     let deadline = clock.now() + TimeDelta::seconds(30);
     let process = async |name: &str| {
         let m = punctual_core::testing::message(name, t0(), t0() + TimeDelta::hours(2));
@@ -878,4 +893,48 @@ async fn a_401_on_one_channel_pauses_that_channel_only() {
     assert_eq!(dead.len(), 1);
     assert!(dead[0].detail.contains("\"fax\""), "the letter names the channel: {}", dead[0].detail);
     assert_eq!((email.calls().len(), sms.calls().len()), (1, 1), "no call for the undeclared channel");
+}
+
+/// Found by review: a paused channel's deferral came before the check of an earlier call whose
+/// outcome is unknown, and its settle cleared that call's mark, so a keyless provider was called
+/// again once the channel resumed. Under `at_most_once` the unknown call is quarantined for an
+/// operator whatever the channel's pause; under `at_least_once` the pause's deferral keeps the
+/// mark (no call was made), so the resend after it is counted as a possible double.
+#[tokio::test]
+async fn a_paused_channel_keeps_an_unknown_earlier_call_on_record() {
+    use punctual_core::pause::SENDER_OWNER;
+    use punctual_core::ports::Control;
+    use punctual_core::provider::IndeterminatePolicy::{AtLeastOnce, AtMostOnce};
+    for policy in [AtMostOnce, AtLeastOnce] {
+        let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+        let ledger = MemoryLedger::new();
+        let sms = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]).without_keys();
+        let mut settings = punctual_core::sender::SenderSettings::default();
+        settings.policy.indeterminate = policy;
+        let (sender, _queue, _email, [_, sms_switch]) = two_channels(&clock, ledger.clone(), sms.clone(), settings);
+        let m = punctual_core::testing::message("sms-1", t0(), t0() + TimeDelta::hours(2));
+        dead_worker_mid_call(&ledger, &clock, &m).await;
+        let pause =
+            punctual_core::ports::Pause { reason: "test".into(), owner: SENDER_OWNER.into(), since: clock.now() };
+        sms_switch.set_pause(Some(&pause), "test").await.unwrap();
+        let deadline = clock.now() + TimeDelta::seconds(30);
+        let p = sender.process(Received { message_id: "m-1", body: &m.encode() }, deadline).await.unwrap();
+        let rec = ledger.get(&m.reminder_id).await.unwrap().unwrap();
+        assert_eq!(rec.call_owner.as_deref(), Some("dead-worker"), "{policy:?}: the unknown call stays on record");
+        match policy {
+            AtMostOnce => assert!(
+                matches!(p.disposition, Disposition::Quarantine { reason: ReasonCode::ProviderIndeterminate, .. }),
+                "{p:?}"
+            ),
+            AtLeastOnce => {
+                assert!(matches!(p.disposition, Disposition::Defer { reason: ReasonCode::OperatorPause, .. }), "{p:?}");
+                sms_switch.set_pause(None, "test").await.unwrap();
+                clock.advance(Duration::from_secs(61));
+                let deadline = clock.now() + TimeDelta::seconds(30);
+                let p = sender.process(Received { message_id: "m-2", body: &m.encode() }, deadline).await.unwrap();
+                assert!(p.possible_double, "the resend after the pause is counted: {p:?}");
+            }
+        }
+        assert!(sms.calls().len() <= 1);
+    }
 }

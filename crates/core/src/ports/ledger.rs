@@ -41,10 +41,20 @@ use crate::reason::{ReasonCode, ReminderState};
 /// quarantine that is about that call, a rescheduled copy's release and a cancellation at send
 /// (neither made a call; the earlier one stays unknown for the copy that carries the reminder
 /// on — a cancelled renewal can be active again, and its re-armed copy must not call a
-/// provider without keys a second time). Every other settlement records the outcome of a call,
-/// or ends the reminder for good.
+/// provider without keys a second time), and a copy held or dead-lettered by its channel
+/// (paused, or not declared: no call was made). Every other settlement records the outcome of a
+/// call, or ends the reminder for good.
 pub fn keeps_call_mark(reason: Option<ReasonCode>) -> bool {
-    matches!(reason, Some(ReasonCode::ProviderIndeterminate | ReasonCode::Rescheduled | ReasonCode::Cancelled))
+    matches!(
+        reason,
+        Some(
+            ReasonCode::ProviderIndeterminate
+                | ReasonCode::Rescheduled
+                | ReasonCode::Cancelled
+                | ReasonCode::OperatorPause
+                | ReasonCode::UnknownChannel
+        )
+    )
 }
 
 /// Whether an unknown call's mark was decided about by an operator's redrive, which the copy
