@@ -121,6 +121,18 @@ pub struct LimiterSettings {
 pub const MAX_SHARED_PAUSE: Duration = crate::provider::MAX_RETRY_AFTER;
 
 impl LimiterSettings {
+    /// Defaults for one channel's `quota` beside others (docs/design.md#channels): a booking
+    /// holds a tenth of a second of the quota (at 10/s, one slot), not ten slots. A channel
+    /// whose messages are a few in each batch of a fleet of instances would otherwise have each
+    /// instance book ten slots for the one message it holds: nine stranded (a slot is usable
+    /// for `validity` only) and the one message waiting behind the fleet's bookings, holding
+    /// the whole batch — every other channel's messages in it — until its slot comes.
+    pub fn for_channel(quota: f64) -> Self {
+        let settings = Self::new(quota);
+        let tenth = (quota / 10.0).floor().clamp(1.0, f64::from(settings.block)) as u32;
+        Self { block: tenth, near_block: tenth, ..settings }
+    }
+
     /// Defaults for a `quota` (see the module docs and docs/design.md#the-shared-limiter for why these values).
     pub fn new(quota: f64) -> Self {
         Self {

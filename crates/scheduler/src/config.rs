@@ -49,20 +49,19 @@ impl SchedulerConfig {
                     Duration::from_secs(300),
                     "milliseconds in 500..=300000",
                 )?,
-                // Default: 97 % of the provider's quota when the scheduler is told the quota
-                // (the template passes PROVIDER_RATE_PER_SEC): the full quota gave an optimistic
-                // drain and a late projected-breach alarm; 429s, deferrals and idle slots keep
-                // the real rate a few percent under it (simulator: 0.97–0.999 utilisation).
+                // Default: `SUSTAINABLE_SHARE` (97 %) of the provider's quota when the scheduler
+                // is told the quota (the template passes PROVIDER_RATE_PER_SEC).
                 sustainable_rate: env.parse(
                     "SUSTAINABLE_RATE_PER_SEC",
                     match env.optional("PROVIDER_RATE_PER_SEC") {
                         Some(_) => {
-                            0.97 * env.parse(
-                                "PROVIDER_RATE_PER_SEC",
-                                100.0,
-                                "calls per second in (0, 100000]",
-                                |v: &f64| *v > 0.0 && *v <= 100_000.0,
-                            )?
+                            punctual_core::scheduler::SUSTAINABLE_SHARE
+                                * env.parse(
+                                    "PROVIDER_RATE_PER_SEC",
+                                    100.0,
+                                    "calls per second in (0, 100000]",
+                                    |v: &f64| *v > 0.0 && *v <= 100_000.0,
+                                )?
                         }
                         None => d.sustainable_rate,
                     },

@@ -104,7 +104,7 @@ fn parse_indeterminate(v: &str) -> Result<punctual_core::provider::Indeterminate
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("day").args(["population", "workload"]).multiple(false)))]
 struct SimulateArgs {
-    /// normal, throttle, poison, crash, overload, mixed, redrive, tenants.
+    /// normal, throttle, poison, crash, overload, mixed, redrive, tenants, channels.
     #[arg(long, default_value = "normal")]
     scenario: String,
     /// Reminders (default: the scenario's).
@@ -128,7 +128,8 @@ struct SimulateArgs {
     /// The limiter's per-tenant share of the quota (TENANT_SHARE), 0..=1.
     #[arg(long)]
     tenant_share: Option<f64>,
-    /// Also run this baseline on the same scenario and seed (only `naive`).
+    /// Also run this baseline on the same scenario and seed: `naive` (a worker without the
+    /// sender's safeguards), or with `channels`, `shared` (every channel on one limiter).
     #[arg(long)]
     baseline: Option<String>,
     /// Draw backlog, delivered/s against the quota, and late reminders over time to a PNG.
@@ -332,12 +333,21 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         eprintln!("punctual simulate: unknown scenario {:?}; one of: {}", a.scenario, names.join(", "));
         return ExitCode::from(2);
     };
-    if a.baseline.as_deref().is_some_and(|b| b != "naive") {
-        eprintln!(
-            "punctual simulate: unknown baseline {:?}; the only baseline is `naive`",
-            a.baseline.unwrap_or_default()
-        );
-        return ExitCode::from(2);
+    match a.baseline.as_deref() {
+        None | Some("naive") => {}
+        Some("shared") if sc == Scenario::Channels => {}
+        Some("shared") => {
+            eprintln!(
+                "punctual simulate: --baseline shared compares channels' limiters: only with --scenario channels"
+            );
+            return ExitCode::from(2);
+        }
+        Some(other) => {
+            eprintln!(
+                "punctual simulate: unknown baseline {other:?}; one of: naive, shared (with --scenario channels)"
+            );
+            return ExitCode::from(2);
+        }
     }
     if !a.capacity.is_positive() || a.reminders == Some(0) {
         eprintln!("punctual simulate: --quota, --concurrency, --urgent-concurrency and --reminders must be positive");
@@ -396,7 +406,11 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
     // The process's peak over the reminders (the simulator's own tables are most of it at scale).
     value["bytes_per_reminder"] =
         serde_json::json!(peak_kb.map(|kb| (kb * 1024.0 / report.reminders.max(1) as f64).round()));
-    let naive = a.baseline.is_some().then(|| simulate(&config, Worker::Naive));
+    let naive = match a.baseline.as_deref() {
+        Some("shared") => Some(simulate(&SimConfig { shared_limiter: true, ..config.clone() }, Worker::Punctual)),
+        Some(_) => Some(simulate(&config, Worker::Naive)),
+        None => None,
+    };
     if let Some(n) = &naive {
         value["baseline"] = serde_json::to_value(n).unwrap_or_default();
     }
@@ -450,7 +464,8 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         "peak_rss_mb",
         "bytes_per_reminder",
     ];
-    println!("{:<28} {:>16} {:>16}", "", "punctual", if naive.is_some() { "naive" } else { "" });
+    let baseline_name = a.baseline.as_deref().unwrap_or("");
+    println!("{:<28} {:>16} {baseline_name:>16}", "", "punctual");
     let show = |v: &serde_json::Value| match v {
         serde_json::Value::Number(n) => {
             n.as_f64().map_or(n.to_string(), |f| if f.fract() == 0.0 { format!("{f:.0}") } else { format!("{f:.3}") })
@@ -474,6 +489,22 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
     );
     if let Some(slo) = &report.slo {
         println!("{}", slo.line());
+    }
+    for (name, c) in &report.channels {
+        let b = naive.as_ref().and_then(|n| n.channels.get(name));
+        let pair = |f: fn(&punctual_sim::simulate::ChannelReport) -> String, c| {
+            format!("{:>16} {:>16}", f(c), b.map(f).unwrap_or_default())
+        };
+        println!("channel {name}");
+        println!("{:<28} {}", "  delivered / reminders", pair(|c| format!("{} / {}", c.delivered, c.reminders), c));
+        println!("{:<28} {}", "  late", pair(|c| c.late.to_string(), c));
+        println!("{:<28} {}", "  provider_429", pair(|c| c.provider_429.to_string(), c));
+        println!(
+            "{:<28} {}",
+            "  drain / floor, s",
+            pair(|c| format!("{:.1} / {:.1}", c.drain_seconds, c.floor_seconds), c)
+        );
+        println!("{:<28} {}", "  utilisation", pair(|c| format!("{:.3}", c.utilisation), c));
     }
     if report.tenant_p99_delay_seconds.len() > 1 {
         println!("p99 delay per tenant, s (fair queues {})", if config.fair_queues { "on" } else { "off" });

@@ -47,11 +47,9 @@ use punctual_core::ports::{Ledger, Provider, ProviderError, ProviderRequest};
 use punctual_core::provider::{ProviderOutcome, RetryAfter};
 use punctual_core::reason::{ReasonCode, ReminderState};
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
-use punctual_core::sender::{Received, Sender, SenderSettings};
+use punctual_core::sender::{ChannelRoute, Received, Sender, SenderSettings};
 use punctual_core::slo::{SloPolicy, SloSummary, SloTally, Verdict, judge};
-use punctual_core::testing::{
-    AllActive, Fault, FaultyLedger, MemoryDueStore, MemoryLedger, MemoryRelease, MemorySlotStore,
-};
+use punctual_core::testing::{Fault, FaultyLedger, MemoryDueStore, MemoryLedger, MemoryRelease, MemorySlotStore};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -77,11 +75,39 @@ pub enum Scenario {
     /// One tenant releases 50,000 and nine release 1,000 each, at once: each tenant's p99
     /// delay, with fair queues on or off (`--no-fair-queues`) and `--tenant-share`.
     Tenants,
+    /// Two channels from one population: email at the quota and SMS (one reminder in 11) at a
+    /// tenth of it, each with its own provider; SMS meets a 429 storm, then an outage
+    /// ([`SMS_STORM`], [`SMS_OUTAGE`]). Each channel on its own limiter, or all on one
+    /// (`shared_limiter`, `--baseline shared`).
+    Channels,
+}
+
+/// `channels`: one reminder in this many goes by SMS.
+pub const SMS_EVERY: usize = 11;
+/// `channels`: seconds after T0 during which SMS's provider allows a fifth of its quota and
+/// answers the rest with 429 and `Retry-After`.
+pub const SMS_STORM: (u64, u64) = (20, 50);
+/// `channels`: seconds after T0 during which SMS's provider answers every call 503 without
+/// `Retry-After` (an outage).
+pub const SMS_OUTAGE: (u64, u64) = (50, 80);
+
+/// `channels`: the channel names, by index.
+pub const CHANNELS: [&str; 2] = ["email", "sms"];
+
+/// `channels`: the channel of the `i`-th reminder (an index into [`CHANNELS`]).
+fn channel_of_reminder(i: usize) -> u8 {
+    u8::from(i % SMS_EVERY == SMS_EVERY - 1)
+}
+
+/// `channels`: a renewal's channel, from its simulated id (`ren-sim-{i}`).
+fn channel_of_renewal(r: &punctual_core::ids::RenewalId) -> &'static str {
+    let i = r.as_str().strip_prefix("ren-sim-").and_then(|i| i.parse::<usize>().ok());
+    CHANNELS[usize::from(i.map_or(0, channel_of_reminder))]
 }
 
 impl Scenario {
     /// Every scenario this build simulates.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Self::Normal,
         Self::Throttle,
         Self::Poison,
@@ -90,6 +116,7 @@ impl Scenario {
         Self::Mixed,
         Self::Redrive,
         Self::Tenants,
+        Self::Channels,
     ];
 
     /// Parses a `--scenario` value.
@@ -108,6 +135,7 @@ impl Scenario {
             Self::Mixed => "mixed",
             Self::Redrive => "redrive",
             Self::Tenants => "tenants",
+            Self::Channels => "channels",
         }
     }
 
@@ -161,6 +189,9 @@ pub struct SimConfig {
     /// until this long after its first `deliver_after`, then lifts (`--pause-minutes`): the
     /// first tick after it catches up the whole backlog at once.
     pub paused_for: Duration,
+    /// `channels`: every channel on one limiter at their summed quota (one schedule, one
+    /// adaptive cut), as a deployment without channels would be, instead of one each.
+    pub shared_limiter: bool,
 }
 
 /// A population to simulate: the active renewals of a population file, times shifted so the
@@ -279,7 +310,20 @@ impl SimConfig {
             population: None,
             slo: SloPolicy::default(),
             paused_for: Duration::ZERO,
+            shared_limiter: false,
         }
+    }
+
+    /// `channels`: each channel's provider model (email at the quota, SMS at a tenth of it with
+    /// its storm and outage); empty for the other scenarios.
+    fn channel_models(&self) -> Vec<ChannelModel> {
+        if self.scenario != Scenario::Channels {
+            return Vec::new();
+        }
+        vec![
+            ChannelModel { quota: self.quota, storm: None, outage: None },
+            ChannelModel { quota: self.quota / 10.0, storm: Some(SMS_STORM), outage: Some(SMS_OUTAGE) },
+        ]
     }
 
     /// The instant after which the run stops, whatever is left.
@@ -377,6 +421,9 @@ pub struct SimReport {
     pub slo: Option<SloSummary>,
     /// Late reminders (as in `late`) per tenant, tenants with none left out.
     pub late_by_tenant: BTreeMap<String, u64>,
+    /// `channels`: each channel's own figures beside the totals (absent otherwise).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub channels: BTreeMap<String, ChannelReport>,
     /// When the first reminder's SLO was breached (its `deliver_after` + within, or its
     /// deadline if sooner), seconds after T0.
     pub first_slo_breach_seconds: Option<f64>,
@@ -529,6 +576,59 @@ impl AsMut<SplitMix64> for Shared {
     }
 }
 
+/// One channel's figures (`channels`): its reminders, its provider's answers, its drain against
+/// its own quota.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ChannelReport {
+    /// The channel's reminders.
+    pub reminders: u64,
+    /// Delivered.
+    pub delivered: u64,
+    /// Late (as in `late`).
+    pub late: u64,
+    /// Its provider's calls.
+    pub provider_calls: u64,
+    /// Its provider's 429s.
+    pub provider_429: u64,
+    /// Its reminders over its quota, seconds.
+    pub floor_seconds: f64,
+    /// From the start to its last delivery, seconds.
+    pub drain_seconds: f64,
+    /// `floor_seconds / drain_seconds` (1: the channel's quota used all along).
+    pub utilisation: f64,
+}
+
+/// The providers' answers summed (`channels`: one provider per channel).
+struct ProviderTotals {
+    calls: u64,
+    throttled: u64,
+    duplicate_key_attempts: u64,
+    duplicate_deliveries: u64,
+    per_second: BTreeMap<i64, u64>,
+}
+
+impl ProviderTotals {
+    fn of(states: &[std::sync::MutexGuard<'_, ProviderState>]) -> Self {
+        let mut t = Self {
+            calls: 0,
+            throttled: 0,
+            duplicate_key_attempts: 0,
+            duplicate_deliveries: 0,
+            per_second: BTreeMap::new(),
+        };
+        for s in states {
+            t.calls += s.calls;
+            t.throttled += s.throttled;
+            t.duplicate_key_attempts += s.duplicate_key_attempts;
+            t.duplicate_deliveries += s.duplicate_deliveries;
+            for (k, n) in &s.per_second {
+                *t.per_second.entry(*k).or_default() += n;
+            }
+        }
+        t
+    }
+}
+
 // ---- provider model --------------------------------------------------------------------------
 
 #[derive(Debug, Default)]
@@ -552,15 +652,43 @@ struct SimProvider {
     config: SimConfig,
     t0: DateTime<Utc>,
     burst: f64,
+    /// A channel's own provider (`channels`): its quota and trouble instead of the config's.
+    model: Option<ChannelModel>,
+}
+
+/// One channel's provider: its quota, a storm (a fifth of it, the rest answered 429) and an
+/// outage (503 without `Retry-After`), each as seconds after T0.
+#[derive(Debug, Clone, Copy)]
+struct ChannelModel {
+    quota: f64,
+    storm: Option<(u64, u64)>,
+    outage: Option<(u64, u64)>,
+}
+
+impl ChannelModel {
+    fn quota_at(&self, since_start: Duration) -> f64 {
+        match self.storm {
+            Some((from, to)) if (from..to).contains(&since_start.as_secs()) => self.quota / 5.0,
+            _ => self.quota,
+        }
+    }
+
+    fn down(&self, since_start: Duration) -> bool {
+        self.outage.is_some_and(|(from, to)| (from..to).contains(&since_start.as_secs()))
+    }
 }
 
 impl SimProvider {
     /// One call: `key` is `None` for clients that send no idempotency key.
     fn call(&self, key: Option<&str>, reminder: &str) -> ProviderOutcome {
         let now = self.clock.now();
-        let quota = self.config.quota_at(until(self.t0, now));
+        let since = until(self.t0, now);
+        let quota = self.model.map_or_else(|| self.config.quota_at(since), |m| m.quota_at(since));
         let mut s = lock(&self.state);
         s.calls += 1;
+        if self.model.is_some_and(|m| m.down(since)) {
+            return ProviderOutcome::Transient { status: Some(503), retry_after: None };
+        }
         let dt = s.at.map_or(0.0, |a| until(a, now).as_secs_f64());
         s.tokens = if s.at.is_none() { self.burst } else { (s.tokens + dt * quota).min(self.burst) };
         s.at = Some(now.max(s.at.unwrap_or(now)));
@@ -603,7 +731,7 @@ impl Provider for SimProvider {
 
 /// Renewal lookups, counted (every one is a DynamoDB read in production).
 #[derive(Debug, Clone)]
-struct CountedRenewals(Arc<Usage>);
+struct CountedRenewals(Arc<Usage>, punctual_core::testing::ActiveOn);
 
 impl punctual_core::ports::Renewals for CountedRenewals {
     async fn lookup(
@@ -612,7 +740,7 @@ impl punctual_core::ports::Renewals for CountedRenewals {
         renewal: &punctual_core::ids::RenewalId,
     ) -> Result<punctual_core::ports::RenewalLookup, punctual_core::ports::RenewalsError> {
         Usage::add(&self.0.ddb_reads, 1);
-        AllActive.lookup(tenant, renewal).await
+        self.1.lookup(tenant, renewal).await
     }
 }
 
@@ -815,6 +943,8 @@ struct Tracked {
     deliver_by: DateTime<Utc>,
     /// The tenant's index (`tenants`, a population; 0 otherwise).
     tenant: u32,
+    /// The channel's index (`channels`: into [`CHANNELS`]; 0 otherwise).
+    channel: u8,
 }
 
 /// Late reminders under earliest-deadline-first at the quota (the optimum for one server).
@@ -863,7 +993,19 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         config: config.clone(),
         t0: t0(),
         burst: (config.quota / 10.0).max(1.0),
+        model: None,
     };
+    // `channels`: each channel's own provider.
+    let channel_providers: Vec<SimProvider> = config
+        .channel_models()
+        .into_iter()
+        .map(|m| SimProvider {
+            state: Arc::default(),
+            burst: (m.quota / 10.0).max(1.0),
+            model: Some(m),
+            ..provider.clone()
+        })
+        .collect();
     // The population, streamed: the scheduler's index gets each fresh healthy reminder, the
     // DLQ (`redrive`) the dead ones, the naive worker's one queue everything; the run keeps
     // only what the accounting needs (`Tracked`, or a malformed body).
@@ -899,14 +1041,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                 lock(&dlq.items).push((i as u64, body(), false));
             }
         } else if let Ok(m) = &m {
-            let p = Pending {
-                tenant_id: m.tenant_id.clone(),
-                renewal_id: m.renewal_id.clone(),
-                kind: m.kind.clone(),
-                reminder_id: m.reminder_id.clone(),
-                deliver_after: m.deliver_after,
-                deliver_by: m.deliver_by,
-            };
+            let p = Pending::from(m);
             if config.population.is_some() {
                 upcoming.push(p)
             } else {
@@ -924,6 +1059,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             Ok(m) => (
                 String::new(),
                 Some(Tracked {
+                    channel: if channel_providers.is_empty() { 0 } else { channel_of_reminder(i) },
                     id: Key::of(m.reminder_id.as_str()),
                     deliver_after: m.deliver_after,
                     deliver_by: m.deliver_by,
@@ -970,7 +1106,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     // planner onto both lanes; the naive worker's are on its queue already), and computes the
     // projected breach.
     let settings = SchedulerSettings {
-        sustainable_rate: config.quota * 0.97,
+        sustainable_rate: config.quota * punctual_core::scheduler::SUSTAINABLE_SHARE,
         // Pages as production does, large enough that paging stays cheap; a single page of the
         // whole population held a clone of every pending row (+400 MB at 1,000,000).
         page_size: 200_000,
@@ -1017,9 +1153,36 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let urgent_workers = if worker == Worker::Punctual { config.urgent_concurrency } else { 0 };
     let senders: Vec<_> = (0..(config.concurrency + urgent_workers) as u64)
         .map(|w| {
+            // `channels`: a limiter per channel on its own schedule, or all on one at the
+            // summed quota (`shared_limiter`).
+            let summed: f64 = channel_providers.iter().filter_map(|p| p.model.map(|m| m.quota)).sum();
+            let routes = channel_providers
+                .iter()
+                .zip(CHANNELS)
+                .enumerate()
+                .map(|(k, (p, name))| ChannelRoute {
+                    name: name.to_owned(),
+                    limiter: SharedLimiter::new(
+                        slots.clone(),
+                        clock.clone(),
+                        match (config.shared_limiter, p.model) {
+                            (false, Some(m)) => LimiterSettings {
+                                name: format!("provider.{name}"),
+                                ..LimiterSettings::for_channel(m.quota)
+                            },
+                            _ => LimiterSettings::new(summed),
+                        },
+                        config.seed ^ w ^ ((k as u64 + 1) << 48),
+                    ),
+                    provider: p.clone(),
+                    pause: None,
+                })
+                .collect();
+            let channel_of: fn(&punctual_core::ids::RenewalId) -> &'static str =
+                if channel_providers.is_empty() { |_| "email" } else { channel_of_renewal };
             Sender::new(
                 ledger.clone(),
-                CountedRenewals(Arc::clone(&usage)),
+                CountedRenewals(Arc::clone(&usage), punctual_core::testing::ActiveOn(channel_of)),
                 SharedLimiter::new(
                     slots.clone(),
                     clock.clone(),
@@ -1032,6 +1195,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                 SenderSettings::default(),
                 config.seed ^ (w << 32),
             )
+            .with_channels(routes)
         })
         .collect();
     let vt = Duration::from_secs(30);
@@ -1267,7 +1431,11 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     Usage::add(&usage.ddb_writes, memory.writes() - seed_writes);
     Usage::add(&usage.ddb_reads, memory.reads() - seed_reads);
     // Accounting: the one accounting (docs/design.md#the-one-accounting) over every reminder's ending.
-    let p = lock(&provider.state);
+    // Every provider's answers: the scenario's one, or each channel's.
+    let states: Vec<_> = std::iter::once(&provider).chain(&channel_providers).map(|p| lock(&p.state)).collect();
+    let p = ProviderTotals::of(&states);
+    // `channels`: per channel (reminders, delivered, late, last delivery).
+    let mut per_channel: Vec<(u64, u64, u64, Option<DateTime<Utc>>)> = vec![(0, 0, 0, None); channel_providers.len()];
     let q = lock(&queue.normal.state);
     let dead = lock(queue.dlq());
     let mut report = SimReport {
@@ -1323,6 +1491,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             }
             continue;
         };
+        let delivered = delivered_at.get(&m.id).copied();
         let (outcome, ended_at) = match delivered_at.get(&m.id) {
             Some(at) => {
                 last = Some(last.map_or(*at, |l| l.max(*at)));
@@ -1361,6 +1530,12 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         };
         let ending = Ending { deliver_after: Some(m.deliver_after), deliver_by: m.deliver_by, outcome, ended_at };
         let tenant = &names[m.tenant as usize];
+        if let Some(c) = per_channel.get_mut(usize::from(m.channel)) {
+            c.0 += 1;
+            c.1 += u64::from(delivered.is_some());
+            c.2 += u64::from(ending.is_late());
+            c.3 = c.3.max(delivered);
+        }
         if ending.is_late() {
             late_times.push(until(t0(), m.deliver_by).as_secs_f64());
             *late_by_tenant.entry(tenant.clone()).or_default() += 1;
@@ -1396,10 +1571,41 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     // its first call.
     let start = config.population.as_ref().and_then(|p| p.first_due()).map_or(t0(), |f| f.max(t0()));
     let drain = last.map_or(0.0, |l| until(start, l).as_secs_f64());
-    report.throughput =
-        Throughput::measure(p.calls, p.throttled, report.counts.delivered, drain, healthy as f64 / config.quota);
+    let models = config.channel_models();
+    // With channels, the floor is the slowest channel's: each drains at its own quota.
+    let floor = models
+        .iter()
+        .zip(&per_channel)
+        .map(|(m, c)| c.0 as f64 / m.quota)
+        .reduce(f64::max)
+        .unwrap_or(healthy as f64 / config.quota);
+    report.throughput = Throughput::measure(p.calls, p.throttled, report.counts.delivered, drain, floor);
+    // The naive worker calls the scenario's one provider: it has no channels to report.
+    report.channels = CHANNELS
+        .iter()
+        .take(if worker == Worker::Punctual { CHANNELS.len() } else { 0 })
+        .zip(models.iter().zip(&per_channel).zip(&states[1..]))
+        .map(|(name, ((m, &(n, delivered, late, last)), s))| {
+            let drain = last.map_or(0.0, |l| until(start, l).as_secs_f64());
+            let t = Throughput::measure(s.calls, s.throttled, delivered, drain, n as f64 / m.quota);
+            let report = ChannelReport {
+                reminders: n,
+                delivered,
+                late,
+                provider_calls: s.calls,
+                provider_429: s.throttled,
+                floor_seconds: t.floor_seconds,
+                drain_seconds: t.drain_seconds,
+                utilisation: t.utilisation,
+            };
+            ((*name).to_owned(), report)
+        })
+        .collect();
     if worker == Worker::Punctual {
-        let stats = senders.iter().map(Sender::limiter).map(SharedLimiter::stats);
+        let stats = senders
+            .iter()
+            .flat_map(|s| std::iter::once(s.limiter()).chain(s.channels().iter().map(|c| &c.limiter)))
+            .map(SharedLimiter::stats);
         let (granted, stranded, peeks) =
             stats.fold((0, 0, 0), |(g, s, p), x| (g + x.granted, s + x.stranded, p + x.peeks));
         report.limiter_writes_per_call = if granted > 0 { slots.writes() as f64 / granted as f64 } else { 0.0 };

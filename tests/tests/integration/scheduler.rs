@@ -232,14 +232,7 @@ async fn the_expiries_at_release_are_recorded_in_the_ledger_and_a_delivered_rele
     let ledger = DynamoLedger::new(r.stack.ddb.clone(), &r.stack.ledger_table);
     // missed[1] was released and delivered before: its tick failed to mark it.
     let row = &missed[1];
-    let p = Pending {
-        tenant_id: row.tenant_id.clone(),
-        renewal_id: row.renewal_id.clone(),
-        kind: row.kind.clone(),
-        reminder_id: row.reminder_id.clone(),
-        deliver_after: row.deliver_after,
-        deliver_by: row.deliver_by,
-    };
+    let p = Pending::from(row);
     let msg = punctual_core::scheduler::message_for(&p, row.deliver_after);
     let (owner, at) = (OwnerToken::new("a-sender"), row.deliver_after + TimeDelta::seconds(5));
     ledger.claim(&msg, &owner, at, at + TimeDelta::seconds(30)).await.unwrap();

@@ -92,3 +92,32 @@ fn an_unknown_scenario_or_baseline_is_refused_by_name() {
         Command::new(env!("CARGO_BIN_EXE_punctual")).args(["simulate", "--baseline", "sidekiq"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `--scenario channels --baseline shared`: both reports carry each channel's figures; the
+/// shared baseline is refused by name for a scenario without channels.
+#[test]
+fn channels_report_each_channel_beside_a_shared_limiter() {
+    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["simulate", "--scenario", "channels", "--reminders", "2200", "--baseline", "shared", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for report in [&r, &r["baseline"]] {
+        for (name, n) in [("email", 2000), ("sms", 200)] {
+            let c = &report["channels"][name];
+            assert_eq!(c["reminders"], n, "{name}: {c}");
+            for k in
+                ["delivered", "late", "provider_calls", "provider_429", "floor_seconds", "drain_seconds", "utilisation"]
+            {
+                assert!(c.get(k).is_some(), "{name} missing {k}: {c}");
+            }
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["simulate", "--scenario", "normal", "--baseline", "shared"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only with --scenario channels"));
+}

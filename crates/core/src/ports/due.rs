@@ -39,6 +39,20 @@ impl From<&crate::renewal::Renewal> for Pending {
     }
 }
 
+impl From<&crate::contract::ReminderMessage> for Pending {
+    /// The row a released message came from.
+    fn from(m: &crate::contract::ReminderMessage) -> Self {
+        Self {
+            tenant_id: m.tenant_id.clone(),
+            renewal_id: m.renewal_id.clone(),
+            kind: m.kind.clone(),
+            reminder_id: m.reminder_id.clone(),
+            deliver_after: m.deliver_after,
+            deliver_by: m.deliver_by,
+        }
+    }
+}
+
 impl Pending {
     /// The pending reminder of `kind` for `tenant`/`renewal` with the window `[after, by)`, its
     /// id derived as production derives it (from the local due date of `after`, in UTC here).

@@ -385,14 +385,7 @@ fn message_for(cfg: &WorldConfig, i: usize) -> Result<ReminderMessage, String> {
 }
 
 fn pending(m: &ReminderMessage) -> Pending {
-    Pending {
-        tenant_id: m.tenant_id.clone(),
-        renewal_id: m.renewal_id.clone(),
-        kind: m.kind.clone(),
-        reminder_id: m.reminder_id.clone(),
-        deliver_after: m.deliver_after,
-        deliver_by: m.deliver_by,
-    }
+    Pending::from(m)
 }
 
 fn any(windows: &[Window], at: DateTime<Utc>, f: impl Fn(&Trouble) -> bool) -> bool {
