@@ -618,17 +618,29 @@ impl MemoryRenewals {
         Self::default()
     }
 
-    /// Sets one renewal's view.
+    /// Sets one renewal's view (its channel and version kept; a new row's channel is `email`).
     pub fn set(&self, tenant: &TenantId, renewal: &RenewalId, view: RenewalView) {
         let mut rows = lock(&self.rows);
-        let version = rows.get(&(tenant.clone(), renewal.clone())).and_then(|r| r.version.clone());
+        let row = rows.get(&(tenant.clone(), renewal.clone()));
+        let version = row.and_then(|r| r.version.clone());
+        let channel = row.and_then(|r| r.channel.clone()).unwrap_or_else(|| "email".to_owned());
         let lookup = RenewalLookup {
             view,
             recipient_ref: Some(format!("recipient:{tenant}:{renewal}")),
-            channel: Some("email".to_owned()),
+            channel: Some(channel),
             version,
         };
         rows.insert((tenant.clone(), renewal.clone()), lookup);
+    }
+
+    /// Sets the channel a renewal's row names (an unknown renewal becomes active).
+    pub fn set_channel(&self, tenant: &TenantId, renewal: &RenewalId, channel: &str) {
+        if !lock(&self.rows).contains_key(&(tenant.clone(), renewal.clone())) {
+            self.set(tenant, renewal, RenewalView::Active);
+        }
+        if let Some(row) = lock(&self.rows).get_mut(&(tenant.clone(), renewal.clone())) {
+            row.channel = Some(channel.to_owned());
+        }
     }
 
     /// Sets the version a renewal's row holds (an import computed its reminder and times);
@@ -1991,6 +2003,9 @@ pub struct MemoryControl {
     pub paused: Arc<Mutex<Option<crate::ports::Pause>>>,
     /// Audit records written, latest version per id.
     pub audits: Arc<Mutex<Vec<crate::redrive::AuditRecord>>>,
+    /// Times a sender asked to pause (its trip after a refusal of the whole account), whether
+    /// or not a pause was already in force.
+    pub sender_trips: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl crate::ports::Control for MemoryControl {
@@ -2010,8 +2025,11 @@ impl crate::ports::Control for MemoryControl {
     async fn pause_unless_paused(
         &self,
         pause: &crate::ports::Pause,
-        _by: &str,
+        by: &str,
     ) -> Result<Option<crate::ports::Pause>, crate::ports::ControlError> {
+        if by == crate::pause::SENDER_OWNER {
+            self.sender_trips.fetch_add(1, Ordering::SeqCst);
+        }
         let mut held = lock(&self.paused);
         if let Some(existing) = held.as_ref() {
             return Ok(Some(existing.clone()));

@@ -89,7 +89,7 @@ const OVERHEAD: Duration = Duration::from_millis(20);
 const HORIZON: Duration = Duration::from_secs(40 * 60);
 
 /// The invariants, by name.
-pub const INVARIANTS: [&str; 8] = ["I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8"];
+pub const INVARIANTS: [&str; 9] = ["I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I10"];
 
 /// The fault classes, by name (every one appears in `faults_injected`).
 pub const FAULT_CLASSES: [&str; 26] = [
@@ -148,6 +148,10 @@ pub struct CheckConfig {
     pub indeterminate: IndeterminatePolicy,
     /// Sender instances per seed (each with its own clock skew).
     pub senders: usize,
+    /// Two channels (`--channels`): every other renewal by SMS, each channel on its own limiter
+    /// (half the quota each) and pause, SMS's provider refusing the credentials (401) for a
+    /// while; I10 asserts that SMS's pause never holds an email reminder.
+    pub channels: bool,
 }
 
 impl CheckConfig {
@@ -160,6 +164,7 @@ impl CheckConfig {
             honours_keys: true,
             indeterminate: IndeterminatePolicy::AtMostOnce,
             senders: SENDERS,
+            channels: false,
         }
     }
 }
@@ -242,7 +247,14 @@ pub fn check(config: &CheckConfig, mut progress: impl FnMut(u64, &CheckReport)) 
         ..CheckReport::default()
     };
     for (done, seed) in (config.first_seed..config.first_seed.saturating_add(config.seeds)).enumerate() {
-        let o = run_seed_with(seed, config.reminders, config.senders, config.honours_keys, config.indeterminate);
+        let o = run_seed_on(
+            seed,
+            config.reminders,
+            config.senders,
+            config.honours_keys,
+            config.indeterminate,
+            config.channels,
+        );
         for v in &o.violations {
             *report.violations.entry(v.invariant.to_owned()).or_default() += 1;
         }
@@ -253,6 +265,9 @@ pub fn check(config: &CheckConfig, mut progress: impl FnMut(u64, &CheckReport)) 
                 }
                 if !config.honours_keys {
                     v.replay.push_str(&format!(" --no-keys --indeterminate {}", config.indeterminate.as_str()));
+                }
+                if config.channels {
+                    v.replay.push_str(" --channels");
                 }
                 v
             });
@@ -910,16 +925,57 @@ pub fn run_seed_with(
     honours_keys: bool,
     indeterminate: IndeterminatePolicy,
 ) -> SeedOutcome {
+    run_seed_on(seed, reminders, senders, honours_keys, indeterminate, false)
+}
+
+/// [`run_seed_with`], with two channels if `channels` (see [`CheckConfig::channels`]).
+pub fn run_seed_on(
+    seed: u64,
+    reminders: usize,
+    senders: usize,
+    honours_keys: bool,
+    indeterminate: IndeterminatePolicy,
+    channels: bool,
+) -> SeedOutcome {
     std::thread::scope(|sc| {
-        sc.spawn(|| run_here(seed, reminders, senders, honours_keys, indeterminate)).join().unwrap_or_default()
+        sc.spawn(|| run_here(seed, reminders, senders, honours_keys, indeterminate, channels))
+            .join()
+            .unwrap_or_default()
     })
+}
+
+/// The checker's two channels: every other renewal goes by SMS.
+const CHANNELS: [&str; 2] = ["email", "sms"];
+
+/// A channel's provider: the checker's one provider model (its quota, faults and the
+/// invariants it checks at arrival), which refuses the credentials (401) while `refuses` says.
+#[derive(Clone)]
+struct ChannelProvider {
+    inner: ChaosProvider,
+    refuses: Option<(DateTime<Utc>, DateTime<Utc>)>,
+}
+
+impl Provider for ChannelProvider {
+    fn profile(&self) -> ProviderProfile {
+        self.inner.profile()
+    }
+
+    async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
+        let now = self.inner.clock.truth();
+        if self.refuses.is_some_and(|(from, to)| now >= from && now < to) {
+            self.inner.faults.add("channel_401");
+            tokio::time::sleep(LATENCY.min(req.timeout)).await;
+            return Ok(ProviderOutcome::Permanent { status: 401 });
+        }
+        self.inner.send(req).await
+    }
 }
 
 type CheckSender = Sender<
     FaultyLedger<MemoryLedger>,
     TableRenewals,
     SharedLimiter<MemorySlotStore, SkewedClock>,
-    ChaosProvider,
+    ChannelProvider,
     Sqs,
     SkewedClock,
 >;
@@ -930,6 +986,7 @@ fn run_here(
     senders: usize,
     honours_keys: bool,
     indeterminate: IndeterminatePolicy,
+    channels: bool,
 ) -> SeedOutcome {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build();
     let Ok(runtime) = runtime else { return SeedOutcome::default() };
@@ -959,6 +1016,9 @@ fn run_here(
         let p = Pending::new(tenant, renewal, ReminderKind::renewal_due(), after, by);
         renewals.0.set_version(&p.tenant_id, &p.renewal_id, version_of(&p));
         renewals.0.set(&p.tenant_id, &p.renewal_id, view);
+        if channels {
+            renewals.0.set_channel(&p.tenant_id, &p.renewal_id, CHANNELS[i % 2]);
+        }
         due.insert(p.clone());
         population.push(p);
     }
@@ -979,6 +1039,14 @@ fn run_here(
         honours_keys,
     };
     let control = MemoryControl::default();
+    // `--channels`: each channel's own pause, and SMS's refusal window, drawn from a generator
+    // of their own (every other draw of the seed is what it is without channels).
+    let channel_controls = [MemoryControl::default(), MemoryControl::default()];
+    let refusal = channels.then(|| {
+        let mut r = SplitMix64::new(seed ^ 0x5c4a_77e1);
+        let from = t0() + TimeDelta::milliseconds((5_000.0 + r.next_unit() * 55_000.0) as i64);
+        (from, from + TimeDelta::milliseconds((5_000.0 + r.next_unit() * 25_000.0) as i64))
+    });
     let slots = MemorySlotStore::default();
     let settings = SenderSettings {
         policy: SenderPolicy {
@@ -1001,18 +1069,41 @@ fn run_here(
             let limiter =
                 SharedLimiter::new(slots.clone(), clock.clone(), LimiterSettings::new(QUOTA), seed ^ i as u64);
             let gate = PauseGate::new(control.clone(), clock.clone(), Duration::from_secs(1));
+            // `--channels`: two channels at half the quota each (one provider model holds both,
+            // so I4 still bounds their sum), each with its own limiter schedule and pause.
+            let routes = CHANNELS
+                .iter()
+                .zip(&channel_controls)
+                .enumerate()
+                .filter(|_| channels)
+                .map(|(k, (name, switch))| punctual_core::sender::ChannelRoute {
+                    name: (*name).to_owned(),
+                    limiter: SharedLimiter::new(
+                        slots.clone(),
+                        clock.clone(),
+                        LimiterSettings {
+                            name: format!("provider.{name}"),
+                            ..LimiterSettings::for_channel(QUOTA / 2.0)
+                        },
+                        seed ^ i as u64 ^ ((k as u64 + 1) << 40),
+                    ),
+                    provider: ChannelProvider { inner: provider.clone(), refuses: refusal.filter(|_| k == 1) },
+                    pause: Some(PauseGate::new(switch.clone(), clock.clone(), Duration::from_secs(1))),
+                })
+                .collect();
             Rc::new(
                 Sender::new(
                     faulty.clone(),
                     renewals.clone(),
                     limiter,
-                    provider.clone(),
+                    ChannelProvider { inner: provider.clone(), refuses: None },
                     sqs.clone(),
                     clock,
                     settings,
                     seed.rotate_left(7 * i as u32 + 1),
                 )
-                .with_pause(gate),
+                .with_pause(gate)
+                .with_channels(routes),
             )
         })
         .collect();
@@ -1131,6 +1222,18 @@ fn run_here(
                 let _ = control.set_pause(Some(&pause), "checker").await;
                 tokio::time::sleep(lasts).await;
                 let _ = control.set_pause(None, "checker").await;
+            }));
+        }
+        // `--channels`: the operator lifts SMS's pause (the sender set it on the 401s) once its
+        // provider takes the credentials again.
+        if let Some((_, to)) = refusal {
+            let (switch, truth, faults) = (channel_controls[1].clone(), truth.clone(), faults.clone());
+            tasks.push(tokio::task::spawn_local(async move {
+                tokio::time::sleep(punctual_core::clock::until(truth.truth(), to) + Duration::from_secs(5)).await;
+                if matches!(switch.pause().await, Ok(Some(_))) {
+                    faults.add("channel_paused_by_sender");
+                }
+                let _ = switch.set_pause(None, "checker").await;
             }));
         }
         // A redrive racing live traffic.
@@ -1261,6 +1364,35 @@ fn run_here(
     let population: Vec<Pending> =
         population.iter().map(|p| due.current(&p.tenant_id, &p.renewal_id).unwrap_or_else(|| p.clone())).collect();
     let mut out = verify(seed, &population, &due, &ledger, &sqs, &provider, &errs.borrow(), &outage, spread);
+    // I10: a channel's pause holds that channel only. The fleet's hold writes nothing to the
+    // ledger (it requeues before the claim), so an email reminder whose history shows
+    // `operator_pause` was held by SMS's pause.
+    if channels {
+        if control.sender_trips.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            out.violations.push(Violation {
+                seed,
+                invariant: "I10",
+                reminder_id: String::new(),
+                detail: "a sender paused the whole fleet: a channel's refusal must pause that channel only".into(),
+                replay: format!("punctual check --seeds 1 --first-seed {seed}"),
+            });
+        }
+        for (i, p) in population.iter().enumerate().filter(|(i, _)| CHANNELS[i % 2] == "email") {
+            let held = block_on(ledger.get(&p.reminder_id))
+                .ok()
+                .flatten()
+                .and_then(|r| r.history.into_iter().find(|h| h.reason == Some(ReasonCode::OperatorPause)));
+            if let Some(h) = held {
+                out.violations.push(Violation {
+                    seed,
+                    invariant: "I10",
+                    reminder_id: p.reminder_id.to_string(),
+                    detail: format!("email reminder {i} held by a channel's pause at {}", h.at),
+                    replay: format!("punctual check --seeds 1 --first-seed {seed}"),
+                });
+            }
+        }
+    }
     out.faults = lock(&faults.0).clone();
     out
 }

@@ -82,6 +82,10 @@ struct CheckArgs {
     /// Sender instances per seed (a larger world: `make soak` runs 1,000 reminders and 10).
     #[arg(long, default_value_t = punctual_sim::check::SENDERS)]
     senders: usize,
+    /// Two channels: every other renewal by SMS, each channel on its own limiter and pause,
+    /// SMS's provider refusing the credentials for a while (invariant I10).
+    #[arg(long)]
+    channels: bool,
     /// Print the report as JSON (progress still goes to stderr).
     #[arg(long)]
     json: bool,
@@ -285,6 +289,7 @@ fn check_command(a: CheckArgs) -> ExitCode {
     let config = CheckConfig {
         reminders: a.reminders,
         senders: a.senders,
+        channels: a.channels,
         honours_keys: !a.no_keys,
         indeterminate: a.indeterminate,
         ..CheckConfig::new(a.seeds, a.first_seed)
