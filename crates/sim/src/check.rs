@@ -707,8 +707,15 @@ struct ChaosProvider {
 }
 
 impl ChaosProvider {
-    /// One request at the provider: checks I1/I2 at arrival, then answers.
-    fn call(&self, msg: &ReminderMessage, delivered_in_ledger: bool, seen: Option<&str>) -> ProviderOutcome {
+    /// One request at the provider: checks I1/I2 at arrival, then answers (`refuse`: a 401 for
+    /// every request within the quota, `--channels`' SMS while its credentials are refused).
+    fn call(
+        &self,
+        msg: &ReminderMessage,
+        delivered_in_ledger: bool,
+        seen: Option<&str>,
+        refuse: bool,
+    ) -> ProviderOutcome {
         let now = self.clock.truth();
         let now_ms = now.timestamp_millis();
         let rid = msg.reminder_id.to_string();
@@ -765,6 +772,10 @@ impl ChaosProvider {
             call.throttled = true;
             call.over_quota = true;
             ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(1)) }
+        } else if refuse {
+            s.tokens -= 1.0;
+            self.faults.add("channel_401");
+            ProviderOutcome::Permanent { status: 401 }
         } else if self.outage.contains(&rid) {
             s.tokens -= 1.0;
             self.faults.add("provider_503");
@@ -857,6 +868,13 @@ impl Provider for ChaosProvider {
     }
 
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
+        Ok(self.answer(req, false).await)
+    }
+}
+
+impl ChaosProvider {
+    /// [`ChaosProvider::call`] for a request, after its round trip.
+    async fn answer(&self, req: &ProviderRequest<'_>, refuse: bool) -> ProviderOutcome {
         let delivered = self
             .ledger
             .get(&req.message.reminder_id)
@@ -864,9 +882,9 @@ impl Provider for ChaosProvider {
             .ok()
             .flatten()
             .is_some_and(|r| r.state == ReminderState::Delivered);
-        let outcome = self.call(req.message, delivered, req.recipient_ref);
+        let outcome = self.call(req.message, delivered, req.recipient_ref, refuse);
         tokio::time::sleep(LATENCY.min(req.timeout)).await;
-        Ok(outcome)
+        outcome
     }
 }
 
@@ -948,7 +966,8 @@ pub fn run_seed_on(
 const CHANNELS: [&str; 2] = ["email", "sms"];
 
 /// A channel's provider: the checker's one provider model (its quota, faults and the
-/// invariants it checks at arrival), which refuses the credentials (401) while `refuses` says.
+/// invariants it checks at arrival, for every request), which refuses the credentials (401)
+/// while `refuses` says.
 #[derive(Clone)]
 struct ChannelProvider {
     inner: ChaosProvider,
@@ -962,12 +981,7 @@ impl Provider for ChannelProvider {
 
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
         let now = self.inner.clock.truth();
-        if self.refuses.is_some_and(|(from, to)| now >= from && now < to) {
-            self.inner.faults.add("channel_401");
-            tokio::time::sleep(LATENCY.min(req.timeout)).await;
-            return Ok(ProviderOutcome::Permanent { status: 401 });
-        }
-        self.inner.send(req).await
+        Ok(self.inner.answer(req, self.refuses.is_some_and(|(from, to)| now >= from && now < to)).await)
     }
 }
 

@@ -654,6 +654,10 @@ struct SimProvider {
     burst: f64,
     /// A channel's own provider (`channels`): its quota and trouble instead of the config's.
     model: Option<ChannelModel>,
+    /// `channels` with `shared_limiter`: the one provider the sender knows, which passes each
+    /// request to its channel's provider (as a deployment without channels whose one client
+    /// reached both vendors would).
+    by_channel: Arc<Vec<SimProvider>>,
 }
 
 /// One channel's provider: its quota, a storm (a fifth of it, the rest answered 429) and an
@@ -721,7 +725,9 @@ impl SimProvider {
 impl Provider for SimProvider {
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
         let key = req.message.reminder_id.idempotency_key();
-        let outcome = self.call(Some(key.as_str()), req.message.reminder_id.as_str());
+        let channel = CHANNELS.iter().position(|c| Some(*c) == req.channel);
+        let to = channel.and_then(|k| self.by_channel.get(k)).unwrap_or(self);
+        let outcome = to.call(Some(key.as_str()), req.message.reminder_id.as_str());
         self.clock.sleep(self.config.latency.min(req.timeout)).await;
         Ok(outcome)
     }
@@ -994,6 +1000,7 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         t0: t0(),
         burst: (config.quota / 10.0).max(1.0),
         model: None,
+        by_channel: Arc::default(),
     };
     // `channels`: each channel's own provider.
     let channel_providers: Vec<SimProvider> = config
@@ -1153,31 +1160,45 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let urgent_workers = if worker == Worker::Punctual { config.urgent_concurrency } else { 0 };
     let senders: Vec<_> = (0..(config.concurrency + urgent_workers) as u64)
         .map(|w| {
-            // `channels`: a limiter per channel on its own schedule, or all on one at the
-            // summed quota (`shared_limiter`).
-            let summed: f64 = channel_providers.iter().filter_map(|p| p.model.map(|m| m.quota)).sum();
+            // `channels`: a limiter per channel on its own schedule, or (`shared_limiter`) none
+            // declared: the sender's one limiter at the summed quota and one provider that
+            // passes each request to its channel's, as a deployment without channels would
+            // run both vendors.
+            let shared = config.shared_limiter && !channel_providers.is_empty();
             let routes = channel_providers
                 .iter()
                 .zip(CHANNELS)
                 .enumerate()
-                .map(|(k, (p, name))| ChannelRoute {
-                    name: name.to_owned(),
-                    limiter: SharedLimiter::new(
-                        slots.clone(),
-                        clock.clone(),
-                        match (config.shared_limiter, p.model) {
-                            (false, Some(m)) => LimiterSettings {
+                .filter(|_| !shared)
+                .filter_map(|(k, (p, name))| {
+                    let m = p.model?;
+                    Some(ChannelRoute {
+                        name: name.to_owned(),
+                        limiter: SharedLimiter::new(
+                            slots.clone(),
+                            clock.clone(),
+                            LimiterSettings {
                                 name: format!("provider.{name}"),
+                                tenant_share: config.tenant_share,
                                 ..LimiterSettings::for_channel(m.quota)
                             },
-                            _ => LimiterSettings::new(summed),
-                        },
-                        config.seed ^ w ^ ((k as u64 + 1) << 48),
-                    ),
-                    provider: p.clone(),
-                    pause: None,
+                            config.seed ^ w ^ ((k as u64 + 1) << 48),
+                        ),
+                        provider: p.clone(),
+                        pause: None,
+                    })
                 })
                 .collect();
+            let quota = if shared {
+                channel_providers.iter().filter_map(|p| p.model.map(|m| m.quota)).sum()
+            } else {
+                config.quota
+            };
+            let provider = if shared {
+                SimProvider { by_channel: Arc::new(channel_providers.clone()), ..provider.clone() }
+            } else {
+                provider.clone()
+            };
             let channel_of: fn(&punctual_core::ids::RenewalId) -> &'static str =
                 if channel_providers.is_empty() { |_| "email" } else { channel_of_renewal };
             Sender::new(
@@ -1186,10 +1207,10 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                 SharedLimiter::new(
                     slots.clone(),
                     clock.clone(),
-                    LimiterSettings { tenant_share: config.tenant_share, ..LimiterSettings::new(config.quota) },
+                    LimiterSettings { tenant_share: config.tenant_share, ..LimiterSettings::new(quota) },
                     config.seed ^ w,
                 ),
-                provider.clone(),
+                provider,
                 queue.clone(),
                 clock.clone(),
                 SenderSettings::default(),
@@ -1572,9 +1593,11 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let start = config.population.as_ref().and_then(|p| p.first_due()).map_or(t0(), |f| f.max(t0()));
     let drain = last.map_or(0.0, |l| until(start, l).as_secs_f64());
     let models = config.channel_models();
-    // With channels, the floor is the slowest channel's: each drains at its own quota.
+    // With channels, the floor is the slowest channel's: each drains at its own quota (the
+    // naive worker calls the scenario's one provider at the quota).
     let floor = models
         .iter()
+        .filter(|_| worker == Worker::Punctual)
         .zip(&per_channel)
         .map(|(m, c)| c.0 as f64 / m.quota)
         .reduce(f64::max)
