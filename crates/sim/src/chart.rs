@@ -6,8 +6,14 @@ use punctual_chart::{BASELINE, ChartError, Line, PUNCTUAL, Panel, REFERENCE, dra
 
 use crate::simulate::SimReport;
 
-/// Draws backlog, delivered/s against the quota, and cumulative late reminders.
-pub fn draw(path: &Path, title: &str, punctual: &SimReport, baseline: Option<&SimReport>) -> Result<(), ChartError> {
+/// Draws backlog, delivered/s against the quota, and cumulative late reminders; the baseline,
+/// if any, under its name (`naive`, `shared`).
+pub fn draw(
+    path: &Path,
+    title: &str,
+    punctual: &SimReport,
+    baseline: Option<(&str, &SimReport)>,
+) -> Result<(), ChartError> {
     let line =
         |label: &str, points: &[(f64, f64)], color| Line { label: label.to_owned(), points: points.to_vec(), color };
     let mut backlog = vec![line("punctual", &punctual.timeline.backlog, PUNCTUAL)];
@@ -16,10 +22,10 @@ pub fn draw(path: &Path, title: &str, punctual: &SimReport, baseline: Option<&Si
         line("quota", &punctual.timeline.quota, REFERENCE),
     ];
     let mut late = vec![line("punctual", &punctual.timeline.late_cumulative, PUNCTUAL)];
-    if let Some(b) = baseline {
-        backlog.push(line("naive", &b.timeline.backlog, BASELINE));
-        rate.push(line("naive", &b.timeline.delivered_per_second, BASELINE));
-        late.push(line("naive", &b.timeline.late_cumulative, BASELINE));
+    if let Some((name, b)) = baseline {
+        backlog.push(line(name, &b.timeline.backlog, BASELINE));
+        rate.push(line(name, &b.timeline.delivered_per_second, BASELINE));
+        late.push(line(name, &b.timeline.late_cumulative, BASELINE));
     }
     // The interesting span: until the last run's backlog is gone.
     let x_max =

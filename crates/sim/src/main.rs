@@ -411,6 +411,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
     // The process's peak over the reminders (the simulator's own tables are most of it at scale).
     value["bytes_per_reminder"] =
         serde_json::json!(peak_kb.map(|kb| (kb * 1024.0 / report.reminders.max(1) as f64).round()));
+    let baseline_name = a.baseline.as_deref().unwrap_or("");
     let naive = match a.baseline.as_deref() {
         Some("shared") => Some(simulate(&SimConfig { shared_limiter: true, ..config.clone() }, Worker::Punctual)),
         Some(_) => Some(simulate(&config, Worker::Naive)),
@@ -422,7 +423,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
     if let Some(path) = &a.chart {
         let title =
             format!("punctual simulate --scenario {scenario_name} ({} reminders, quota {quota}/s)", config.reminders);
-        if let Err(e) = punctual_sim::chart::draw(path, &title, &report, naive.as_ref()) {
+        if let Err(e) = punctual_sim::chart::draw(path, &title, &report, naive.as_ref().map(|n| (baseline_name, n))) {
             eprintln!("punctual: {e}");
             return ExitCode::from(1);
         }
@@ -469,7 +470,6 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         "peak_rss_mb",
         "bytes_per_reminder",
     ];
-    let baseline_name = a.baseline.as_deref().unwrap_or("");
     println!("{:<28} {:>16} {baseline_name:>16}", "", "punctual");
     let show = |v: &serde_json::Value| match v {
         serde_json::Value::Number(n) => {

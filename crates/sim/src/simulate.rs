@@ -1698,7 +1698,13 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             .collect(),
         late_cumulative,
         quota: (0..=report.simulated_seconds.ceil() as u64)
-            .map(|s| (s as f64, config.quota_at(Duration::from_secs(s))))
+            .map(|s| {
+                let at = Duration::from_secs(s);
+                // `channels`: the channels' quotas summed, as their providers take them.
+                let quota =
+                    models.iter().filter(|_| worker == Worker::Punctual).map(|m| m.quota_at(at)).reduce(|a, b| a + b);
+                (s as f64, quota.unwrap_or_else(|| config.quota_at(at)))
+            })
             .collect(),
     };
     report
