@@ -370,7 +370,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
             concurrency: opts.concurrency,
             urgent_concurrency: opts.urgent_concurrency,
             seed: opts.seed,
-            release_rate: opts.quota * 0.97,
+            release_rate: opts.quota * punctual_core::scheduler::SUSTAINABLE_SHARE,
         },
     )?;
     let scheduler = Arc::clone(&pipeline.scheduler);

@@ -465,7 +465,7 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     upcoming.sort_by_key(|p| std::cmp::Reverse(p.deliver_after));
     let due = MemoryDueStore::new(1);
     let settings = SchedulerSettings {
-        sustainable_rate: cfg.quota * 0.97,
+        sustainable_rate: cfg.quota * punctual_core::scheduler::SUSTAINABLE_SHARE,
         page_size: 20_000,
         urgent_below: SenderSettings::default().deadline_near,
         ..SchedulerSettings::default()
