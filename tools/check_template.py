@@ -1004,12 +1004,12 @@ def is_pause_trip(st):
     """The sender's one write of the switch: PutItem only (it can set a pause, never lift it:
     that is DeleteItem), on the switch and its audit records and nothing else."""
     patterns = as_list(st.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys", []))
-    return set(as_list(st.get("Action", []))) == {"dynamodb:PutItem"} and sorted(patterns) == sorted(["control:pause", "audit:pause:*"])
+    return set(as_list(st.get("Action", []))) == {"dynamodb:PutItem"} and sorted(patterns) == sorted(["control:pause", "control:pause#*", "audit:pause:*"])
 
 
 sender_trips = [st for st in ledger_writes(by_binary.get("sender", (None, {}))[1]) if is_pause_trip(st)]
 check(
-    "sender: may set the pause switch on a persistent credential refusal (PutItem on control:pause and audit:pause:* only; crates/core/src/pause.rs trip)",
+    "sender: may set the pause switch on a persistent credential refusal (PutItem on control:pause, a channel's control:pause#* and audit:pause:* only; crates/core/src/pause.rs trip)",
     len(sender_trips) == 1 and "fn trip" in rust("crates/core/src/pause.rs"),
 )
 for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
@@ -1801,7 +1801,7 @@ pause_pk = (re.findall(r'const PAUSE_PK: &str = "([^"]+)";', control_src) or [No
 LEDGER_READS = {
     "DynamoLedger": ("crates/aws/src/ledger.rs", key_builder(rust("crates/aws/src/ledger.rs"), "key"), "&key(id)"),
     "DynamoSlotStore": ("crates/aws/src/limiter.rs", key_builder(rust("crates/aws/src/limiter.rs"), "pk"), "&Self::pk(key)"),
-    "DynamoControl": ("crates/aws/src/control.rs", pause_pk, "PAUSE_PK"),
+    "DynamoControl": ("crates/aws/src/control.rs", pause_pk, "&self.pk"),
 }
 for adapter, (rel, pattern, arg) in sorted(LEDGER_READS.items()):
     src = rust(rel)
@@ -1822,6 +1822,9 @@ for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
     adapters = sorted(set(re.findall(r"(Dynamo\w+)::new\(\s*\w+(?:\.clone\(\))?,\s*&config\.ledger_table\s*\)", app)))
     unknown_adapters = [a for a in adapters if a not in LEDGER_READS]
     want = {LEDGER_READS[a][1] for a in adapters if a in LEDGER_READS}
+    # A declared channel's own switch, control:pause#{channel} (control.rs pause_key).
+    if re.search(r"DynamoControl::for_channel\(\s*\w+(?:\.clone\(\))?,\s*&config\.ledger_table", app):
+        want.add(f"{pause_pk}#*")
     gets = [st for st in statements(f) if st.get("Effect") == "Allow" and "dynamodb:GetItem" in as_list(st.get("Action", []))
             and "LedgerTable" in [ref_name(r) for r in as_list(st.get("Resource", []))]]
     wrong = []

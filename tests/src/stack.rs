@@ -103,6 +103,7 @@ impl Stack {
                 provider_url: String::new(),
                 recipients_table: String::new(),
                 provider_kind: String::new(),
+                channels: Vec::new(),
             },
             dynamodb_endpoint: None,
             quota: 100.0,

@@ -1,5 +1,5 @@
 //! The operator's controls on AWS: the pause switch and redrive audit records in the ledger
-//! table (`pk = control:pause`, `audit:pause:{ms}`, `redrive:{id}`), and the DLQ as the
+//! table (`pk = control:pause`, a channel's `control:pause#{channel}`, `audit:pause:{ms}`, `redrive:{id}`), and the DLQ as the
 //! redrive sees it (SQS). One strongly consistent `GetItem` reads the switch; the sender caches
 //! it for a few seconds (docs/design.md#the-pause-switch).
 
@@ -53,14 +53,29 @@ fn dlq_queue(e: punctual_core::ports::QueueError) -> DeadLettersError {
 pub struct DynamoControl {
     client: Client,
     table: String,
+    /// The switch's key: the fleet's `control:pause`, or a channel's `control:pause#{channel}`.
+    pk: String,
+    /// The channel whose switch this is (`None`: the fleet's).
+    channel: Option<String>,
 }
 
 const PAUSE_PK: &str = "control:pause";
 
+/// The key of `channel`'s own pause switch (`None`: the fleet's).
+pub fn pause_key(channel: Option<&str>) -> String {
+    channel.map_or_else(|| PAUSE_PK.to_owned(), |c| format!("{PAUSE_PK}#{c}"))
+}
+
 impl DynamoControl {
-    /// Controls kept in `table` (the ledger table).
+    /// Controls kept in `table` (the ledger table), with the fleet's pause switch.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
-        Self { client, table: table.into() }
+        Self { client, table: table.into(), pk: pause_key(None), channel: None }
+    }
+
+    /// The same controls with `channel`'s own pause switch (`control:pause#{channel}`): a
+    /// declared channel's pause stops that channel only (docs/design.md#channels).
+    pub fn for_channel(client: Client, table: impl Into<String>, channel: &str) -> Self {
+        Self { client, table: table.into(), pk: pause_key(Some(channel)), channel: Some(channel.to_owned()) }
     }
 
     /// Reads a redrive audit record's JSON.
@@ -94,6 +109,9 @@ impl DynamoControl {
             .item("action", s(action))
             .item("by", s(by))
             .item("at", s(now.to_rfc3339()));
+        if let Some(c) = &self.channel {
+            put = put.item("channel", s(c));
+        }
         if let Some(p) = pause {
             put = put.item("reason", s(&p.reason));
         }
@@ -104,13 +122,13 @@ impl DynamoControl {
 
 impl Control for DynamoControl {
     async fn pause(&self) -> Result<Option<Pause>, ControlError> {
-        let item = dynamodb::get(&self.client, &self.table, PAUSE_PK).await.map_err(control_ddb)?;
+        let item = dynamodb::get(&self.client, &self.table, &self.pk).await.map_err(control_ddb)?;
         Ok(item.as_ref().map(pause_of))
     }
 
     async fn pause_unless_paused(&self, p: &Pause, by: &str) -> Result<Option<Pause>, ControlError> {
         let item: dynamodb::Item = [
-            ("pk".to_owned(), s(PAUSE_PK)),
+            ("pk".to_owned(), s(&self.pk)),
             ("reason".to_owned(), s(&p.reason)),
             ("owner".to_owned(), s(&p.owner)),
             ("since".to_owned(), s(p.since.to_rfc3339())),
@@ -141,7 +159,7 @@ impl Control for DynamoControl {
                 self.client
                     .put_item()
                     .table_name(&self.table)
-                    .item("pk", s(PAUSE_PK))
+                    .item("pk", s(&self.pk))
                     .item("reason", s(&p.reason))
                     .item("owner", s(&p.owner))
                     .item("since", s(p.since.to_rfc3339()))
@@ -153,7 +171,7 @@ impl Control for DynamoControl {
                 self.client
                     .delete_item()
                     .table_name(&self.table)
-                    .key("pk", s(PAUSE_PK))
+                    .key("pk", s(&self.pk))
                     .send()
                     .await
                     .map_err(control_sdk)?;

@@ -12,6 +12,11 @@ pub enum TokenError {
     /// Neither variable is set.
     #[error("set PROVIDER_TOKEN, or PROVIDER_TOKEN_SECRET_ARN to a Secrets Manager secret holding the token")]
     NotConfigured,
+    /// A declared channel's token is not configured (its prefix, `CHANNEL_SMS_`).
+    #[error(
+        "set {0}PROVIDER_TOKEN, or {0}PROVIDER_TOKEN_SECRET_ARN to a Secrets Manager secret holding the channel's token"
+    )]
+    ChannelNotConfigured(String),
     /// The secret has no string value.
     #[error("secret {arn} has no SecretString")]
     NotAString {
@@ -49,6 +54,27 @@ pub async fn provider_token(config: &SdkConfig) -> Result<Secret, TokenError> {
     from_secrets_manager(config, &arn).await
 }
 
+/// [`provider_token`] from the variables under `prefix`: a declared channel's own token
+/// (`CHANNEL_SMS_PROVIDER_TOKEN`, `CHANNEL_SMS_PROVIDER_TOKEN_SECRET_ARN`), never another's.
+pub async fn provider_token_under(config: &SdkConfig, prefix: &str) -> Result<Secret, TokenError> {
+    if prefix.is_empty() {
+        return provider_token(config).await;
+    }
+    if let Ok(t) = std::env::var(format!("{prefix}PROVIDER_TOKEN"))
+        && !t.is_empty()
+    {
+        return Ok(Secret::new(t));
+    }
+    let Ok(arn) = std::env::var(format!("{prefix}PROVIDER_TOKEN_SECRET_ARN")) else {
+        return Err(if prefix.is_empty() {
+            TokenError::NotConfigured
+        } else {
+            TokenError::ChannelNotConfigured(prefix.to_owned())
+        });
+    };
+    from_secrets_manager(config, &arn).await
+}
+
 /// The token's secret in Secrets Manager as a [`TokenSource`]: the provider client reads it
 /// again after a 401/403 (a rotation): after a 403 at most once per instance per interval,
 /// after a 401 unless a read begun after that call already judged the token (a 401 pauses the
@@ -67,6 +93,18 @@ impl SecretsManagerToken {
             return None;
         }
         let arn = std::env::var("PROVIDER_TOKEN_SECRET_ARN").ok().filter(|a| !a.is_empty())?;
+        Some(Self { config: config.clone(), arn })
+    }
+
+    /// [`Self::from_env`] from the variables under `prefix` (a declared channel's own).
+    pub fn from_env_under(config: &SdkConfig, prefix: &str) -> Option<Self> {
+        if prefix.is_empty() {
+            return Self::from_env(config);
+        }
+        if std::env::var(format!("{prefix}PROVIDER_TOKEN")).is_ok_and(|t| !t.is_empty()) {
+            return None;
+        }
+        let arn = std::env::var(format!("{prefix}PROVIDER_TOKEN_SECRET_ARN")).ok().filter(|a| !a.is_empty())?;
         Some(Self { config: config.clone(), arn })
     }
 

@@ -215,6 +215,9 @@ struct PauseArgs {
     /// Who (required).
     #[arg(long)]
     owner: String,
+    /// Pause one declared channel only (its own switch): the other channels keep sending.
+    #[arg(long)]
+    channel: Option<String>,
 }
 
 /// `punctual resume`.
@@ -223,6 +226,9 @@ struct ResumeArgs {
     /// Who (recorded; default $USER).
     #[arg(long)]
     owner: Option<String>,
+    /// Resume one declared channel's own switch (the fleet's stays as it is).
+    #[arg(long)]
+    channel: Option<String>,
 }
 
 /// `punctual redrive`.
@@ -584,8 +590,9 @@ async fn explain(a: ExplainArgs) -> ExitCode {
 
 async fn pause(a: PauseArgs) -> ExitCode {
     on_target(None, false, |t| async move {
-        let p = punctual_ops::pause(&t, &a.reason, &a.owner).await?;
-        let text = format!("paused by {} since {}: {}\n", p.owner, p.since, p.reason);
+        let p = punctual_ops::pause(&t, &a.reason, &a.owner, a.channel.as_deref()).await?;
+        let what = a.channel.as_deref().map_or_else(String::new, |c| format!("channel {c} "));
+        let text = format!("{what}paused by {} since {}: {}\n", p.owner, p.since, p.reason);
         Ok((p, text, true))
     })
     .await
@@ -594,10 +601,11 @@ async fn pause(a: PauseArgs) -> ExitCode {
 async fn resume(a: ResumeArgs) -> ExitCode {
     let by = a.owner.or_else(|| std::env::var("USER").ok()).unwrap_or_else(|| "unknown".into());
     on_target(None, false, |t| async move {
-        let was = punctual_ops::resume(&t, &by).await?;
+        let was = punctual_ops::resume(&t, &by, a.channel.as_deref()).await?;
+        let what = a.channel.as_deref().map_or_else(String::new, |c| format!("channel {c} "));
         let text = match &was {
-            Some(p) => format!("resumed (was paused by {} since {}: {})\n", p.owner, p.since, p.reason),
-            None => "was not paused; nothing to resume\n".to_owned(),
+            Some(p) => format!("{what}resumed (was paused by {} since {}: {})\n", p.owner, p.since, p.reason),
+            None => format!("{what}was not paused; nothing to resume\n"),
         };
         Ok((was, text, true))
     })

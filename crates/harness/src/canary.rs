@@ -145,7 +145,7 @@ pub async fn canary(target: &Target) -> Result<CanaryReport, HarnessError> {
             .unwrap_or_default(),
     );
     let sender = sender_config(t, target.quota)?;
-    let provider = crate::env::local_provider(t, &target.sdk_config().await, &ddb, &token, &sender)?;
+    let provider = crate::env::local_provider(&target.sdk_config().await, &ddb, &token, &sender)?;
     let instances = local_senders(&sender, &ddb, queues.client(), &provider, 1, 1);
     let ledger = DynamoLedger::new(ddb.clone(), &t.ledger_table);
     let (stats, metrics) = (EsmStats::default(), std::sync::Mutex::new(Metrics::new()));

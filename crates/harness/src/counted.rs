@@ -96,7 +96,7 @@ impl CountedPipeline {
         let queues = res.queues(aws_sdk_sqs::Client::new(&sender_sdk));
         let scheduler_sdk = scheduler_requests.wrap(config);
         let sender = sender_config(res, quota)?;
-        let provider = local_provider(res, &sender_sdk, &sender_ddb, token, &sender)?;
+        let provider = local_provider(&sender_sdk, &sender_ddb, token, &sender)?;
         let sqs = queues.client();
         let normal = local_senders(&sender, &sender_ddb, sqs, &provider, shape.seed, shape.concurrency);
         let urgent = local_senders(&sender, &sender_ddb, sqs, &provider, shape.seed ^ 0xa5a5, shape.urgent_concurrency);

@@ -283,7 +283,24 @@ pub type LocalSender = punctual_sender::app::App;
 pub fn sender_config(res: &Resources, quota: f64) -> Result<SenderConfig, ConfigError> {
     let r = res.clone();
     let quota = quota.to_string();
+    // Each declared channel's own variables, as a deployment sets them (docs/configuration.md#channels).
+    let mut own: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    if !r.channels.is_empty() {
+        own.insert("CHANNELS".into(), r.channels.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","));
+    }
+    for c in &r.channels {
+        let p = punctual_sender::config::channel_prefix(&c.name);
+        own.insert(format!("{p}PROVIDER_KIND"), c.kind.clone());
+        own.insert(format!("{p}PROVIDER_RATE_PER_SEC"), c.quota.to_string());
+        if c.kind == "ses" {
+            own.insert(format!("{p}SES_FROM_ADDRESS"), crate::ses::LOCAL_FROM.into());
+            own.insert(format!("{p}SES_CONTENT"), "inline".into());
+        } else {
+            own.insert(format!("{p}PROVIDER_URL"), c.provider_url.clone());
+        }
+    }
     let mut config = SenderConfig::from_env(&Env::new(move |k: &str| match k {
+        _ if own.contains_key(k) => own.get(k).cloned(),
         "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
         "URGENT_QUEUE_URL" => r.urgent_url().map(str::to_owned),
         "DLQ_URL" => Some(r.dlq_url.clone()),
@@ -309,14 +326,18 @@ pub fn local_senders(
     config: &SenderConfig,
     ddb: &aws_sdk_dynamodb::Client,
     sqs: &aws_sdk_sqs::Client,
-    provider: &punctual_sender::app::AnyProvider,
+    providers: &LocalProviders,
     seed: u64,
     instances: usize,
 ) -> Vec<std::sync::Arc<LocalSender>> {
     (0..instances.max(1) as u64)
         .map(|i| {
-            let clients =
-                punctual_sender::app::Clients { dynamodb: ddb.clone(), sqs: sqs.clone(), provider: provider.clone() };
+            let clients = punctual_sender::app::Clients {
+                dynamodb: ddb.clone(),
+                sqs: sqs.clone(),
+                provider: providers.0.clone(),
+                channels: providers.1.clone(),
+            };
             std::sync::Arc::new(punctual_sender::app::build(config, clients, seed ^ i))
         })
         .collect()
@@ -346,12 +367,15 @@ pub struct LimiterBreakdown {
 }
 
 impl LimiterBreakdown {
-    /// Sums the instances' limiter statistics.
+    /// Sums the instances' limiter statistics (each declared channel's limiter too).
     pub fn of(instances: &[std::sync::Arc<LocalSender>]) -> Self {
         use punctual_core::limiter::SlotStore;
         let mut b = Self::default();
-        for d in instances {
-            let s = d.sender.limiter().stats();
+        let limiters = instances
+            .iter()
+            .flat_map(|d| std::iter::once(d.sender.limiter()).chain(d.sender.channels().iter().map(|c| &c.limiter)));
+        for limiter in limiters {
+            let s = limiter.stats();
             b.granted += s.granted;
             b.bookings += s.bookings;
             b.stranded += s.stranded;
@@ -360,7 +384,7 @@ impl LimiterBreakdown {
             b.refused[0] += s.refused_normal;
             b.refused[1] += s.refused_near;
             b.refused[2] += s.refused_cap;
-            b.writes += d.sender.limiter().store().writes();
+            b.writes += limiter.store().writes();
         }
         b.other_writes = b.writes.saturating_sub(b.bookings);
         b
@@ -479,6 +503,7 @@ pub async fn provision(
         provider_url: provider_url.to_owned(),
         recipients_table,
         provider_kind: "http".into(),
+        channels: Vec::new(),
     })
 }
 
@@ -501,26 +526,39 @@ pub async fn start_double(
     Ok((double, token))
 }
 
-/// The provider client the local pipeline's senders use: the HTTP client for the double (with
-/// its local `token`), or SES on the emulator with the recipients table.
+/// The local senders' providers: their own, and each declared channel's (in the order of
+/// `SenderConfig::channels`).
+pub type LocalProviders = (punctual_sender::app::AnyProvider, Vec<punctual_sender::app::AnyProvider>);
+
+/// The provider clients the local pipeline's senders use: the HTTP client for a double (with
+/// its local `token`), or SES on the emulator with the recipients table; one per declared
+/// channel, each to its own provider.
 pub fn local_provider(
-    res: &Resources,
     sdk: &SdkConfig,
     ddb: &aws_sdk_dynamodb::Client,
     token: &punctual_core::secret::Secret,
     config: &SenderConfig,
-) -> Result<punctual_sender::app::AnyProvider, crate::HarnessError> {
+) -> Result<LocalProviders, crate::HarnessError> {
     use punctual_sender::config::ProviderConfig;
-    match &config.provider {
-        ProviderConfig::Ses { settings, recipients_table, .. } => {
-            Ok(punctual_sender::app::ses_provider(sdk, ddb.clone(), settings.clone(), recipients_table))
+    let one = |kind: &ProviderConfig| -> Result<punctual_sender::app::AnyProvider, crate::HarnessError> {
+        match kind {
+            ProviderConfig::Ses { settings, recipients_table, .. } => {
+                Ok(punctual_sender::app::ses_provider(sdk, ddb.clone(), settings.clone(), recipients_table))
+            }
+            ProviderConfig::Http { url, .. } => {
+                let http = punctual_provider::HttpProvider::new(url, token, Duration::from_secs(2))
+                    .map_err(crate::step("building the provider client"))?;
+                Ok(http.into())
+            }
         }
-        ProviderConfig::Http { .. } => {
-            let http = punctual_provider::HttpProvider::new(&res.provider_url, token, Duration::from_secs(2))
-                .map_err(crate::step("building the provider client"))?;
-            Ok(http.into())
-        }
-    }
+    };
+    let channels = config.channels.iter().map(|c| one(&c.provider)).collect::<Result<Vec<_>, _>>()?;
+    // With channels declared, the first channel's stands as the default route no message takes.
+    let own = match channels.first() {
+        Some(first) => first.clone(),
+        None => one(&config.provider)?,
+    };
+    Ok((own, channels))
 }
 
 #[cfg(test)]

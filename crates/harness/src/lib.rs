@@ -44,6 +44,9 @@ pub enum HarnessError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A flag's value is invalid (named in the message); nothing was started.
+    #[error("{0}")]
+    Invalid(String),
     /// SIGINT or SIGTERM.
     #[error("interrupted ({0:?}); everything this run started was stopped")]
     Interrupted(crate::env::Stop),

@@ -3,6 +3,7 @@
 //! pollers (playing the SQS event source mapping) → the sender handler → the provider double —
 //! with a live progress line and a final report.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,6 +53,13 @@ pub struct RunOptions {
     /// (Amazon SES on the emulator: no keys, addresses from the recipients table).
     #[arg(long, default_value = "http", value_parser = ["http", "ses"])]
     pub provider: String,
+    /// Declared channels, each with its own provider, limiter and pause
+    /// (docs/design.md#channels): `email=ses,sms=http`. A kind may carry its quota,
+    /// `sms=http:10` (default: `--quota`). Each `http` channel has a provider double of its
+    /// own; every renewal (the workload makes every third `sms`, the rest `email`) goes through
+    /// its channel's provider. Instead of `--provider`.
+    #[arg(long, conflicts_with = "provider")]
+    pub channels: Option<String>,
     /// Dead letters before the run starts (at most the redrive function's
     /// `REDRIVE_MAX_MESSAGES`, 1,000): renewals due now, hours from their deadline, whose
     /// reminders the sender gave up on (`attempt_limit`: a ledger record `dead_lettered`, a
@@ -82,6 +90,9 @@ pub struct RunReport {
     pub requests: PipelineRequests,
     /// `http` (the double) or `ses` (SES on the emulator).
     pub provider: String,
+    /// `--channels`: each channel's own figures, its provider's count beside its deliveries.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub channels: BTreeMap<String, RunChannel>,
     /// Effects the provider itself holds: the double's distinct acceptances, or SES's
     /// `SentLast24Hours` growth over the run. Equal to `delivered` when each reminder reached
     /// the provider exactly once. `None` when the emulator's SES count could not be read.
@@ -156,6 +167,8 @@ fn draw_run_chart(path: &std::path::Path, quota: f64, series: &RunSeries) -> Res
 impl RunReport {
     /// Human report.
     pub fn render(&self, quota: f64) -> String {
+        // With channels, the run's quota is theirs summed.
+        let quota = if self.channels.is_empty() { quota } else { self.channels.values().map(|c| c.quota).sum() };
         let dlq: Vec<String> = self.counts.dead_lettered.iter().map(|(k, v)| format!("{k}={v}")).collect();
         format!(
             "punctual run: {} reminders{}, quota {quota}/s\n\
@@ -194,13 +207,34 @@ impl RunReport {
             self.provider_effects.map_or_else(|| "unknown".to_owned(), |n| n.to_string()),
             if self.provider == "ses" {
                 "SES SentLast24Hours on the emulator"
+            } else if self.provider == "channels" {
+                "each channel's provider, below"
             } else {
                 "the double's distinct acceptances"
             },
             self.wall_seconds,
             self.import_seconds,
             self.chart.as_deref().unwrap_or("not written"),
-        ) + &self.requests.render(18)
+        ) + &self
+            .channels
+            .iter()
+            .map(|(name, c)| {
+                format!(
+                    "channel {name:<9} {}/{} delivered ({} late) at {} ({}/s), {} there; drain {:.1} s (floor {:.1} s) → utilisation {:.3}{}\n",
+                    c.delivered,
+                    c.reminders,
+                    c.late,
+                    if c.provider == "ses" { "SES" } else { "its double" },
+                    c.quota,
+                    c.provider_effects.map_or_else(|| "unknown".to_owned(), |n| n.to_string()),
+                    c.drain_seconds,
+                    c.floor_seconds,
+                    c.utilisation,
+                    c.provider_429.map_or_else(String::new, |n| format!(", {n} answered 429")),
+                )
+            })
+            .collect::<String>()
+            + &self.requests.render(18)
             + &self.cpu.as_ref().map_or_else(String::new, |c| c.render(18))
             + &self.window.as_ref().map_or_else(|| "reconcile         not run\n".to_owned(), |w| w.render())
             + &if self.dead_letters > 0 {
@@ -219,19 +253,76 @@ impl RunReport {
 
 pub use punctual_core::workload::{TIGHT_WINDOW, WINDOWS, ZONES, generate};
 
+/// One declared channel's figures in a run (`--channels`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunChannel {
+    /// `http` (its own provider double) or `ses` (SES on the emulator).
+    pub provider: String,
+    /// Its quota, calls per second.
+    pub quota: f64,
+    /// Its renewals.
+    pub reminders: u64,
+    /// Its reminders delivered (the ledger's `delivered`).
+    pub delivered: u64,
+    /// Of those, delivered at or after their `deliver_by`.
+    pub late: u64,
+    /// First to last of its deliveries (the ledger's `delivered` entries), plus one slot.
+    pub drain_seconds: f64,
+    /// Its reminders at its own quota.
+    pub floor_seconds: f64,
+    /// `floor_seconds / drain_seconds`: 1 when its quota was used all along.
+    pub utilisation: f64,
+    /// Its provider's 429s: the double's count (`None` for SES, which keeps none the emulator
+    /// shows; the run's `provider_429` counts them from the senders' metrics).
+    pub provider_429: Option<u64>,
+    /// What its provider holds: the double's distinct acceptances, or SES's count of sends
+    /// over the run (SES serves no other channel here). `None` when it could not be read.
+    pub provider_effects: Option<u64>,
+}
+
+/// `--channels`: (name, kind, quota) of each channel, in order.
+pub fn parse_channels(spec: &str, quota: f64) -> Result<Vec<(String, String, f64)>, String> {
+    let mut out: Vec<(String, String, f64)> = Vec::new();
+    for part in spec.split(',').map(str::trim) {
+        let bad =
+            || format!("--channels {spec:?}: expected NAME=http|ses[:RATE], comma-separated, as email=ses,sms=http:10");
+        let (name, provider) = part.split_once('=').ok_or_else(bad)?;
+        let (kind, rate) = match provider.split_once(':') {
+            Some((k, r)) => (k, r.parse::<f64>().ok().filter(|r| *r > 0.0 && r.is_finite()).ok_or_else(bad)?),
+            None => (provider, quota),
+        };
+        if !matches!(kind, "http" | "ses") || name.is_empty() || out.iter().any(|(n, ..)| n == name) {
+            return Err(bad());
+        }
+        if kind == "ses" && out.iter().any(|(_, k, _)| k == "ses") {
+            return Err(format!(
+                "--channels {spec:?}: one SES channel at most (the emulator's SES count cannot tell two apart)"
+            ));
+        }
+        out.push((name.to_owned(), kind.to_owned(), rate));
+    }
+    Ok(out)
+}
+
 /// Who delivers in this run, and how to read what it saw.
 enum ProviderSide {
     /// The provider double (its own counters are the truth).
     Double(punctual_provider_double::Double),
     /// SES on the emulator: what it sent before the run, and when the run's clock started.
     Ses { endpoint: String, sent_before: Option<u64>, started: Instant },
+    /// `--channels`: each channel's own provider, SES on the emulator for at most one.
+    Channels {
+        ses: Option<(String, Option<u64>)>,
+        doubles: Vec<(String, punctual_provider_double::Double)>,
+        started: Instant,
+    },
 }
 
 impl ProviderSide {
     fn started(&self) -> Instant {
         match self {
             Self::Double(d) => d.started(),
-            Self::Ses { started, .. } => *started,
+            Self::Ses { started, .. } | Self::Channels { started, .. } => *started,
         }
     }
 
@@ -242,7 +333,9 @@ impl ProviderSide {
                 let s = d.stats();
                 (s.accepted, s.throttled)
             }
-            Self::Ses { .. } => (metrics.total(name::DELIVERED) as u64, metrics.total(name::THROTTLED) as u64),
+            Self::Ses { .. } | Self::Channels { .. } => {
+                (metrics.total(name::DELIVERED) as u64, metrics.total(name::THROTTLED) as u64)
+            }
         }
     }
 }
@@ -265,6 +358,10 @@ pub async fn run(opts: &RunOptions) -> Result<RunReport, RunError> {
 
 async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     let started = Instant::now();
+    let channels = match &opts.channels {
+        Some(spec) => parse_channels(spec, opts.quota).map_err(RunError::Invalid)?,
+        None => Vec::new(),
+    };
     let say = |s: String| {
         if opts.progress {
             eprintln!("{s}");
@@ -282,9 +379,36 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
 
     let mut rng = SplitMix64::new(opts.seed ^ 0x5eed);
     let token = Secret::new(format!("local-{:016x}", rng.next_u64()));
-    let ses = opts.provider == "ses";
+    let ses = opts.provider == "ses" || channels.iter().any(|(_, k, _)| k == "ses");
     let region = config.region().map_or_else(|| "us-east-1".to_owned(), ToString::to_string);
-    let side = if ses {
+    let mut declared = Vec::new();
+    let side = if !channels.is_empty() {
+        let mut ses_side = None;
+        let mut doubles = Vec::new();
+        for (name, kind, quota) in &channels {
+            let mut url = String::new();
+            if kind == "ses" {
+                crate::ses::verify(&config, crate::ses::LOCAL_FROM).await?;
+                let sent_before = crate::ses::sent_last_24_hours(&emulator.endpoint, &region).await;
+                say(format!("channel {name:<6} Amazon SES on the emulator (quota {quota}/s by its limiter)"));
+                ses_side = Some((emulator.endpoint.clone(), sent_before));
+            } else {
+                let (double, _) = crate::env::start_double(*quota, token.clone())
+                    .await
+                    .map_err(step("starting a channel's provider double"))?;
+                say(format!("channel {name:<6} {} (quota {quota}/s, burst 10)", double.url()));
+                url = double.url();
+                doubles.push((name.clone(), double));
+            }
+            declared.push(punctual_ops::target::ChannelResources {
+                name: name.clone(),
+                kind: kind.clone(),
+                quota: *quota,
+                provider_url: url,
+            });
+        }
+        ProviderSide::Channels { ses: ses_side, doubles, started: Instant::now() }
+    } else if ses {
         crate::ses::verify(&config, crate::ses::LOCAL_FROM).await?;
         let sent_before = crate::ses::sent_last_24_hours(&emulator.endpoint, &region).await;
         say(format!(
@@ -301,15 +425,18 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     };
     let provider_url = match &side {
         ProviderSide::Double(d) => d.url(),
-        ProviderSide::Ses { .. } => String::new(),
+        ProviderSide::Ses { .. } | ProviderSide::Channels { .. } => String::new(),
     };
 
     let prefix = format!("punctual-run-{}-{}", Utc::now().timestamp_millis(), std::process::id());
     let mut res = provision(&config, &ddb, &prefix, &provider_url).await?;
     res.endpoint = emulator.endpoint.clone();
-    if ses {
+    if ses && channels.is_empty() {
         res.provider_kind = "ses".into();
     }
+    res.channels = declared;
+    // The channels' quotas summed: what the scheduler releases at and the run is measured by.
+    let quota = if channels.is_empty() { opts.quota } else { channels.iter().map(|(_, _, q)| q).sum() };
     say(format!("resources      {prefix}-{{send,urgent,dlq,ledger,renewals,recipients}}"));
 
     let sqs = aws_sdk_sqs::Client::new(&config);
@@ -340,6 +467,16 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         book.put_all(&entries, Utc::now().timestamp_millis()).await.map_err(step("writing the recipients"))?;
     }
     let import_seconds = import_started.elapsed().as_secs_f64();
+    // The floor: every reminder at its provider's quota (with channels, the slowest channel's
+    // share at its own quota: each drains on its own).
+    let floor = if channels.is_empty() {
+        (opts.reminders + opts.redrive) as f64 / opts.quota
+    } else {
+        channels
+            .iter()
+            .map(|(name, _, q)| rows.iter().filter(|r| &r.channel == name).count() as f64 / q)
+            .fold(0.0, f64::max)
+    };
     say(format!("imported       {} renewals over {} zones in {import_seconds:.1} s", rows.len(), ZONES.len()));
     let letters = punctual_core::workload::letter_renewals(opts.reminders, opts.redrive, Utc::now());
     if !letters.is_empty() {
@@ -370,7 +507,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
             concurrency: opts.concurrency,
             urgent_concurrency: opts.urgent_concurrency,
             seed: opts.seed,
-            release_rate: opts.quota * punctual_core::scheduler::SUSTAINABLE_SHARE,
+            release_rate: quota * punctual_core::scheduler::SUSTAINABLE_SHARE,
         },
     )?;
     let scheduler = Arc::clone(&pipeline.scheduler);
@@ -445,7 +582,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         }
     };
     let monitor = async {
-        let limit = Duration::from_secs_f64(n as f64 / opts.quota * 4.0 + 120.0);
+        let limit = Duration::from_secs_f64(floor * 4.0 + 120.0);
         let loop_started = Instant::now();
         let mut progress = punctual_core::progress::Progress::new(n);
         let mut interrupted: Option<crate::env::Stop> = None;
@@ -495,7 +632,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
                 progress.update(handled, || {
                     format!(
                         "{elapsed:6.1}s  delivered {:>6}/{n}  dlq {:>4}  {queue:<52}  429s {:>4}  {rate:6.1}/s of {}/s ",
-                        accepted, dlq, throttled, opts.quota
+                        accepted, dlq, throttled, quota
                     )
                 });
             }
@@ -577,6 +714,62 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
             let sent = sent_before.zip(after).map(|(b, a)| a.saturating_sub(b));
             ProviderSeen::from_ledger(&records, t0, opts.quota, &m, sent)
         }
+        ProviderSide::Channels { .. } => ProviderSeen::from_ledger(&records, t0, quota, &m, None),
+    };
+    // `--channels`: each channel's deliveries beside what its own provider holds.
+    let mut per_channel = BTreeMap::new();
+    if let ProviderSide::Channels { ses: ses_side, doubles, .. } = &side {
+        use punctual_core::ReminderState;
+        let channel_of: std::collections::HashMap<&punctual_core::ids::ReminderId, &str> =
+            rows.iter().map(|r| (&r.reminder_id, r.channel.as_str())).collect();
+        let ses_sent = match ses_side {
+            Some((endpoint, before)) => {
+                let after = crate::ses::sent_last_24_hours(endpoint, &region).await;
+                before.zip(after).map(|(b, a)| a.saturating_sub(b))
+            }
+            None => None,
+        };
+        for (name, kind, q) in &channels {
+            // Each of its delivered reminders: when it was delivered, and its deadline.
+            let at: Vec<(DateTime<Utc>, DateTime<Utc>)> = records
+                .iter()
+                .filter(|r| {
+                    r.state == ReminderState::Delivered && channel_of.get(&r.reminder_id) == Some(&name.as_str())
+                })
+                .filter_map(|r| {
+                    r.history.iter().rev().find(|h| h.state == ReminderState::Delivered).map(|h| (h.at, r.deliver_by))
+                })
+                .collect();
+            let double = doubles.iter().find(|(n, _)| n == name).map(|(_, d)| d.stats());
+            let provider_effects = if kind == "ses" { ses_sent } else { double.as_ref().map(|s| s.accepted) };
+            let reminders = rows.iter().filter(|r| &r.channel == name).count() as u64;
+            let drain_seconds = match (at.iter().map(|a| a.0).min(), at.iter().map(|a| a.0).max()) {
+                (Some(a), Some(b)) => (b - a).num_milliseconds() as f64 / 1000.0 + 1.0 / q,
+                _ => 0.0,
+            };
+            let floor_seconds = reminders as f64 / q;
+            per_channel.insert(
+                name.clone(),
+                RunChannel {
+                    provider: kind.clone(),
+                    quota: *q,
+                    reminders,
+                    delivered: at.len() as u64,
+                    late: at.iter().filter(|(t, by)| t >= by).count() as u64,
+                    drain_seconds,
+                    floor_seconds,
+                    utilisation: if drain_seconds > 0.0 { (floor_seconds / drain_seconds).min(1.0) } else { 0.0 },
+                    provider_429: double.map(|s| s.throttled),
+                    provider_effects,
+                },
+            );
+        }
+    }
+    let seen = if per_channel.is_empty() {
+        seen
+    } else {
+        let effects = per_channel.values().map(|c| c.provider_effects).sum::<Option<u64>>();
+        ProviderSeen { effects, ..seen }
     };
     let observed = Observed {
         records,
@@ -602,7 +795,6 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         }
     };
     let (counts, endings) = count(&observed, as_of, Some(n));
-    let floor = n as f64 / opts.quota;
     let drain = seen.drain;
     let since = |t: DateTime<Utc>| (t - t0).num_milliseconds() as f64 / 1000.0;
     let spans: Vec<_> = endings.iter().filter_map(|e| e.due_span(as_of)).collect();
@@ -622,7 +814,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         eprintln!("punctual run: could not write target/run/series.json: {e}");
     }
     let chart = std::path::PathBuf::from("target/run/chart.png");
-    let chart_written = draw_run_chart(&chart, opts.quota, &series).map(|()| chart.display().to_string());
+    let chart_written = draw_run_chart(&chart, quota, &series).map(|()| chart.display().to_string());
     if let Err(e) = &chart_written {
         eprintln!("punctual run: {e}");
     }
@@ -650,8 +842,9 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         reminders: opts.reminders,
         counts,
         throughput: Throughput::measure(seen.requests, seen.throttled, delivered, drain, floor),
-        provider: opts.provider.clone(),
+        provider: if channels.is_empty() { opts.provider.clone() } else { "channels".to_owned() },
         provider_effects: seen.effects,
+        channels: per_channel,
         requests: pipeline.requests(n, seen.requests, (!letters.is_empty()).then_some(redriven)),
         tight,
         released_urgent,

@@ -19,6 +19,24 @@ pub enum ConfigError {
         /// What was expected.
         expected: &'static str,
     },
+    /// A declared channel's own variable (`CHANNEL_{NAME}_{VAR}`): the message names it in full.
+    #[error("{0}")]
+    Channel(String),
+}
+
+impl ConfigError {
+    /// The same problem, naming the variable as `prefix` + its name (a channel's own variables
+    /// are read under `CHANNEL_{NAME}_`).
+    #[must_use]
+    pub fn under(self, prefix: &str) -> Self {
+        match self {
+            Self::Missing(n) => Self::Channel(format!("environment variable {prefix}{n} is required")),
+            Self::Invalid { name, value, expected } => {
+                Self::Channel(format!("environment variable {prefix}{name}={value:?} is invalid: expected {expected}"))
+            }
+            Self::Channel(m) => Self::Channel(m),
+        }
+    }
 }
 
 /// Reads variables from a source (the process environment, or a map in tests).
@@ -35,6 +53,13 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
     /// An environment backed by `get`.
     pub fn new(get: F) -> Self {
         Self { get }
+    }
+
+    /// The variables under `prefix` (`CHANNEL_SMS_` reads `PROVIDER_URL` as
+    /// `CHANNEL_SMS_PROVIDER_URL`), and the `shared` ones as they are. Errors from it name the
+    /// bare variable: map them with [`ConfigError::under`].
+    pub fn under<'a>(&'a self, prefix: &'a str, shared: &'a [&'a str]) -> Env<impl Fn(&str) -> Option<String> + 'a> {
+        Env::new(move |k: &str| if shared.contains(&k) { (self.get)(k) } else { (self.get)(&format!("{prefix}{k}")) })
     }
 
     fn raw(&self, name: &str) -> Option<String> {

@@ -20,8 +20,26 @@ use crate::{OpsError, step};
 
 // ---- pause / resume ----------------------------------------------------------------------------
 
-/// `punctual pause`.
-pub async fn pause(target: &Target, reason: &str, owner: &str) -> Result<Pause, OpsError> {
+/// The pause switch of `channel` (`None`: the fleet's), refused for a channel the deployment
+/// does not declare: its switch would be read by no sender, a pause that stops nothing.
+fn switch(target: &Target, ddb: aws_sdk_dynamodb::Client, channel: Option<&str>) -> Result<DynamoControl, OpsError> {
+    let table = &target.resources.ledger_table;
+    let Some(name) = channel else { return Ok(DynamoControl::new(ddb, table)) };
+    let declared: Vec<&str> = target.resources.channels.iter().map(|c| c.name.as_str()).collect();
+    if !declared.contains(&name) {
+        return Err(OpsError::Invalid(vec![if declared.is_empty() {
+            format!(
+                "--channel {name}: this deployment declares no channels (CHANNELS is unset), so no sender reads a channel's switch; pause the fleet instead"
+            )
+        } else {
+            format!("--channel {name}: not a declared channel (declared: {})", declared.join(", "))
+        }]));
+    }
+    Ok(DynamoControl::for_channel(ddb, table, name))
+}
+
+/// `punctual pause` (with `channel`: that channel's own switch only).
+pub async fn pause(target: &Target, reason: &str, owner: &str, channel: Option<&str>) -> Result<Pause, OpsError> {
     let mut problems = Vec::new();
     if reason.trim().is_empty() {
         problems.push("--reason must not be empty".to_owned());
@@ -33,23 +51,28 @@ pub async fn pause(target: &Target, reason: &str, owner: &str) -> Result<Pause, 
         return Err(OpsError::Invalid(problems));
     }
     let (ddb, _) = target.clients().await;
-    let control = DynamoControl::new(ddb, &target.resources.ledger_table);
+    let control = switch(target, ddb, channel)?;
     let p = Pause { reason: reason.trim().into(), owner: owner.trim().into(), since: Utc::now() };
     // Never over another pause: replacing the sender's own (a refused credential) with an
     // operator's would read as the fleet pause ending (its alarm clears) while nothing is fixed.
     match control.pause_unless_paused(&p, owner.trim()).await.map_err(step("setting the pause switch"))? {
         None => Ok(p),
         Some(existing) => Err(OpsError::Paused(format!(
-            "already paused by {} since {} ({}); nothing changed — `punctual resume` first if it must change",
-            existing.owner, existing.since, existing.reason
+            "{} already paused by {} since {} ({}); nothing changed — `punctual resume{}` first if it must change",
+            channel.map_or_else(|| "the fleet is".to_owned(), |c| format!("channel {c} is")),
+            existing.owner,
+            existing.since,
+            existing.reason,
+            channel.map_or_else(String::new, |c| format!(" --channel {c}"))
         ))),
     }
 }
 
-/// `punctual resume`; returns the pause that was lifted.
-pub async fn resume(target: &Target, by: &str) -> Result<Option<Pause>, OpsError> {
+/// `punctual resume` (with `channel`: that channel's own switch only); returns the pause that
+/// was lifted.
+pub async fn resume(target: &Target, by: &str, channel: Option<&str>) -> Result<Option<Pause>, OpsError> {
     let (ddb, _) = target.clients().await;
-    let control = DynamoControl::new(ddb, &target.resources.ledger_table);
+    let control = switch(target, ddb, channel)?;
     let was = control.pause().await.map_err(step("reading the pause switch"))?;
     control.set_pause(None, by).await.map_err(step("lifting the pause switch"))?;
     Ok(was)

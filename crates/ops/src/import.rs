@@ -478,7 +478,7 @@ struct Checked {
 /// line is sound and whose address is already in.
 ///
 /// Per line, in this order: unreadable; `email` not a bare address (the value is never
-/// echoed); invalid row; a later duplicate of a (tenant, renewal); a second, different address
+/// echoed); invalid row; a channel the deployment does not declare; a later duplicate of a (tenant, renewal); a second, different address
 /// for a tenant's `recipient_ref`. A rejected line's renewal is not imported, nor its address:
 /// nothing half-imported. A reference is the tenant's own: another tenant's equal reference is
 /// another customer, never a conflict. A file with an address and no recipients table is
@@ -486,6 +486,7 @@ struct Checked {
 async fn check(
     rows: Rows,
     recipients: Option<&punctual_aws::recipients::DynamoRecipients>,
+    channels: &[String],
     progress: bool,
 ) -> Result<Checked, ImportError> {
     let total = std::fs::metadata(&rows.path).map_or(0, |m| m.len());
@@ -529,6 +530,10 @@ async fn check(
                 continue;
             }
         };
+        if let Some(why) = undeclared(&r, channels) {
+            out.rejected.push(reject(why));
+            continue;
+        }
         let key = digest(&[r.tenant_id.as_str(), r.renewal_id.as_str()]);
         if let Some(first) = keys.get(&key) {
             out.rejected.push(reject(format!("duplicate of line {first} (same tenant_id and renewal_id)")));
@@ -596,6 +601,10 @@ pub struct ImportTarget {
     pub recipients: Option<punctual_aws::recipients::DynamoRecipients>,
     /// Where it is (for messages).
     pub describe: String,
+    /// The deployment's declared channels (`CHANNELS`, or the local pipeline's): a row whose
+    /// channel is not one is rejected, naming it. Empty: none declared, any channel accepted
+    /// (one provider sends every renewal).
+    pub channels: Vec<String>,
 }
 
 impl ImportTarget {
@@ -615,7 +624,15 @@ impl ImportTarget {
             };
             let ddb = punctual_aws::config::dynamodb_client(&sdk, env("AWS_ENDPOINT_URL_DYNAMODB").as_deref());
             let recipients = recipients_given.map(|t| punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &t));
-            return Ok(Self { renewals: DynamoRenewals::new(ddb, table.clone()), recipients, describe: table });
+            let channels = env("CHANNELS")
+                .map(|l| l.split(',').map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()).collect())
+                .unwrap_or_default();
+            return Ok(Self {
+                renewals: DynamoRenewals::new(ddb, table.clone()),
+                recipients,
+                describe: table,
+                channels,
+            });
         }
         let Ok(state) = crate::target::load_state() else { return Err(ImportError::NoTarget) };
         let r = &state.resources;
@@ -628,6 +645,7 @@ impl ImportTarget {
             renewals: DynamoRenewals::new(ddb, r.renewals_table.clone()),
             recipients,
             describe: format!("{} (the local pipeline)", r.renewals_table),
+            channels: r.channels.iter().map(|c| c.name.clone()).collect(),
         })
     }
 }
@@ -639,7 +657,7 @@ pub async fn import_file(
     format: Option<Format>,
     progress: bool,
 ) -> Result<ImportSummary, ImportError> {
-    run_with(&target.renewals, target.recipients.as_ref(), path, format, progress).await
+    run_with(&target.renewals, target.recipients.as_ref(), &target.channels, path, format, progress).await
 }
 
 /// Imports `path` into `store` (renewals only; a file with addresses is refused).
@@ -649,7 +667,14 @@ pub async fn run(
     format: Option<Format>,
     progress: bool,
 ) -> Result<ImportSummary, ImportError> {
-    run_with(store, None, path, format, progress).await
+    run_with(store, None, &[], path, format, progress).await
+}
+
+/// Why `r` cannot be imported into a deployment declaring `channels` (none: any channel).
+fn undeclared(r: &Renewal, channels: &[String]) -> Option<String> {
+    (!channels.is_empty() && !channels.contains(&r.channel)).then(|| {
+        format!("channel {:?} is not declared by this deployment (declared: {})", r.channel, channels.join(", "))
+    })
 }
 
 /// The rows of one chunk: each with its line and whether it carries an address.
@@ -693,13 +718,14 @@ impl Chunk {
 async fn run_with(
     store: &DynamoRenewals,
     recipients: Option<&punctual_aws::recipients::DynamoRecipients>,
+    channels: &[String],
     path: &Path,
     format: Option<Format>,
     progress: bool,
 ) -> Result<ImportSummary, ImportError> {
     let first = Rows::open(path, format)?;
     let ignored = first.ignored.clone();
-    let checked = check(first, recipients, progress).await?;
+    let checked = check(first, recipients, channels, progress).await?;
     let mut summary = ImportSummary { rows: checked.rows, ignored_columns: ignored, ..ImportSummary::default() };
     let skip: HashSet<usize> = checked.rejected.iter().map(|r| r.line).collect();
     let mut rejected = checked.rejected;
@@ -724,7 +750,8 @@ async fn run_with(
                 }
                 // The first pass checked it; a line that fails now changed between the passes.
                 let r = row.and_then(|r| {
-                    Renewal::validate(&r).map(|v| (v, !r.email.trim().is_empty())).map_err(|e| e.to_string())
+                    let v = Renewal::validate(&r).map_err(|e| e.to_string())?;
+                    undeclared(&v, channels).map_or(Ok((v, !r.email.trim().is_empty())), Err)
                 });
                 match r {
                     Ok((r, addressed)) => {

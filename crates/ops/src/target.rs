@@ -15,8 +15,22 @@ use serde::{Deserialize, Serialize};
 
 use crate::OpsError;
 
+/// A declared channel (`CHANNELS`, docs/design.md#channels): its own provider and quota.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChannelResources {
+    /// The channel's name, as renewal rows give it.
+    pub name: String,
+    /// `http` or `ses`.
+    pub kind: String,
+    /// Its provider's quota, calls per second.
+    pub quota: f64,
+    /// Its HTTP provider (empty for SES).
+    #[serde(default)]
+    pub provider_url: String,
+}
+
 /// Queues, tables and endpoints of one deployment (or of `punctual local up`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Resources {
     /// The emulator (empty: AWS itself).
     pub endpoint: String,
@@ -39,12 +53,15 @@ pub struct Resources {
     /// `http` or `ses` (empty: `http`).
     #[serde(default)]
     pub provider_kind: String,
+    /// The declared channels (empty: none, one provider for every renewal).
+    #[serde(default)]
+    pub channels: Vec<ChannelResources>,
 }
 
 impl Resources {
-    /// True when the pipeline sends through Amazon SES.
+    /// True when the pipeline sends through Amazon SES (with channels: any channel does).
     pub fn is_ses(&self) -> bool {
-        self.provider_kind == "ses"
+        self.provider_kind == "ses" || self.channels.iter().any(|c| c.kind == "ses")
     }
 }
 
@@ -178,6 +195,15 @@ impl Target {
                     provider_url: env("PROVIDER_URL").unwrap_or_default(),
                     recipients_table: env("RECIPIENTS_TABLE").unwrap_or_default(),
                     provider_kind: env("PROVIDER_KIND").unwrap_or_default(),
+                    // The names only: what import checks rows against (the senders read each
+                    // channel's own provider and rate).
+                    channels: env("CHANNELS")
+                        .map(|l| {
+                            l.split(',')
+                                .map(|n| ChannelResources { name: n.trim().to_owned(), ..ChannelResources::default() })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                 },
                 dynamodb_endpoint: env("AWS_ENDPOINT_URL_DYNAMODB"),
                 quota,

@@ -16,7 +16,7 @@ use punctual_core::limiter::SharedLimiter;
 use punctual_core::pause::PauseGate;
 use punctual_core::ports::{Provider, ProviderError, ProviderRequest};
 use punctual_core::provider::{ProviderOutcome, ProviderProfile};
-use punctual_core::sender::Sender;
+use punctual_core::sender::{ChannelRoute, Sender};
 use punctual_lambda::SystemClock;
 use punctual_provider::HttpProvider;
 use punctual_ses::SesProvider;
@@ -88,8 +88,11 @@ pub struct Clients {
     pub dynamodb: DynamoClient,
     /// SQS (requeue, DLQ).
     pub sqs: SqsClient,
-    /// The provider.
+    /// The provider (with channels declared: the first channel's, the default route no
+    /// message takes).
     pub provider: AnyProvider,
+    /// Each declared channel's provider, in the order of `config.channels`.
+    pub channels: Vec<AnyProvider>,
 }
 
 /// Builds one sender instance. `seed` seeds its backoff jitter, owner-token nonces and limiter
@@ -114,7 +117,32 @@ pub fn build(config: &SenderConfig, clients: Clients, seed: u64) -> App {
         config.settings,
         seed.rotate_left(32),
     )
-    .with_pause(PauseGate::new(DynamoControl::new(ddb, &config.ledger_table), clock, config.pause_check));
+    .with_pause(PauseGate::new(DynamoControl::new(ddb.clone(), &config.ledger_table), clock, config.pause_check))
+    .with_channels(
+        // Each declared channel: its own schedule in the ledger table, its own provider and its
+        // own pause switch (`control:pause#{channel}`); a 401 on one stops that one only.
+        config
+            .channels
+            .iter()
+            .zip(clients.channels)
+            .zip(1u64..)
+            .map(|((c, provider), i)| ChannelRoute {
+                name: c.name.clone(),
+                limiter: SharedLimiter::new(
+                    DynamoSlotStore::new(ddb.clone(), &config.ledger_table),
+                    clock,
+                    c.limiter.clone(),
+                    seed ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                ),
+                provider,
+                pause: Some(PauseGate::new(
+                    DynamoControl::for_channel(ddb.clone(), &config.ledger_table, &c.name),
+                    clock,
+                    config.pause_check,
+                )),
+            })
+            .collect(),
+    );
     Deps { sender, concurrency: config.concurrency, slo: config.slo, max_receive_count: config.max_receive_count }
 }
 
@@ -129,25 +157,49 @@ pub fn ses_provider(
     AnyProvider::Ses(SesProvider::new(&aws_sdk_sesv2::config::Config::from(sdk), recipients, settings))
 }
 
-/// The provider `config` names, as a cold start builds it: the HTTP client with its token
-/// (environment or Secrets Manager, re-read after a rotation) and vendor dialect, or SES. With
-/// `PROVIDER_RATE_FROM_ACCOUNT=true`, lowers `config.limiter.quota` to the account's
-/// `MaxSendRate` when that is lower; a failed read fails the cold start (Lambda retries it): an
-/// instance on another rate than its peers would book the one shared schedule at its own
-/// density, and SES would see the difference as 429s.
-pub async fn provider(
+/// Every provider `config` names, as a cold start builds them: the sender's own and each
+/// declared channel's (see [`provider_of`]).
+pub async fn providers(
     config: &mut SenderConfig,
     sdk: &aws_config::SdkConfig,
     dynamodb: &DynamoClient,
+) -> Result<(AnyProvider, Vec<AnyProvider>), Box<dyn std::error::Error + Send + Sync>> {
+    let mut channels = Vec::with_capacity(config.channels.len());
+    for c in &mut config.channels {
+        let named = |e: Box<dyn std::error::Error + Send + Sync>| format!("channel {}: {e}", c.name);
+        channels.push(provider_of(&c.provider, &mut c.limiter, &c.prefix, sdk, dynamodb).await.map_err(named)?);
+    }
+    let own = match (config.channels.first(), channels.first()) {
+        (Some(first), Some(p)) => {
+            config.limiter = first.limiter.clone();
+            p.clone()
+        }
+        _ => provider_of(&config.provider, &mut config.limiter, "", sdk, dynamodb).await?,
+    };
+    Ok((own, channels))
+}
+
+/// The provider `kind` names, as a cold start builds it: the HTTP client with its token (the
+/// variables under `prefix`, from the environment or Secrets Manager, re-read after a
+/// rotation) and vendor dialect, or SES. With `PROVIDER_RATE_FROM_ACCOUNT=true`, lowers
+/// `limiter.quota` to the account's `MaxSendRate` when that is lower; a failed read fails the
+/// cold start (Lambda retries it): an instance on another rate than its peers would book the
+/// one shared schedule at its own density, and SES would see the difference as 429s.
+pub async fn provider_of(
+    kind: &ProviderConfig,
+    limiter: &mut punctual_core::limiter::LimiterSettings,
+    prefix: &str,
+    sdk: &aws_config::SdkConfig,
+    dynamodb: &DynamoClient,
 ) -> Result<AnyProvider, Box<dyn std::error::Error + Send + Sync>> {
-    match &config.provider {
+    match kind {
         ProviderConfig::Http { url, vendor } => {
-            let token = punctual_aws::secrets::provider_token(sdk).await?;
+            let token = punctual_aws::secrets::provider_token_under(sdk, prefix).await?;
             let mut http = HttpProvider::new(url, &token, std::time::Duration::from_secs(2))?
                 .with_vendor(vendor.clone(), &token)?;
             // A token from Secrets Manager is read again after a 401/403: a rotation must not
             // dead-letter the morning on instances that started before it (docs/design.md#providers-and-idempotency-profiles).
-            if let Some(source) = punctual_aws::secrets::SecretsManagerToken::from_env(sdk) {
+            if let Some(source) = punctual_aws::secrets::SecretsManagerToken::from_env_under(sdk, prefix) {
                 http = http.with_token_source(std::sync::Arc::new(source));
             }
             Ok(AnyProvider::Http(http))
@@ -156,20 +208,20 @@ pub async fn provider(
             let provider = ses_provider(sdk, dynamodb.clone(), settings.clone(), recipients_table);
             if *rate_from_account && let AnyProvider::Ses(ses) = &provider {
                 match ses.max_send_rate().await {
-                    Ok(rate) if rate > 0.0 && rate < config.limiter.quota => {
+                    Ok(rate) if rate > 0.0 && rate < limiter.quota => {
                         tracing::info!(
-                            configured = config.limiter.quota,
+                            configured = limiter.quota,
                             account = rate,
                             "using the SES account's MaxSendRate"
                         );
-                        config.limiter.quota = rate;
+                        limiter.quota = rate;
                     }
                     Ok(rate) => {
-                        tracing::info!(configured = config.limiter.quota, account = rate, "keeping the configured rate")
+                        tracing::info!(configured = limiter.quota, account = rate, "keeping the configured rate")
                     }
                     Err(e) => {
                         return Err(format!(
-                            "PROVIDER_RATE_FROM_ACCOUNT=true but the SES account's MaxSendRate could not be read: {e}"
+                            "{prefix}PROVIDER_RATE_FROM_ACCOUNT=true but the SES account's MaxSendRate could not be read: {e}"
                         )
                         .into());
                     }

@@ -35,6 +35,21 @@ pub enum ProviderConfig {
     },
 }
 
+/// One declared channel (`CHANNELS`, docs/design.md#channels): its provider and its own limiter
+/// schedule, every variable of both read under its prefix (`CHANNEL_SMS_PROVIDER_URL`).
+#[derive(Debug, Clone)]
+pub struct ChannelConfig {
+    /// The channel's name, as renewal rows give it (`email`, `sms`).
+    pub name: String,
+    /// `CHANNEL_{NAME}_`: where its variables are read, its token included.
+    pub prefix: String,
+    /// `{prefix}PROVIDER_KIND` and what that kind needs.
+    pub provider: ProviderConfig,
+    /// `{prefix}PROVIDER_RATE_PER_SEC` and `{prefix}LIMITER_*`: its own schedule, named after
+    /// the channel unless `{prefix}LIMITER_NAME` says otherwise.
+    pub limiter: LimiterSettings,
+}
+
 /// Everything the sender reads from its environment.
 #[derive(Debug, Clone)]
 pub struct SenderConfig {
@@ -48,8 +63,12 @@ pub struct SenderConfig {
     pub ledger_table: String,
     /// `RENEWALS_TABLE`: the system of record.
     pub renewals_table: String,
-    /// `PROVIDER_KIND` and what that kind needs.
+    /// `PROVIDER_KIND` and what that kind needs (with channels declared: the first channel's).
     pub provider: ProviderConfig,
+    /// `CHANNELS` (unset: none, one provider and one limiter for every message): each declared
+    /// channel's own provider and limiter. A renewal whose channel is not declared is
+    /// dead-lettered `unknown_channel`.
+    pub channels: Vec<ChannelConfig>,
     /// The shared limiter (`PROVIDER_RATE_PER_SEC`, `LIMITER_*`, `REDRIVE_SHARE`,
     /// `TENANT_SHARE`).
     pub limiter: LimiterSettings,
@@ -75,7 +94,14 @@ impl SenderConfig {
     pub fn from_env<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Self, ConfigError> {
         let d = SenderSettings::default();
         let p = d.policy;
-        let provider = provider_config(env)?;
+        let channels = channel_configs(env)?;
+        // With channels declared, the top-level provider and limiter variables are not read:
+        // every message goes through its channel's (the first channel's stand as the sender's
+        // default route, which no message takes).
+        let (provider, limiter) = match channels.first() {
+            Some(c) => (c.provider.clone(), c.limiter.clone()),
+            None => (provider_config(env)?, limiter_settings(env)?),
+        };
         let sec = Duration::from_secs;
         let ms = Duration::from_millis;
         let policy = SenderPolicy {
@@ -161,7 +187,8 @@ impl SenderConfig {
             ledger_table: env.required("LEDGER_TABLE")?,
             renewals_table: env.required("RENEWALS_TABLE")?,
             provider,
-            limiter: limiter_settings(env)?,
+            channels,
+            limiter,
             concurrency: env.parse("RECORD_CONCURRENCY", 10, "an integer in 1..=100", |v| (1..=100).contains(v))?,
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
             settings: SenderSettings {
@@ -179,6 +206,75 @@ impl SenderConfig {
             pause_check: Duration::from_secs(5),
         })
     }
+}
+
+/// Variables a channel reads as the deployment's, not under its prefix: the one recipients
+/// table serves every channel.
+const SHARED_BY_CHANNELS: &[&str] = &["RECIPIENTS_TABLE"];
+
+/// `CHANNELS`: the declared channel names, comma-separated (unset: none). Each name is
+/// lowercase `[a-z][a-z0-9-]*`, at most 32 characters, declared once.
+pub fn channel_names<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<String>, ConfigError> {
+    let Some(list) = env.optional("CHANNELS") else { return Ok(Vec::new()) };
+    let mut names: Vec<String> = Vec::new();
+    for name in list.split(',').map(str::trim) {
+        let valid = name.len() <= 32
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !valid || names.iter().any(|n| channel_prefix(n) == channel_prefix(name)) {
+            return Err(ConfigError::Invalid {
+                name: "CHANNELS",
+                value: list.clone(),
+                expected: "distinct channel names, comma-separated, each [a-z][a-z0-9-]* of at most 32 characters",
+            });
+        }
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
+
+/// Where `channel`'s own variables are read: `sms` → `CHANNEL_SMS_`, `push-eu` → `CHANNEL_PUSH_EU_`.
+pub fn channel_prefix(channel: &str) -> String {
+    format!("CHANNEL_{}_", channel.to_ascii_uppercase().replace('-', "_"))
+}
+
+/// Each declared channel's provider and limiter. Nothing is inherited from the top-level
+/// variables (but [`SHARED_BY_CHANNELS`]): a channel states its own kind and rate, so one
+/// channel's endpoint, token or quota can never reach another's provider.
+fn channel_configs<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<ChannelConfig>, ConfigError> {
+    let mut channels: Vec<ChannelConfig> = Vec::new();
+    for name in channel_names(env)? {
+        let prefix = channel_prefix(&name);
+        let own = env.under(&prefix, SHARED_BY_CHANNELS);
+        let read = || -> Result<ChannelConfig, ConfigError> {
+            own.required("PROVIDER_KIND")?;
+            own.required("PROVIDER_RATE_PER_SEC")?;
+            let provider = provider_config(&own)?;
+            let mut limiter = limiter_settings(&own)?;
+            // A channel books a tenth of a second of its own quota at a time
+            // (LimiterSettings::for_channel says why), unless it sets its own block.
+            if own.optional("LIMITER_BLOCK").is_none() {
+                let c = LimiterSettings::for_channel(limiter.quota);
+                (limiter.block, limiter.near_block) = (c.block, c.near_block);
+            }
+            if own.optional("LIMITER_NAME").is_none() {
+                limiter.name.clone_from(&name);
+            }
+            Ok(ChannelConfig { name: name.clone(), prefix: prefix.clone(), provider, limiter })
+        };
+        let channel = read().map_err(|e| match e {
+            ConfigError::Missing(n) if SHARED_BY_CHANNELS.contains(&n) => e,
+            e => e.under(&prefix),
+        })?;
+        if let Some(other) = channels.iter().find(|c| c.limiter.name == channel.limiter.name) {
+            return Err(ConfigError::Channel(format!(
+                "channels {} and {} name one limiter schedule ({:?}): each channel needs its own ({}LIMITER_NAME)",
+                other.name, channel.name, channel.limiter.name, channel.prefix
+            )));
+        }
+        channels.push(channel);
+    }
+    Ok(channels)
 }
 
 /// `PROVIDER_KIND` (`http` or `ses`) and each kind's variables (docs/design.md#providers-and-idempotency-profiles).
@@ -366,5 +462,57 @@ mod tests {
         }
         let missing: Vec<_> = BASE.iter().copied().filter(|(k, _)| *k != "LEDGER_TABLE").collect();
         assert_eq!(SenderConfig::from_env(&env(&missing)).unwrap_err(), ConfigError::Missing("LEDGER_TABLE"));
+    }
+
+    /// Two channels, each read under its own prefix: nothing of one reaches the other, and
+    /// each error names the variable as it is set.
+    #[test]
+    fn each_declared_channel_reads_its_own_provider_and_rate() {
+        const CHANNELS: &[(&str, &str)] = &[
+            ("SEND_QUEUE_URL", "http://127.0.0.1:1/q"),
+            ("DLQ_URL", "http://127.0.0.1:1/dlq"),
+            ("LEDGER_TABLE", "ledger"),
+            ("RENEWALS_TABLE", "renewals"),
+            ("RECIPIENTS_TABLE", "recipients"),
+            ("CHANNELS", "email, sms"),
+            ("CHANNEL_EMAIL_PROVIDER_KIND", "ses"),
+            ("CHANNEL_EMAIL_SES_FROM_ADDRESS", "reminders@example.com"),
+            ("CHANNEL_EMAIL_PROVIDER_RATE_PER_SEC", "100"),
+            ("CHANNEL_SMS_PROVIDER_KIND", "http"),
+            ("CHANNEL_SMS_PROVIDER_URL", "http://127.0.0.1:3/sms"),
+            ("CHANNEL_SMS_PROVIDER_RATE_PER_SEC", "10"),
+            // The top-level provider is not read with channels declared: not even this rate.
+            ("PROVIDER_RATE_PER_SEC", "5000"),
+        ];
+        let c = SenderConfig::from_env(&env(CHANNELS)).unwrap();
+        let names: Vec<_> = c.channels.iter().map(|c| (c.name.as_str(), c.prefix.as_str())).collect();
+        assert_eq!(names, [("email", "CHANNEL_EMAIL_"), ("sms", "CHANNEL_SMS_")]);
+        let [email, sms] = &c.channels[..] else { panic!("two channels") };
+        assert!(
+            matches!(&email.provider, ProviderConfig::Ses { recipients_table, .. } if recipients_table == "recipients")
+        );
+        assert!(matches!(&sms.provider, ProviderConfig::Http { url, .. } if url == "http://127.0.0.1:3/sms"));
+        assert_eq!((email.limiter.name.as_str(), email.limiter.quota, email.limiter.block), ("email", 100.0, 10));
+        assert_eq!((sms.limiter.name.as_str(), sms.limiter.quota, sms.limiter.block), ("sms", 10.0, 1));
+        assert_eq!(c.limiter.quota, 100.0, "the default route is the first channel's");
+
+        let without =
+            |var: &str| -> Vec<(&str, &str)> { CHANNELS.iter().copied().filter(|(k, _)| *k != var).collect() };
+        let with = |var: &'static str, v: &'static str| -> Vec<(&str, &str)> {
+            CHANNELS.iter().copied().filter(|(k, _)| *k != var).chain([(var, v)]).collect()
+        };
+        for (pairs, named) in [
+            (without("CHANNEL_SMS_PROVIDER_RATE_PER_SEC"), "CHANNEL_SMS_PROVIDER_RATE_PER_SEC is required"),
+            (without("CHANNEL_EMAIL_PROVIDER_KIND"), "CHANNEL_EMAIL_PROVIDER_KIND is required"),
+            (without("RECIPIENTS_TABLE"), "variable RECIPIENTS_TABLE is required"),
+            (with("CHANNEL_SMS_PROVIDER_URL", "sms.example"), "CHANNEL_SMS_PROVIDER_URL=\"sms.example\" is invalid"),
+            (with("CHANNEL_SMS_LIMITER_NAME", "email"), "channels email and sms name one limiter schedule"),
+            (with("CHANNELS", "email,Email"), "CHANNELS=\"email,Email\" is invalid"),
+            (with("CHANNELS", "email,email"), "CHANNELS=\"email,email\" is invalid"),
+            (with("CHANNELS", "email,"), "CHANNELS=\"email,\" is invalid"),
+        ] {
+            let e = SenderConfig::from_env(&env(&pairs)).unwrap_err().to_string();
+            assert!(e.contains(named), "{named}: {e}");
+        }
     }
 }

@@ -18,11 +18,18 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let mut config = SenderConfig::from_env(&process_env())?;
     let sdk = punctual_aws::config::load().await;
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
-    let provider = app::provider(&mut config, &sdk, &ddb).await?;
+    let (provider, channels) = app::providers(&mut config, &sdk, &ddb).await?;
 
     // Warm the connections during init so the first invocation does not pay TLS handshakes.
-    let (ledger_ok, provider_ok) =
-        tokio::join!(ddb.describe_table().table_name(&config.ledger_table).send(), provider.warm_up());
+    let warm_all = async {
+        // With channels declared, `provider` is the first channel's.
+        let mut ok = true;
+        for p in if channels.is_empty() { std::slice::from_ref(&provider) } else { &channels[..] } {
+            ok &= p.warm_up().await;
+        }
+        ok
+    };
+    let (ledger_ok, provider_ok) = tokio::join!(ddb.describe_table().table_name(&config.ledger_table).send(), warm_all);
     if let Err(e) = ledger_ok {
         tracing::warn!(error = %e, table = %config.ledger_table, "ledger table warm-up failed");
     }
@@ -32,7 +39,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
 
     let seed = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or_default()
         ^ u64::from(std::process::id());
-    let clients = Clients { dynamodb: ddb, sqs: aws_sdk_sqs::Client::new(&sdk), provider };
+    let clients = Clients { dynamodb: ddb, sqs: aws_sdk_sqs::Client::new(&sdk), provider, channels };
     let deps = Arc::new(app::build(&config, clients, seed));
     let namespace: Arc<str> = config.metrics_namespace.into();
     lambda_runtime::run(service_fn(move |event: LambdaEvent<_>| {

@@ -303,3 +303,61 @@ async fn a_store_error_mid_import_keeps_the_summary_of_what_was_written() {
     assert_eq!(again.unchanged + again.inserted, 1200, "{again:?}");
     assert!(again.unchanged >= 500, "{again:?}");
 }
+
+/// A deployment that declares its channels (`CHANNELS`) refuses a row on any other, naming
+/// the channel and the declared ones: the row and its address are not written (no sender
+/// could deliver it; it would be dead-lettered `unknown_channel` on its day).
+#[tokio::test]
+async fn a_row_on_an_undeclared_channel_is_rejected_by_name_and_nothing_of_it_written() {
+    use punctual_core::ports::Recipients;
+    let (name, store) = table().await;
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk_config().await);
+    let recipients = unique("punctual-recipients");
+    punctual_aws::recipients::create_table(&ddb, &recipients).await.unwrap();
+    let path = write(
+        "channels.csv",
+        "tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,window_minutes,email\n\
+         acme,ren-1,cust-1,email,Europe/London,@DUE@,480,ana@example.com\n\
+         acme,ren-2,cust-2,sms,Europe/London,@DUE@,480,\n\
+         acme,ren-3,cust-3,push,Europe/London,@DUE@,480,carl@example.com\n",
+    );
+    let import = |channels: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_punctual"))
+            .args(["import", path.to_str().unwrap(), "--table", &name, "--recipients-table", &recipients, "--json"])
+            .env("CHANNELS", channels)
+            .output()
+            .unwrap()
+    };
+    let out = import("email, sms");
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["inserted"].as_u64(), Some(2), "{summary}");
+    assert_eq!(
+        summary["rejected"],
+        serde_json::json!([{"line": 4, "reason": "channel \"push\" is not declared by this deployment (declared: email, sms)"}]),
+        "{summary}"
+    );
+    let acme = punctual_core::TenantId::parse("acme").unwrap();
+    let book = punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &recipients);
+    assert_eq!(book.address(&acme, "cust-3").await.unwrap(), None, "a refused row's address is not written");
+    let row = |id: &str| {
+        let (ddb, name) = (ddb.clone(), name.clone());
+        let key = format!("renewal:acme:{id}");
+        async move {
+            ddb.get_item()
+                .table_name(name)
+                .key("pk", aws_sdk_dynamodb::types::AttributeValue::S(key))
+                .send()
+                .await
+                .unwrap()
+                .item
+        }
+    };
+    assert!(row("ren-3").await.is_none(), "a refused row is not written");
+    assert!(row("ren-2").await.is_some());
+    // Declared, the same row imports.
+    let out = import("email,sms,push");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((summary["inserted"].as_u64(), summary["unchanged"].as_u64()), (Some(1), Some(2)), "{summary}");
+    drop(store);
+}

@@ -225,6 +225,27 @@ fn run_redrive_moves_every_letter_back_and_delivers_it_once() {
     assert!(r["redrive_requests"]["sqs/SendMessage"].as_u64() >= Some(20), "{r}");
 }
 
+/// `punctual run --channels email=ses,sms=http:30`: one pipeline, two channels, each with its
+/// own provider, limiter and pause. Every reminder goes out exactly once through its own
+/// channel's provider: SES's own count equals the email deliveries, and the SMS double's
+/// distinct acceptances equal the SMS deliveries (an email sent there would be counted there).
+#[test]
+fn run_over_two_channels_sends_each_reminder_once_through_its_own_provider() {
+    let (dir, r) =
+        run_report("punctual-run-channels", &["--reminders", "150", "--channels", "email=ses,sms=http:30"], false);
+    assert_eq!((r["provider"].as_str(), r["delivered"].as_u64()), (Some("channels"), Some(150)), "{r}");
+    let (email, sms) = (&r["channels"]["email"], &r["channels"]["sms"]);
+    // The workload sends every third renewal by SMS.
+    assert_eq!((email["reminders"].as_u64(), sms["reminders"].as_u64()), (Some(100), Some(50)), "{r}");
+    assert_eq!((email["delivered"].as_u64(), sms["delivered"].as_u64()), (Some(100), Some(50)), "{r}");
+    assert_eq!((email["late"].as_u64(), sms["late"].as_u64()), (Some(0), Some(0)), "{r}");
+    assert_eq!(email["provider_effects"], 100, "SES's own count must equal the email deliveries: {r}");
+    assert_eq!(sms["provider_effects"], 50, "the SMS double's count must equal the SMS deliveries: {r}");
+    assert_eq!(r["provider_effects"], 150, "{r}");
+    assert_each_once_on_time(&r);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `punctual run --provider ses`: the pipeline through SES on the emulator. SES honours no
 /// idempotency key, so "exactly once" is checked at SES itself: its own count of emails sent
 /// during the run equals the reminders delivered.

@@ -53,6 +53,53 @@ fn canary_status_pause_explain_and_redrive_on_the_local_pipeline() {
     assert!(punctual(&state, &["resume"]).status.success());
     assert!(json(&punctual(&state, &["status", "--json"]))["paused"].is_null());
 
+    // A channel's own switch: refused where no channel is declared (no sender would read it).
+    let none = punctual(&state, &["pause", "--channel", "sms", "--reason", "r", "--owner", "o"]);
+    assert!(!none.status.success(), "{none:?}");
+    assert!(String::from_utf8_lossy(&none.stderr).contains("declares no channels"), "{none:?}");
+    // Declared (an environment target with CHANNELS), it sets that channel's switch only: the
+    // fleet stays unpaused, a second pause finds the channel's, and resume lifts it.
+    let up: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("state.json")).unwrap()).unwrap();
+    let res = &up;
+    let declared = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_punctual"));
+        for (var, key) in [
+            ("SEND_QUEUE_URL", "send_queue_url"),
+            ("DLQ_URL", "dlq_url"),
+            ("LEDGER_TABLE", "ledger_table"),
+            ("RENEWALS_TABLE", "renewals_table"),
+            ("AWS_ENDPOINT_URL", "endpoint"),
+        ] {
+            cmd.env(var, res[key].as_str().unwrap());
+        }
+        if let Some(d) = up["dynamodb_endpoint"].as_str() {
+            cmd.env("AWS_ENDPOINT_URL_DYNAMODB", d);
+        }
+        cmd.env("CHANNELS", "email,sms").env("PUNCTUAL_STATE_DIR", &state).args(args).output().unwrap()
+    };
+    let p = declared(&["pause", "--channel", "sms", "--reason", "sms vendor incident", "--owner", "ops@example.com"]);
+    assert!(p.status.success(), "{p:?}");
+    assert!(String::from_utf8_lossy(&p.stdout).starts_with("channel sms paused by ops@example.com"), "{p:?}");
+    assert!(json(&declared(&["status", "--json"]))["paused"].is_null(), "the fleet is not paused");
+    let again = declared(&["pause", "--channel", "sms", "--reason", "x", "--owner", "someone@example.com"]);
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("channel sms is already paused by ops@example.com"),
+        "{again:?}"
+    );
+    let unknown = declared(&["pause", "--channel", "push", "--reason", "x", "--owner", "o"]);
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("not a declared channel (declared: email, sms)"),
+        "{unknown:?}"
+    );
+    let r = declared(&["resume", "--channel", "sms", "--owner", "ops@example.com"]);
+    assert!(
+        String::from_utf8_lossy(&r.stdout).starts_with("channel sms resumed (was paused by ops@example.com"),
+        "{r:?}"
+    );
+    let r = declared(&["resume", "--channel", "sms"]);
+    assert!(String::from_utf8_lossy(&r.stdout).starts_with("channel sms was not paused"), "{r:?}");
+
     // A request above the caps is refused with every problem, before anything runs.
     let bad = punctual(
         &state,
