@@ -109,6 +109,10 @@ pub struct Status {
     pub projected_drain_seconds: f64,
     /// The pause in force, if any.
     pub paused: Option<Pause>,
+    /// Each declared channel's own pause switch (`CHANNELS`; absent with none declared): its
+    /// pause, or `null`. One read each.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub channels_paused: BTreeMap<String, Option<Pause>>,
     /// The deadline SLO of today's due population (00:00 UTC to now: `reconcile`'s judgement
     /// of it), with the worst tenants. `None` with `--no-slo`, when the renewals table has no
     /// `by_day` index (a stack from before it) or the SLO settings are invalid
@@ -129,7 +133,7 @@ impl Status {
             Some(r) => r.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "),
         };
         format!(
-            "paused            {}\n\
+            "paused            {}\n{}\
              send queue        {} visible, {} in flight, {} delayed (normal lane)\n\
              urgent lane       {} visible, {} in flight, {} delayed\n\
              dlq               {} ({})\n\
@@ -140,6 +144,16 @@ impl Status {
             self.paused
                 .as_ref()
                 .map_or("no".to_owned(), |p| format!("YES since {} by {}: {}", p.since, p.owner, p.reason)),
+            self.channels_paused
+                .iter()
+                .map(|(c, p)| format!(
+                    "  channel {c:<8} {}\n",
+                    p.as_ref().map_or("not paused".to_owned(), |p| format!(
+                        "PAUSED since {} by {}: {}",
+                        p.since, p.owner, p.reason
+                    ))
+                ))
+                .collect::<String>(),
             self.send_visible,
             self.send_in_flight,
             self.send_delayed,
@@ -228,6 +242,15 @@ pub async fn status_with(
         .await
         .map_err(step("reading the pause switch"))?;
     requests += 1;
+    let mut channels_paused = BTreeMap::new();
+    for c in &target.resources.channels {
+        let p = DynamoControl::for_channel(ddb.clone(), &target.resources.ledger_table, &c.name)
+            .pause()
+            .await
+            .map_err(step("reading a channel's pause switch"))?;
+        requests += 1;
+        channels_paused.insert(c.name.clone(), p);
+    }
     // Today's SLO: reconcile's judgement of 00:00 UTC → now, O(today's due population).
     let (slo_today, slo_unavailable) = match crate::reconcile::slo_policy() {
         _ if !slo => (None, Some("not read (--no-slo)".to_owned())),
@@ -263,6 +286,7 @@ pub async fn status_with(
         oldest_unreleased_seconds: oldest.map(|t| (now - t).num_milliseconds().max(0) as f64 / 1000.0),
         projected_drain_seconds: (send.total() + urgent.total()) as f64 / target.quota,
         paused,
+        channels_paused,
         slo_today,
         slo_unavailable,
         requests,

@@ -81,7 +81,12 @@ fn canary_status_pause_explain_and_redrive_on_the_local_pipeline() {
     let p = declared(&["pause", "--channel", "sms", "--reason", "sms vendor incident", "--owner", "ops@example.com"]);
     assert!(p.status.success(), "{p:?}");
     assert!(String::from_utf8_lossy(&p.stdout).starts_with("channel sms paused by ops@example.com"), "{p:?}");
-    assert!(json(&declared(&["status", "--json"]))["paused"].is_null(), "the fleet is not paused");
+    let s = json(&declared(&["status", "--json"]));
+    assert!(s["paused"].is_null(), "the fleet is not paused: {s}");
+    assert_eq!(s["channels_paused"]["sms"]["owner"], "ops@example.com", "{s}");
+    assert!(s["channels_paused"]["email"].is_null(), "{s}");
+    let text = String::from_utf8_lossy(&declared(&["status"]).stdout).into_owned();
+    assert!(text.contains("channel sms      PAUSED since") && text.contains("channel email    not paused"), "{text}");
     let again = declared(&["pause", "--channel", "sms", "--reason", "x", "--owner", "someone@example.com"]);
     assert!(
         String::from_utf8_lossy(&again.stderr).contains("channel sms is already paused by ops@example.com"),
@@ -99,6 +104,7 @@ fn canary_status_pause_explain_and_redrive_on_the_local_pipeline() {
     );
     let r = declared(&["resume", "--channel", "sms"]);
     assert!(String::from_utf8_lossy(&r.stdout).starts_with("channel sms was not paused"), "{r:?}");
+    assert!(json(&declared(&["status", "--json"]))["channels_paused"]["sms"].is_null());
 
     // A request above the caps is refused with every problem, before anything runs.
     let bad = punctual(
