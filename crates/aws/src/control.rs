@@ -105,7 +105,15 @@ impl DynamoControl {
             .client
             .put_item()
             .table_name(&self.table)
-            .item("pk", s(format!("audit:pause:{}", now.timestamp_millis())))
+            // A channel's audit key names it: two switches changed in one millisecond keep both.
+            .item(
+                "pk",
+                s(format!(
+                    "audit:pause:{}{}",
+                    now.timestamp_millis(),
+                    self.channel.as_ref().map_or_else(String::new, |c| format!("#{c}"))
+                )),
+            )
             .item("action", s(action))
             .item("by", s(by))
             .item("at", s(now.to_rfc3339()));

@@ -653,17 +653,26 @@ where
                     // operator (who lifts it with `punctual resume` once the credential is
                     // fixed) rather than spend the morning's attempts. A failed write leaves
                     // this reminder deferred all the same.
-                    let why = match (reason, outcome) {
-                        (ReasonCode::ProviderAccount, Some(ProviderOutcome::AccountBlocked { detail })) => {
-                            format!("provider refused the account ({detail}); fix the account or identity, then resume")
+                    // A channel's own switch names the channel and its own resume: an operator
+                    // reading `status` must not lift the fleet's (there is none) instead.
+                    let (whose, resume) = match via {
+                        Some(Via::Channel(i)) if self.channels[i].pause.is_some() => {
+                            let name = &self.channels[i].name;
+                            (format!("channel {name}: "), format!("punctual resume --channel {name}"))
                         }
+                        _ => (String::new(), "punctual resume".to_owned()),
+                    };
+                    let why = match (reason, outcome) {
+                        (ReasonCode::ProviderAccount, Some(ProviderOutcome::AccountBlocked { detail })) => format!(
+                            "{whose}provider refused the account ({detail}); fix the account or identity, then `{resume}`"
+                        ),
                         _ => format!(
-                            "provider refused the credentials ({}) with a freshly read token; fix the secret, then resume",
+                            "{whose}provider refused the credentials ({}) with a freshly read token; fix the secret, then `{resume}`",
                             provider_status.map_or_else(|| "401/403".to_owned(), |s| s.to_string())
                         ),
                     };
                     if let Err(e) = gate.trip(&why).await {
-                        tracing::error!(error = %e, "could not pause the fleet after a credential refusal");
+                        tracing::error!(error = %e, "could not set the pause switch after a credential refusal");
                     }
                 }
                 if let Some(m) = msg {

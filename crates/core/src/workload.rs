@@ -39,6 +39,9 @@ pub fn generate_spread(n: usize, start: DateTime<Utc>, span_minutes: u32, tight_
         .collect()
 }
 
+/// The channels of the generated renewals: every third is `sms` (index 0), the rest `email`.
+pub const CHANNELS: [&str; 2] = ["sms", "email"];
+
 /// The `i`-th renewal of a run's population, due at `due` (whole minutes) in the local time of
 /// its zone, with a window of `window_minutes`: tenant, renewal id, recipient, channel and zone
 /// all follow from `i`, so fresh renewals and dead letters are named and spread alike.
@@ -50,7 +53,7 @@ fn run_renewal(i: usize, due: DateTime<Utc>, window_minutes: u32) -> Option<Rene
         tenant_id: format!("tenant-{}", i % 5),
         renewal_id: format!("run-{i:06}"),
         recipient_ref: format!("cust-{i}"),
-        channel: if i.is_multiple_of(3) { "sms".into() } else { "email".into() },
+        channel: CHANNELS[usize::from(!i.is_multiple_of(3))].into(),
         zone: zone.into(),
         local_due_date: local.format("%Y-%m-%d").to_string(),
         local_send_time: local.format("%H:%M").to_string(),

@@ -879,7 +879,12 @@ async fn a_401_on_one_channel_pauses_that_channel_only() {
     };
     let d = process("sms-1").await;
     assert!(matches!(d, Disposition::Defer { reason: ReasonCode::ProviderCredentials, .. }), "{d:?}");
-    assert!(sms_switch.pause().await.unwrap().is_some(), "SMS is paused");
+    let tripped = sms_switch.pause().await.unwrap().expect("SMS is paused");
+    assert!(
+        tripped.reason.starts_with("channel sms: ") && tripped.reason.ends_with("then `punctual resume --channel sms`"),
+        "the reason names the channel and its own resume: {}",
+        tripped.reason
+    );
     assert!(fleet.pause().await.unwrap().is_none(), "the fleet is not paused");
     let d = process("email-1").await;
     assert!(matches!(d, Disposition::Delivered { attempt: 1, .. }), "email still delivers: {d:?}");

@@ -285,10 +285,14 @@ pub fn sender_config(res: &Resources, quota: f64) -> Result<SenderConfig, Config
     let quota = quota.to_string();
     // Each declared channel's own variables, as a deployment sets them (docs/configuration.md#channels).
     let mut own: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    if !r.channels.is_empty() {
-        own.insert("CHANNELS".into(), r.channels.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","));
+    // Only channels whose provider this target knows (`run --channels`, `local up`): an
+    // environment target's `CHANNELS` gives names alone, and its canary sends through the
+    // target's one provider as before.
+    let known: Vec<_> = r.channels.iter().filter(|c| !c.kind.is_empty()).collect();
+    if !known.is_empty() {
+        own.insert("CHANNELS".into(), known.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","));
     }
-    for c in &r.channels {
+    for c in known {
         let p = punctual_sender::config::channel_prefix(&c.name);
         own.insert(format!("{p}PROVIDER_KIND"), c.kind.clone());
         own.insert(format!("{p}PROVIDER_RATE_PER_SEC"), c.quota.to_string());

@@ -54,10 +54,10 @@ pub struct RunOptions {
     #[arg(long, default_value = "http", value_parser = ["http", "ses"])]
     pub provider: String,
     /// Declared channels, each with its own provider, limiter and pause
-    /// (docs/design.md#channels): `email=ses,sms=http`. A kind may carry its quota,
-    /// `sms=http:10` (default: `--quota`). Each `http` channel has a provider double of its
-    /// own; every renewal (the workload makes every third `sms`, the rest `email`) goes through
-    /// its channel's provider. Instead of `--provider`.
+    /// (docs/design.md#channels): `email=ses,sms=http`, both declared (the workload makes
+    /// every third renewal `sms`, the rest `email`). A kind may carry its quota, `sms=http:10`
+    /// (default: `--quota`). Each `http` channel has a provider double of its own; every
+    /// renewal goes through its channel's provider. Instead of `--provider`.
     #[arg(long, conflicts_with = "provider")]
     pub channels: Option<String>,
     /// Dead letters before the run starts (at most the redrive function's
@@ -294,12 +294,24 @@ pub fn parse_channels(spec: &str, quota: f64) -> Result<Vec<(String, String, f64
         if !matches!(kind, "http" | "ses") || name.is_empty() || out.iter().any(|(n, ..)| n == name) {
             return Err(bad());
         }
+        if !punctual_core::workload::CHANNELS.contains(&name) {
+            return Err(format!(
+                "--channels {spec:?}: {name:?} is not a channel of the run's workload ({}): its renewals would all be dead-lettered unknown_channel",
+                punctual_core::workload::CHANNELS.join(", ")
+            ));
+        }
         if kind == "ses" && out.iter().any(|(_, k, _)| k == "ses") {
             return Err(format!(
                 "--channels {spec:?}: one SES channel at most (the emulator's SES count cannot tell two apart)"
             ));
         }
         out.push((name.to_owned(), kind.to_owned(), rate));
+    }
+    if let Some(missing) = punctual_core::workload::CHANNELS.iter().find(|c| !out.iter().any(|(n, ..)| n == *c)) {
+        return Err(format!(
+            "--channels {spec:?}: declare every channel of the run's workload ({}); {missing:?} is missing, so its renewals would be dead-lettered unknown_channel",
+            punctual_core::workload::CHANNELS.join(", ")
+        ));
     }
     Ok(out)
 }
@@ -467,18 +479,18 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         book.put_all(&entries, Utc::now().timestamp_millis()).await.map_err(step("writing the recipients"))?;
     }
     let import_seconds = import_started.elapsed().as_secs_f64();
-    // The floor: every reminder at its provider's quota (with channels, the slowest channel's
-    // share at its own quota: each drains on its own).
+    say(format!("imported       {} renewals over {} zones in {import_seconds:.1} s", rows.len(), ZONES.len()));
+    let letters = punctual_core::workload::letter_renewals(opts.reminders, opts.redrive, Utc::now());
+    // The floor: every reminder (the letters' too) at its provider's quota; with channels, the
+    // slowest channel's share at its own quota (each drains on its own).
     let floor = if channels.is_empty() {
-        (opts.reminders + opts.redrive) as f64 / opts.quota
+        (rows.len() + letters.len()) as f64 / opts.quota
     } else {
         channels
             .iter()
-            .map(|(name, _, q)| rows.iter().filter(|r| &r.channel == name).count() as f64 / q)
+            .map(|(name, _, q)| rows.iter().chain(&letters).filter(|r| &r.channel == name).count() as f64 / q)
             .fold(0.0, f64::max)
     };
-    say(format!("imported       {} renewals over {} zones in {import_seconds:.1} s", rows.len(), ZONES.len()));
-    let letters = punctual_core::workload::letter_renewals(opts.reminders, opts.redrive, Utc::now());
     if !letters.is_empty() {
         let seeded = Instant::now();
         dead_letters_before_the_run(
@@ -721,7 +733,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     if let ProviderSide::Channels { ses: ses_side, doubles, .. } = &side {
         use punctual_core::ReminderState;
         let channel_of: std::collections::HashMap<&punctual_core::ids::ReminderId, &str> =
-            rows.iter().map(|r| (&r.reminder_id, r.channel.as_str())).collect();
+            rows.iter().chain(&letters).map(|r| (&r.reminder_id, r.channel.as_str())).collect();
         let ses_sent = match ses_side {
             Some((endpoint, before)) => {
                 let after = crate::ses::sent_last_24_hours(endpoint, &region).await;
@@ -742,7 +754,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
                 .collect();
             let double = doubles.iter().find(|(n, _)| n == name).map(|(_, d)| d.stats());
             let provider_effects = if kind == "ses" { ses_sent } else { double.as_ref().map(|s| s.accepted) };
-            let reminders = rows.iter().filter(|r| &r.channel == name).count() as u64;
+            let reminders = rows.iter().chain(&letters).filter(|r| &r.channel == name).count() as u64;
             let drain_seconds = match (at.iter().map(|a| a.0).min(), at.iter().map(|a| a.0).max()) {
                 (Some(a), Some(b)) => (b - a).num_milliseconds() as f64 / 1000.0 + 1.0 / q,
                 _ => 0.0,
@@ -946,6 +958,34 @@ impl ProviderSeen {
             effects: sent,
             repeated_keys: 0,
             double_effects: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_channels;
+
+    /// `--channels` is checked before anything starts: each name once, a known kind, a rate
+    /// above 0, and every channel the workload generates declared (a missing one would
+    /// dead-letter a third of the run as `unknown_channel`).
+    #[test]
+    fn channels_flag_is_refused_by_name_before_anything_starts() {
+        assert_eq!(
+            parse_channels("email=ses, sms=http:30", 100.0),
+            Ok(vec![("email".into(), "ses".into(), 100.0), ("sms".into(), "http".into(), 30.0)])
+        );
+        for (spec, says) in [
+            ("email=ses", "\"sms\" is missing"),
+            ("email=ses,sms=http,push=http", "\"push\" is not a channel of the run's workload"),
+            ("email=ses,sms=ses", "one SES channel at most"),
+            ("email=ses,email=http,sms=http", "expected NAME=http|ses[:RATE]"),
+            ("email=smtp,sms=http", "expected NAME=http|ses[:RATE]"),
+            ("email=ses,sms=http:0", "expected NAME=http|ses[:RATE]"),
+            ("email=ses,sms", "expected NAME=http|ses[:RATE]"),
+        ] {
+            let e = parse_channels(spec, 100.0).unwrap_err();
+            assert!(e.contains(says), "{spec}: {e}");
         }
     }
 }

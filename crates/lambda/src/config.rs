@@ -30,13 +30,19 @@ impl ConfigError {
     #[must_use]
     pub fn under(self, prefix: &str) -> Self {
         match self {
-            Self::Missing(n) => Self::Channel(format!("environment variable {prefix}{n} is required")),
-            Self::Invalid { name, value, expected } => {
-                Self::Channel(format!("environment variable {prefix}{name}={value:?} is invalid: expected {expected}"))
-            }
+            Self::Missing(n) => Self::Channel(format!("environment variable {} is required", prefixed(prefix, n))),
+            Self::Invalid { name, value, expected } => Self::Channel(format!(
+                "environment variable {}={value:?} is invalid: expected {expected}",
+                prefixed(prefix, name)
+            )),
             Self::Channel(m) => Self::Channel(m),
         }
     }
+}
+
+/// `name` under `prefix`; each of several names a message joins with `|` (`A|B`) too.
+fn prefixed(prefix: &str, name: &str) -> String {
+    name.split('|').map(|n| format!("{prefix}{n}")).collect::<Vec<_>>().join("|")
 }
 
 /// Reads variables from a source (the process environment, or a map in tests).
@@ -105,6 +111,32 @@ impl<F: Fn(&str) -> Option<String>> Env<F> {
         })?;
         Ok(Duration::from_millis(ms))
     }
+}
+
+/// `CHANNELS`: the declared channel names, comma-separated (unset: none). Each name is
+/// lowercase `[a-z][a-z0-9-]*`, at most 32 characters, declared once.
+pub fn channel_names<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<String>, ConfigError> {
+    let Some(list) = env.optional("CHANNELS") else { return Ok(Vec::new()) };
+    let mut names: Vec<String> = Vec::new();
+    for name in list.split(',').map(str::trim) {
+        let valid = name.len() <= 32
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !valid || names.iter().any(|n| channel_prefix(n) == channel_prefix(name)) {
+            return Err(ConfigError::Invalid {
+                name: "CHANNELS",
+                value: list.clone(),
+                expected: "distinct channel names, comma-separated, each [a-z][a-z0-9-]* of at most 32 characters",
+            });
+        }
+        names.push(name.to_owned());
+    }
+    Ok(names)
+}
+
+/// Where `channel`'s own variables are read: `sms` → `CHANNEL_SMS_`, `push-eu` → `CHANNEL_PUSH_EU_`.
+pub fn channel_prefix(channel: &str) -> String {
+    format!("CHANNEL_{}_", channel.to_ascii_uppercase().replace('-', "_"))
 }
 
 /// The lanes (docs/design.md#lanes-and-pacing), read the same way by scheduler, sender and redrive:

@@ -73,6 +73,9 @@ pub enum ImportError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// `CHANNELS` is set but is not a list of channel names (named in the message).
+    #[error("{0}; nothing was imported")]
+    Channels(String),
     /// No table to import into.
     #[error("no renewals table: give --table, set RENEWALS_TABLE, or start a local pipeline with `punctual local up`")]
     NoTarget,
@@ -624,9 +627,8 @@ impl ImportTarget {
             };
             let ddb = punctual_aws::config::dynamodb_client(&sdk, env("AWS_ENDPOINT_URL_DYNAMODB").as_deref());
             let recipients = recipients_given.map(|t| punctual_aws::recipients::DynamoRecipients::new(ddb.clone(), &t));
-            let channels = env("CHANNELS")
-                .map(|l| l.split(',').map(|c| c.trim().to_owned()).filter(|c| !c.is_empty()).collect())
-                .unwrap_or_default();
+            let channels = punctual_lambda::config::channel_names(&punctual_lambda::config::process_env())
+                .map_err(|e| ImportError::Channels(e.to_string()))?;
             return Ok(Self {
                 renewals: DynamoRenewals::new(ddb, table.clone()),
                 recipients,

@@ -197,13 +197,11 @@ impl Target {
                     provider_kind: env("PROVIDER_KIND").unwrap_or_default(),
                     // The names only: what import checks rows against (the senders read each
                     // channel's own provider and rate).
-                    channels: env("CHANNELS")
-                        .map(|l| {
-                            l.split(',')
-                                .map(|n| ChannelResources { name: n.trim().to_owned(), ..ChannelResources::default() })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
+                    channels: punctual_lambda::config::channel_names(&punctual_lambda::config::process_env())
+                        .map_err(|e| OpsError::Invalid(vec![e.to_string()]))?
+                        .into_iter()
+                        .map(|name| ChannelResources { name, ..ChannelResources::default() })
+                        .collect(),
                 },
                 dynamodb_endpoint: env("AWS_ENDPOINT_URL_DYNAMODB"),
                 quota,

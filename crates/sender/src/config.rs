@@ -8,6 +8,7 @@ use punctual_core::limiter::LimiterSettings;
 use punctual_core::provider::{IndeterminatePolicy, ResetForm};
 use punctual_core::sender::SenderSettings;
 use punctual_lambda::config::{ConfigError, Env, lane_config, limiter_settings};
+pub use punctual_lambda::config::{channel_names, channel_prefix};
 use punctual_provider::VendorProfile;
 use punctual_ses::{SesContent, SesSettings};
 
@@ -212,32 +213,6 @@ impl SenderConfig {
 /// table serves every channel.
 const SHARED_BY_CHANNELS: &[&str] = &["RECIPIENTS_TABLE"];
 
-/// `CHANNELS`: the declared channel names, comma-separated (unset: none). Each name is
-/// lowercase `[a-z][a-z0-9-]*`, at most 32 characters, declared once.
-pub fn channel_names<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<String>, ConfigError> {
-    let Some(list) = env.optional("CHANNELS") else { return Ok(Vec::new()) };
-    let mut names: Vec<String> = Vec::new();
-    for name in list.split(',').map(str::trim) {
-        let valid = name.len() <= 32
-            && name.starts_with(|c: char| c.is_ascii_lowercase())
-            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !valid || names.iter().any(|n| channel_prefix(n) == channel_prefix(name)) {
-            return Err(ConfigError::Invalid {
-                name: "CHANNELS",
-                value: list.clone(),
-                expected: "distinct channel names, comma-separated, each [a-z][a-z0-9-]* of at most 32 characters",
-            });
-        }
-        names.push(name.to_owned());
-    }
-    Ok(names)
-}
-
-/// Where `channel`'s own variables are read: `sms` → `CHANNEL_SMS_`, `push-eu` → `CHANNEL_PUSH_EU_`.
-pub fn channel_prefix(channel: &str) -> String {
-    format!("CHANNEL_{}_", channel.to_ascii_uppercase().replace('-', "_"))
-}
-
 /// Each declared channel's provider and limiter. Nothing is inherited from the top-level
 /// variables (but [`SHARED_BY_CHANNELS`]): a channel states its own kind and rate, so one
 /// channel's endpoint, token or quota can never reach another's provider.
@@ -253,10 +228,12 @@ fn channel_configs<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<Ch
             let mut limiter = limiter_settings(&own)?;
             // A channel books a tenth of a second of its own quota at a time
             // (LimiterSettings::for_channel says why), unless it sets its own block.
+            // Its deadline-near bookings take the same block: the slots a ten-slot near block
+            // would strand are what the tenth saves.
             if own.optional("LIMITER_BLOCK").is_none() {
-                let c = LimiterSettings::for_channel(limiter.quota);
-                (limiter.block, limiter.near_block) = (c.block, c.near_block);
+                limiter.block = LimiterSettings::for_channel(limiter.quota).block;
             }
+            limiter.near_block = limiter.block;
             if own.optional("LIMITER_NAME").is_none() {
                 limiter.name.clone_from(&name);
             }
@@ -494,6 +471,7 @@ mod tests {
         assert!(matches!(&sms.provider, ProviderConfig::Http { url, .. } if url == "http://127.0.0.1:3/sms"));
         assert_eq!((email.limiter.name.as_str(), email.limiter.quota, email.limiter.block), ("email", 100.0, 10));
         assert_eq!((sms.limiter.name.as_str(), sms.limiter.quota, sms.limiter.block), ("sms", 10.0, 1));
+        assert_eq!((email.limiter.near_block, sms.limiter.near_block), (10, 1), "near work books the same block");
         assert_eq!(c.limiter.quota, 100.0, "the default route is the first channel's");
 
         let without =
@@ -510,9 +488,15 @@ mod tests {
             (with("CHANNELS", "email,Email"), "CHANNELS=\"email,Email\" is invalid"),
             (with("CHANNELS", "email,email"), "CHANNELS=\"email,email\" is invalid"),
             (with("CHANNELS", "email,"), "CHANNELS=\"email,\" is invalid"),
+            (
+                with("CHANNEL_SMS_PROVIDER_KEY_HEADER", "bad header"),
+                "CHANNEL_SMS_PROVIDER_AUTH|CHANNEL_SMS_PROVIDER_KEY_HEADER=",
+            ),
         ] {
             let e = SenderConfig::from_env(&env(&pairs)).unwrap_err().to_string();
             assert!(e.contains(named), "{named}: {e}");
         }
+        let block = SenderConfig::from_env(&env(&with("CHANNEL_SMS_LIMITER_BLOCK", "2"))).unwrap();
+        assert_eq!((block.channels[1].limiter.block, block.channels[1].limiter.near_block), (2, 2));
     }
 }

@@ -70,6 +70,7 @@ fn canary_status_pause_explain_and_redrive_on_the_local_pipeline() {
             ("LEDGER_TABLE", "ledger_table"),
             ("RENEWALS_TABLE", "renewals_table"),
             ("AWS_ENDPOINT_URL", "endpoint"),
+            ("PROVIDER_URL", "provider_url"),
         ] {
             cmd.env(var, res[key].as_str().unwrap());
         }
@@ -78,6 +79,10 @@ fn canary_status_pause_explain_and_redrive_on_the_local_pipeline() {
         }
         cmd.env("CHANNELS", "email,sms").env("PUNCTUAL_STATE_DIR", &state).args(args).output().unwrap()
     };
+    // The canary still travels every stage on a target that declares channels by name only
+    // (its sender sends through the target's one provider, as before).
+    let c = json(&declared(&["canary", "--json"]));
+    assert_eq!(c["ok"], true, "{c}");
     let p = declared(&["pause", "--channel", "sms", "--reason", "sms vendor incident", "--owner", "ops@example.com"]);
     assert!(p.status.success(), "{p:?}");
     assert!(String::from_utf8_lossy(&p.stdout).starts_with("channel sms paused by ops@example.com"), "{p:?}");
