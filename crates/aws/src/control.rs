@@ -251,11 +251,14 @@ impl DeadLetters for SqsDeadLetters {
     async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), DeadLettersError> {
         // The tenant is the fair-queue group, as on every send to a send queue (the redriver
         // sends only bodies it decoded; an undecodable one goes without a group).
-        let group = punctual_core::contract::ReminderMessage::decode(body).ok().map(|m| m.tenant_id.to_string());
+        let msg = punctual_core::contract::ReminderMessage::decode(body).ok();
+        let group = msg.as_ref().map(|m| m.tenant_id.to_string());
+        // A channel's letter goes back to its channel's own queue when it has one.
+        let url = msg.as_ref().map_or_else(|| self.queues.lane_url(lane), |m| self.queues.url_for(m, lane));
         self.queues
             .client()
             .send_message()
-            .queue_url(self.queues.lane_url(lane))
+            .queue_url(url)
             .message_body(body)
             .set_message_group_id(group)
             .send()

@@ -650,6 +650,7 @@ fn pending_of(item: &Item) -> Option<Pending> {
         reminder_id: ReminderId::parse(get_s(item, "reminder_id")?).ok()?,
         deliver_after: DateTime::<Utc>::from_timestamp_millis(get_i64(item, "deliver_after_ms")?)?,
         deliver_by: DateTime::<Utc>::from_timestamp_millis(get_i64(item, "deliver_by_ms")?)?,
+        channel: get_s(item, "channel").map(str::to_owned),
     })
 }
 

@@ -126,6 +126,8 @@ pub struct SqsQueues {
     send_url: String,
     urgent_url: String,
     dlq_url: String,
+    /// (channel, URL) of each channel with a queue of its own.
+    channel_urls: Vec<(String, String)>,
 }
 
 impl SqsQueues {
@@ -133,7 +135,27 @@ impl SqsQueues {
     /// [`SqsQueues::with_urgent`].
     pub fn new(client: Client, send_url: impl Into<String>, dlq_url: impl Into<String>) -> Self {
         let send_url = send_url.into();
-        Self { client, urgent_url: send_url.clone(), send_url, dlq_url: dlq_url.into() }
+        Self { client, urgent_url: send_url.clone(), send_url, dlq_url: dlq_url.into(), channel_urls: Vec::new() }
+    }
+
+    /// The channels with a queue of their own (`CHANNEL_{NAME}_QUEUE_URL`): a message whose
+    /// `channel` is one of them is released, requeued and sent back there, whatever its lane.
+    pub fn with_channel_queues(mut self, queues: &[(String, String)]) -> Self {
+        self.channel_urls = queues.to_vec();
+        self
+    }
+
+    /// The channels' own queues, (channel, URL).
+    pub fn channel_queues(&self) -> &[(String, String)] {
+        &self.channel_urls
+    }
+
+    /// Where `msg` goes on `lane`: its channel's own queue if it has one, else the lane's.
+    pub fn url_for(&self, msg: &ReminderMessage, lane: QueueLane) -> &str {
+        msg.channel
+            .as_deref()
+            .and_then(|c| self.channel_urls.iter().find(|(n, _)| n == c))
+            .map_or_else(|| self.lane_url(lane), |(_, url)| url.as_str())
     }
 
     /// The urgent lane's queue (`URGENT_QUEUE_URL`; `None`: one lane).
@@ -503,8 +525,16 @@ impl SqsQueues {
 impl SqsQueues {
     /// Messages on each lane (visible + in flight + delayed); one `GetQueueAttributes` per lane.
     pub async fn lane_depths(&self) -> Result<LaneDepths, QueueError> {
-        let normal = self.depth_of(&self.send_url).await?;
+        let mut normal = self.depth_of(&self.send_url).await?;
         let urgent = if self.has_urgent_lane() { self.depth_of(&self.urgent_url).await? } else { Depth::default() };
+        // A channel's own queue is backlog too (the scheduler's projection and pacing count
+        // it with the normal lane's).
+        for (_, url) in &self.channel_urls {
+            let d = self.depth_of(url).await?;
+            normal.visible += d.visible;
+            normal.in_flight += d.in_flight;
+            normal.delayed += d.delayed;
+        }
         Ok(LaneDepths {
             normal: normal.total(),
             urgent: urgent.total(),
@@ -519,14 +549,17 @@ impl punctual_core::ports::ReleaseQueue for SqsQueues {
         let mut accepted = vec![false; batch.len()];
         let mut failure = None;
         let mut tried = 0;
-        // One batch call per lane; each answer goes back to its entry's place. A lane whose
-        // call fails leaves its entries refused (pending, retried next tick) without undoing
-        // the answers of a lane that succeeded: those are marked, not sent twice.
-        for lane in QueueLane::ALL {
-            let of_lane: Vec<usize> = (0..batch.len()).filter(|i| batch[*i].lane == lane).collect();
-            if of_lane.is_empty() {
-                continue;
-            }
+        // One batch call per queue (each lane's, each channel's own); each answer goes back to
+        // its entry's place. A queue whose call fails leaves its entries refused (pending,
+        // retried next tick) without undoing the answers of a queue that succeeded: those are
+        // marked, not sent twice.
+        let urls: Vec<&str> = batch.iter().map(|r| self.url_for(&r.message, r.lane)).collect();
+        let mut queues: Vec<&str> = urls.clone();
+        queues.sort_unstable();
+        queues.dedup();
+        for url in queues {
+            let of_lane: Vec<usize> = (0..batch.len()).filter(|i| urls[*i] == url).collect();
+            let lane = batch[of_lane[0]].lane;
             let out: Vec<Outgoing> = of_lane
                 .iter()
                 .map(|i| Outgoing {
@@ -537,7 +570,7 @@ impl punctual_core::ports::ReleaseQueue for SqsQueues {
                 })
                 .collect();
             tried += 1;
-            let results = match self.send_batch(self.lane_url(lane), &out).await {
+            let results = match self.send_batch(url, &out).await {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(error = %e, lane = lane.as_str(), "releasing to a lane failed; retried next tick");
@@ -576,7 +609,7 @@ impl SendQueue for SqsQueues {
     async fn requeue(&self, msg: &ReminderMessage, delay: Duration, lane: QueueLane) -> Result<(), QueueError> {
         self.client
             .send_message()
-            .queue_url(self.lane_url(lane))
+            .queue_url(self.url_for(msg, lane))
             .message_body(msg.encode())
             .delay_seconds(delay_seconds(delay))
             .message_group_id(msg.tenant_id.as_str())

@@ -47,6 +47,11 @@ pub struct ReminderMessage {
     pub correlation_id: CorrelationId,
     /// Present when an operator redrive re-released the message.
     pub redrive: Option<RedriveStamp>,
+    /// The renewal's channel when the scheduler released it (absent from older bodies): which
+    /// queue the message travels on when its channel has a queue of its own
+    /// (docs/design.md#channels). The renewal row stays the truth the sender routes the call
+    /// by; this only routes the message.
+    pub channel: Option<String>,
 }
 
 /// The redrive that re-released a message.
@@ -117,6 +122,9 @@ pub enum MalformedMessage {
     /// `first_enqueued` is after `deliver_by`, which no scheduler produces.
     #[error("first_enqueued ({first_enqueued}) must not be after deliver_by ({deliver_by})")]
     EnqueuedAfterDeadline { first_enqueued: String, deliver_by: String },
+    /// `channel` is empty, too long or holds other than ASCII letters, digits, `-` or `_`.
+    #[error("field `channel` must be 1 to 64 ASCII letters, digits, '-' or '_', found {found:?}")]
+    InvalidChannel { found: String },
     /// A redrive `reason` or `owner` is empty or too long.
     #[error("field `redrive.{field}` must be 1 to {MAX_REDRIVE_TEXT} characters")]
     InvalidRedriveText { field: &'static str },
@@ -283,6 +291,25 @@ impl ReminderMessage {
             }
         };
 
+        let channel = match obj.get("channel") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(c)) => {
+                let ok = (1..=64).contains(&c.len())
+                    && c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_');
+                if !ok {
+                    return Err(MalformedMessage::InvalidChannel { found: excerpt(c) });
+                }
+                Some(c.clone())
+            }
+            Some(other) => {
+                return Err(MalformedMessage::WrongType {
+                    field: "channel",
+                    expected: "a string",
+                    found: json_type(other),
+                });
+            }
+        };
+
         if deliver_by <= deliver_after {
             return Err(MalformedMessage::DeadlineNotAfterRelease {
                 deliver_after: format_instant(deliver_after),
@@ -306,6 +333,7 @@ impl ReminderMessage {
             first_enqueued,
             correlation_id,
             redrive,
+            channel,
         })
     }
 
@@ -325,6 +353,8 @@ impl ReminderMessage {
             correlation_id: &'a str,
             #[serde(skip_serializing_if = "Option::is_none")]
             redrive: Option<&'a RedriveStamp>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            channel: Option<&'a str>,
         }
         let wire = Wire {
             v: CONTRACT_VERSION,
@@ -338,6 +368,7 @@ impl ReminderMessage {
             first_enqueued: format_instant(self.first_enqueued),
             correlation_id: self.correlation_id.as_str(),
             redrive: self.redrive.as_ref(),
+            channel: self.channel.as_deref(),
         };
         // Serialising a struct of strings and integers cannot fail; fall back to an empty
         // object rather than panic so a bug shows up as `malformed` in the DLQ, not a crash loop.

@@ -190,6 +190,7 @@ pub fn edf_misses(jobs: &mut [(DateTime<Utc>, DateTime<Utc>)], start: DateTime<U
 /// Builds the contract message for a pending renewal at `now`.
 pub fn message_for(p: &Pending, now: DateTime<Utc>) -> ReminderMessage {
     ReminderMessage {
+        channel: p.channel.clone(),
         reminder_id: p.reminder_id.clone(),
         renewal_id: p.renewal_id.clone(),
         tenant_id: p.tenant_id.clone(),

@@ -71,6 +71,7 @@ pub fn message(name: &str, after: DateTime<Utc>, by: DateTime<Utc>) -> ReminderM
     let renewal = RenewalId::parse(format!("ren-{name}")).unwrap_or_else(|e| ok(e));
     let kind = ReminderKind::parse("renewal_7d").unwrap_or_else(|e| ok(e));
     ReminderMessage {
+        channel: None,
         reminder_id: ReminderId::derive(&tenant, &renewal, &kind, after.date_naive()),
         renewal_id: renewal,
         tenant_id: tenant,
@@ -1474,6 +1475,8 @@ struct DueState {
     forget_marked: bool,
     /// (tenant, renewal) → the rest of the pending renewal, and its state.
     rows: HashMap<(TenantId, RenewalId), DueRow>,
+    /// The channel names rows refer to (a handful), by [`DueRow::channel`] − 1.
+    channels: Vec<String>,
     watermark: Option<DateTime<Utc>>,
 }
 
@@ -1485,11 +1488,22 @@ struct DueRow {
     reminder_id: ReminderId,
     deliver_after: DateTime<Utc>,
     deliver_by: DateTime<Utc>,
-    state: &'static str,
+    /// An index into [`DUE_STATES`] (a byte, not a `&str`: a million rows).
+    state: u8,
+    /// 0: no channel; else 1 + an index into the store's channel names.
+    channel: u8,
+}
+
+/// A due row's states, by their index in [`DueRow::state`].
+const DUE_STATES: [&str; 3] = ["scheduled", "enqueued", "expired"];
+
+/// The index of `state` in [`DUE_STATES`].
+fn due_state(state: &str) -> u8 {
+    DUE_STATES.iter().position(|s| *s == state).map_or(0, |i| i as u8)
 }
 
 impl DueRow {
-    fn pending(&self, (tenant, renewal): &(TenantId, RenewalId)) -> crate::ports::Pending {
+    fn pending(&self, (tenant, renewal): &(TenantId, RenewalId), channels: &[String]) -> crate::ports::Pending {
         crate::ports::Pending {
             tenant_id: tenant.clone(),
             renewal_id: renewal.clone(),
@@ -1497,6 +1511,7 @@ impl DueRow {
             reminder_id: self.reminder_id.clone(),
             deliver_after: self.deliver_after,
             deliver_by: self.deliver_by,
+            channel: usize::from(self.channel).checked_sub(1).and_then(|i| channels.get(i)).cloned(),
         }
     }
 }
@@ -1519,32 +1534,44 @@ impl MemoryDueStore {
 
     /// Adds a pending renewal.
     pub fn insert(&self, p: crate::ports::Pending) {
+        let mut s = lock(&self.inner);
+        let channel = match p.channel {
+            None => 0,
+            Some(c) => match s.channels.iter().position(|n| *n == c) {
+                Some(i) => i + 1,
+                None => {
+                    s.channels.push(c);
+                    s.channels.len()
+                }
+            },
+        };
         let row = DueRow {
             kind: p.kind,
             reminder_id: p.reminder_id,
             deliver_after: p.deliver_after,
             deliver_by: p.deliver_by,
-            state: "scheduled",
+            state: due_state("scheduled"),
+            channel: u8::try_from(channel).unwrap_or(0),
         };
-        lock(&self.inner).rows.insert((p.tenant_id, p.renewal_id), row);
+        s.rows.insert((p.tenant_id, p.renewal_id), row);
     }
 
     /// Forgets every renewal no longer pending (released or expired), so a long simulated day
     /// pages only what is still pending (each page filters every row the store holds).
     pub fn prune(&self) {
         let mut s = lock(&self.inner);
-        s.rows.retain(|_, row| row.state == "scheduled");
+        s.rows.retain(|_, row| row.state == due_state("scheduled"));
         s.fit();
     }
 
     /// Renewals still pending.
     pub fn pending(&self) -> usize {
-        lock(&self.inner).rows.values().filter(|row| row.state == "scheduled").count()
+        lock(&self.inner).rows.values().filter(|row| row.state == due_state("scheduled")).count()
     }
 
     /// The scheduling state of a renewal (`scheduled`, `enqueued`, `expired`).
     pub fn state(&self, tenant: &TenantId, renewal: &RenewalId) -> Option<&'static str> {
-        lock(&self.inner).rows.get(&(tenant.clone(), renewal.clone())).map(|row| row.state)
+        lock(&self.inner).rows.get(&(tenant.clone(), renewal.clone())).map(|row| DUE_STATES[usize::from(row.state)])
     }
 
     fn shard_of(shards: u32, reminder_id: &ReminderId) -> u32 {
@@ -1562,7 +1589,8 @@ impl MemoryDueStore {
     /// The version a renewal's row holds now.
     pub fn current(&self, tenant: &TenantId, renewal: &RenewalId) -> Option<crate::ports::Pending> {
         let key = (tenant.clone(), renewal.clone());
-        lock(&self.inner).rows.get(&key).map(|row| row.pending(&key))
+        let s = lock(&self.inner);
+        s.rows.get(&key).map(|row| row.pending(&key, &s.channels))
     }
 
     /// Marks the row, only while it is pending and still the version `p` was read as (like
@@ -1572,11 +1600,11 @@ impl MemoryDueStore {
         let key = (p.tenant_id.clone(), p.renewal_id.clone());
         match s.rows.get_mut(&key) {
             Some(row)
-                if row.state == "scheduled"
+                if row.state == due_state("scheduled")
                     && (&row.reminder_id, row.deliver_after, row.deliver_by)
                         == (&p.reminder_id, p.deliver_after, p.deliver_by) =>
             {
-                row.state = to;
+                row.state = due_state(to);
                 if s.forget_marked {
                     s.rows.remove(&key);
                     s.fit();
@@ -1621,7 +1649,7 @@ impl crate::ports::DueStore for MemoryDueStore {
             .rows
             .iter()
             .filter(|(_, r)| {
-                r.state == "scheduled"
+                r.state == due_state("scheduled")
                     && r.deliver_after <= horizon
                     && Self::shard_of(s.shards, &r.reminder_id) == shard
             })
@@ -1637,7 +1665,7 @@ impl crate::ports::DueStore for MemoryDueStore {
         }
         rest.sort_by(order);
         let next = more.then(|| rest.last().map(|(_, r)| (r.deliver_after, r.reminder_id.clone()))).flatten();
-        Ok(crate::ports::Page { items: rest.into_iter().map(|(k, r)| r.pending(k)).collect(), next })
+        Ok(crate::ports::Page { items: rest.into_iter().map(|(k, r)| r.pending(k, &s.channels)).collect(), next })
     }
 
     async fn mark_enqueued(

@@ -263,3 +263,29 @@ proptest! {
         prop_assert_eq!((decoded.deliver_after, decoded.deliver_by, decoded.attempt), (after, by, attempt));
     }
 }
+
+/// The channel travels with the message when the scheduler knows it, is omitted when it
+/// does not (a body from before it decodes as `None`), and a bad one is named.
+#[test]
+fn the_channel_round_trips_is_optional_and_a_bad_one_is_named() {
+    let t = chrono::Utc::now();
+    let m = ReminderMessage {
+        channel: Some("sms".into()),
+        ..punctual_core::testing::message("c", t, t + chrono::TimeDelta::hours(1))
+    };
+    let body = m.encode();
+    assert!(body.contains("\"channel\":\"sms\""), "{body}");
+    assert_eq!(ReminderMessage::decode(&body).unwrap().channel.as_deref(), Some("sms"));
+    let none = ReminderMessage { channel: None, ..m.clone() };
+    assert!(!none.encode().contains("channel"), "absent, not null: {}", none.encode());
+    assert_eq!(ReminderMessage::decode(&none.encode()).unwrap().channel, None);
+    for (value, says) in [
+        ("\"\"", "field `channel` must be 1 to 64"),
+        ("\"sms east\"", "field `channel` must be 1 to 64"),
+        ("7", "field `channel` must be a string"),
+    ] {
+        let bad = body.replace("\"sms\"", value);
+        let e = ReminderMessage::decode(&bad).unwrap_err().to_string();
+        assert!(e.contains(says), "{value}: {e}");
+    }
+}

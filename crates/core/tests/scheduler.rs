@@ -459,3 +459,22 @@ async fn a_re_armed_row_found_past_its_deadline_is_expired() {
     let rec = ledger.get(&copy.reminder_id).await.unwrap().unwrap();
     assert_eq!(rec.state, punctual_core::ReminderState::Expired);
 }
+
+/// The renewal's channel rides in the released message (what a channel's own queue is chosen
+/// by); a row without one releases a message without one.
+#[tokio::test]
+async fn a_released_message_carries_its_renewals_channel() {
+    let (store, queue, clock) = (MemoryDueStore::new(2), MemoryRelease::default(), ManualClock::new(t0()));
+    store.insert(Pending { channel: Some("sms".into()), ..pending(1, t0(), 480) });
+    store.insert(Pending { channel: Some("email".into()), ..pending(2, t0(), 480) });
+    store.insert(pending(3, t0(), 480));
+    let r = scheduler(&store, &queue, &clock, 10).tick(far()).await.unwrap();
+    assert_eq!(r.released, 3);
+    let mut got: Vec<(String, Option<String>)> =
+        queue.sent().iter().map(|(m, _)| (m.renewal_id.as_str().to_owned(), m.channel.clone())).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [("ren-1".into(), Some("sms".into())), ("ren-2".into(), Some("email".into())), ("ren-3".into(), None)]
+    );
+}

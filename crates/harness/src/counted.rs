@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::HarnessError;
 use crate::env::{LimiterBreakdown, LocalSender, local_provider, local_senders, scheduler_config, sender_config};
-use crate::esm::{EsmStats, run_pollers};
+use crate::esm::EsmStats;
 
 /// How many pollers each lane runs, their jitter seed and the scheduler's release rate.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +34,8 @@ pub struct Shape {
     pub seed: u64,
     /// The scheduler's release rate, messages/s.
     pub release_rate: f64,
+    /// Pollers of each channel's own queue (its mapping's `MaximumConcurrency`).
+    pub channel_concurrency: usize,
 }
 
 /// The sender instances of both lanes and the scheduler, on counted clients.
@@ -47,6 +49,8 @@ pub struct CountedPipeline {
     pub normal: Vec<Arc<LocalSender>>,
     /// The urgent lane's sender instances.
     pub urgent: Vec<Arc<LocalSender>>,
+    /// Each channel's own queue and its sender instances.
+    pub channels: Vec<(String, Vec<Arc<LocalSender>>)>,
     /// The scheduler function's own composition root (its pause rule included).
     pub scheduler: Arc<punctual_scheduler::app::App>,
 }
@@ -100,13 +104,22 @@ impl CountedPipeline {
         let sqs = queues.client();
         let normal = local_senders(&sender, &sender_ddb, sqs, &provider, shape.seed, shape.concurrency);
         let urgent = local_senders(&sender, &sender_ddb, sqs, &provider, shape.seed ^ 0xa5a5, shape.urgent_concurrency);
+        let channels = sender
+            .channel_queues
+            .iter()
+            .zip(1u64..)
+            .map(|((_, url), i)| {
+                let seed = shape.seed ^ (0x5a5a_0000 + i);
+                (url.clone(), local_senders(&sender, &sender_ddb, sqs, &provider, seed, shape.channel_concurrency))
+            })
+            .collect();
         let scheduler = Arc::new(punctual_scheduler::app::build(
             &scheduler_config(res, shape.release_rate)?,
             &dynamodb_client(&scheduler_sdk, dynamodb_endpoint),
             &aws_sdk_sqs::Client::new(&scheduler_sdk),
         ));
         let redrive_requests = RequestCounts::new();
-        Ok(Self { sender_requests, scheduler_requests, redrive_requests, queues, normal, urgent, scheduler })
+        Ok(Self { sender_requests, scheduler_requests, redrive_requests, queues, normal, urgent, channels, scheduler })
     }
 
     /// The redrive function as its Lambda composes it ([`punctual_redrive::app::build`]), on
@@ -130,7 +143,16 @@ impl CountedPipeline {
 
     /// Both lanes' pollers (playing the event source mappings) until `stop`.
     pub async fn poll(&self, stop: Arc<AtomicBool>, stats: Arc<EsmStats>, metrics: Arc<Mutex<Metrics>>) {
-        run_pollers(self.normal.clone(), self.urgent.clone(), self.queues.clone(), stop, stats, metrics).await;
+        crate::esm::run_pollers_with(
+            self.normal.clone(),
+            self.urgent.clone(),
+            self.channels.clone(),
+            self.queues.clone(),
+            stop,
+            stats,
+            metrics,
+        )
+        .await;
     }
 
     /// The requests so far, divided by `messages` (the limiter column by `calls`, provider
@@ -141,7 +163,15 @@ impl CountedPipeline {
     /// requests join the sender side's in `requests_per_message` (the simulator's totals
     /// count them so) and are reported alone per message moved.
     pub fn requests(&self, messages: u64, calls: u64, redriven: Option<u64>) -> PipelineRequests {
-        let limiter = LimiterBreakdown::of(&self.normal.iter().chain(&self.urgent).cloned().collect::<Vec<_>>());
+        let limiter = LimiterBreakdown::of(
+            &self
+                .normal
+                .iter()
+                .chain(&self.urgent)
+                .chain(self.channels.iter().flat_map(|(_, s)| s))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
         let sender = self.sender_requests.snapshot();
         let scheduler = self.scheduler_requests.snapshot();
         let redrive = self.redrive_requests.snapshot();

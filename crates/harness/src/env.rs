@@ -277,6 +277,22 @@ impl Drop for Emulator {
 /// own composition root ([`punctual_sender::app::build`]) over the local resources.
 pub type LocalSender = punctual_sender::app::App;
 
+/// The declared channels' variables every function reads (`CHANNELS` and each channel's
+/// `CHANNEL_{NAME}_QUEUE_URL`), for the channels whose provider this target knows (`run
+/// --channels`): an environment target's `CHANNELS` gives names alone, and its canary sends
+/// through the target's one provider as before.
+fn channel_vars(r: &Resources) -> std::collections::HashMap<String, String> {
+    let mut own = std::collections::HashMap::new();
+    let known: Vec<_> = r.channels.iter().filter(|c| !c.kind.is_empty()).collect();
+    if !known.is_empty() {
+        own.insert("CHANNELS".into(), known.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","));
+    }
+    for c in known.iter().filter(|c| !c.queue_url.is_empty()) {
+        own.insert(format!("{}QUEUE_URL", punctual_sender::config::channel_prefix(&c.name)), c.queue_url.clone());
+    }
+    own
+}
+
 /// The sender configuration the local pipeline runs with, parsed by the sender's own
 /// `SenderConfig::from_env` from the local resources and `quota` (everything else: the
 /// function's defaults), with the pause switch re-read every 2 s instead of 5.
@@ -284,15 +300,8 @@ pub fn sender_config(res: &Resources, quota: f64) -> Result<SenderConfig, Config
     let r = res.clone();
     let quota = quota.to_string();
     // Each declared channel's own variables, as a deployment sets them (docs/configuration.md#channels).
-    let mut own: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    // Only channels whose provider this target knows (`run --channels`, `local up`): an
-    // environment target's `CHANNELS` gives names alone, and its canary sends through the
-    // target's one provider as before.
-    let known: Vec<_> = r.channels.iter().filter(|c| !c.kind.is_empty()).collect();
-    if !known.is_empty() {
-        own.insert("CHANNELS".into(), known.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","));
-    }
-    for c in known {
+    let mut own = channel_vars(&r);
+    for c in r.channels.iter().filter(|c| !c.kind.is_empty()) {
         let p = punctual_sender::config::channel_prefix(&c.name);
         own.insert(format!("{p}PROVIDER_KIND"), c.kind.clone());
         own.insert(format!("{p}PROVIDER_RATE_PER_SEC"), c.quota.to_string());
@@ -406,7 +415,9 @@ impl LimiterBreakdown {
 pub fn redrive_config(res: &Resources, quota: f64) -> Result<punctual_redrive::config::RedriveConfig, ConfigError> {
     let r = res.clone();
     let quota = quota.to_string();
+    let own = channel_vars(&r);
     punctual_redrive::config::RedriveConfig::from_env(&Env::new(move |k: &str| match k {
+        _ if own.contains_key(k) => own.get(k).cloned(),
         "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
         "URGENT_QUEUE_URL" => r.urgent_url().map(str::to_owned),
         "DLQ_URL" => Some(r.dlq_url.clone()),
@@ -421,7 +432,9 @@ pub fn redrive_config(res: &Resources, quota: f64) -> Result<punctual_redrive::c
 pub fn scheduler_config(res: &Resources, sustainable_rate: f64) -> Result<SchedulerConfig, ConfigError> {
     let r = res.clone();
     let rate = sustainable_rate.to_string();
+    let own = channel_vars(&r);
     SchedulerConfig::from_env(&Env::new(move |k: &str| match k {
+        _ if own.contains_key(k) => own.get(k).cloned(),
         "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
         "URGENT_QUEUE_URL" => r.urgent_url().map(str::to_owned),
         "LEDGER_TABLE" => Some(r.ledger_table.clone()),
@@ -436,6 +449,45 @@ pub fn scheduler_config(res: &Resources, sustainable_rate: f64) -> Result<Schedu
 pub const VISIBILITY_TIMEOUT_SECS: u32 = 30;
 /// `maxReceiveCount` of the send queue's redrive policy (crash backstop).
 pub const MAX_RECEIVE_COUNT: u32 = 5;
+
+/// Creates a channel's own queue, `{prefix}-{channel}` beside the lanes, redriving to the DLQ
+/// as they do, and returns its URL.
+pub async fn provision_channel_queue(config: &SdkConfig, res: &Resources, channel: &str) -> Result<String, EnvError> {
+    let sqs = aws_sdk_sqs::Client::new(config);
+    let dlq_arn = queue_arn(&sqs, &res.dlq_url).await?;
+    let send = res.send_queue_url.rsplit('/').next().unwrap_or_default();
+    lane_queue(&sqs, format!("{}-{channel}", send.strip_suffix("-send").unwrap_or(send)), &dlq_arn, "a channel's queue")
+        .await
+}
+
+/// The ARN of the queue at `url`.
+async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, EnvError> {
+    Ok(sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(|e| EnvError::Provision { what: "the DLQ's ARN".into(), source: Box::new(e) })?
+        .attributes
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .unwrap_or_default())
+}
+
+/// Creates a queue the sender drains (a lane, or a channel's own), redriving to `dlq_arn`.
+async fn lane_queue(sqs: &aws_sdk_sqs::Client, name: String, dlq_arn: &str, what: &str) -> Result<String, EnvError> {
+    sqs.create_queue()
+        .queue_name(name)
+        .attributes(QueueAttributeName::VisibilityTimeout, VISIBILITY_TIMEOUT_SECS.to_string())
+        .attributes(
+            QueueAttributeName::RedrivePolicy,
+            format!("{{\"deadLetterTargetArn\":\"{dlq_arn}\",\"maxReceiveCount\":\"{MAX_RECEIVE_COUNT}\"}}"),
+        )
+        .send()
+        .await
+        .map_err(|e| EnvError::Provision { what: what.to_owned(), source: Box::new(e) })
+        .map(|o| o.queue_url.unwrap_or_default())
+}
 
 /// Creates queues and tables named `{prefix}-send`, `{prefix}-urgent` (the two lanes, both
 /// redriving to the DLQ), `{prefix}-dlq`, `{prefix}-ledger`, `{prefix}-renewals`.
@@ -459,34 +511,9 @@ pub async fn provision(
         .map_err(|e| p("the DLQ")(Box::new(e)))?
         .queue_url
         .unwrap_or_default();
-    let dlq_arn = sqs
-        .get_queue_attributes()
-        .queue_url(&dlq_url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .map_err(|e| p("the DLQ's ARN")(Box::new(e)))?
-        .attributes
-        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-        .unwrap_or_default();
-    let lane = |name: String, what: &'static str| {
-        let (sqs, dlq_arn, p) = (&sqs, &dlq_arn, &p);
-        async move {
-            sqs.create_queue()
-                .queue_name(name)
-                .attributes(QueueAttributeName::VisibilityTimeout, VISIBILITY_TIMEOUT_SECS.to_string())
-                .attributes(
-                    QueueAttributeName::RedrivePolicy,
-                    format!("{{\"deadLetterTargetArn\":\"{dlq_arn}\",\"maxReceiveCount\":\"{MAX_RECEIVE_COUNT}\"}}"),
-                )
-                .send()
-                .await
-                .map_err(|e| p(what)(Box::new(e)))
-                .map(|o| o.queue_url.unwrap_or_default())
-        }
-    };
-    let send_queue_url = lane(format!("{prefix}-send"), "the send queue").await?;
-    let urgent_queue_url = lane(format!("{prefix}-urgent"), "the urgent lane's queue").await?;
+    let dlq_arn = queue_arn(&sqs, &dlq_url).await?;
+    let send_queue_url = lane_queue(&sqs, format!("{prefix}-send"), &dlq_arn, "the send queue").await?;
+    let urgent_queue_url = lane_queue(&sqs, format!("{prefix}-urgent"), &dlq_arn, "the urgent lane's queue").await?;
     let ledger_table = format!("{prefix}-ledger");
     let renewals_table = format!("{prefix}-renewals");
     let recipients_table = format!("{prefix}-recipients");

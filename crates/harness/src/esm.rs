@@ -52,7 +52,18 @@ pub async fn poll_once<S: Process>(
     stats: &EsmStats,
     metrics: &std::sync::Mutex<Metrics>,
 ) -> usize {
-    let url = queues.lane_url(lane).to_owned();
+    poll_queue(deps, queues, queues.lane_url(lane), stats, metrics).await
+}
+
+/// [`poll_once`] on the queue at `url` (a lane's, or a channel's own).
+pub async fn poll_queue<S: Process>(
+    deps: &Deps<S>,
+    queues: &SqsQueues,
+    url: &str,
+    stats: &EsmStats,
+    metrics: &std::sync::Mutex<Metrics>,
+) -> usize {
+    let url = url.to_owned();
     let msgs = match queues.receive(&url, 10, Duration::from_secs(1)).await {
         Ok(m) => m,
         Err(e) => {
@@ -104,16 +115,33 @@ pub async fn run_pollers<S: Process>(
     stats: Arc<EsmStats>,
     metrics: Arc<std::sync::Mutex<Metrics>>,
 ) {
+    run_pollers_with(normal, urgent, Vec::new(), queues, stop, stats, metrics).await;
+}
+
+/// [`run_pollers`], and for each channel with a queue of its own, `(its URL, its instances)`:
+/// that queue's own event source mapping, one poller per instance.
+pub async fn run_pollers_with<S: Process>(
+    normal: Vec<Arc<Deps<S>>>,
+    urgent: Vec<Arc<Deps<S>>>,
+    channels: Vec<(String, Vec<Arc<Deps<S>>>)>,
+    queues: SqsQueues,
+    stop: Arc<AtomicBool>,
+    stats: Arc<EsmStats>,
+    metrics: Arc<std::sync::Mutex<Metrics>>,
+) {
     let urgent = if queues.has_urgent_lane() { urgent } else { Vec::new() };
-    let lanes =
-        normal.into_iter().map(|d| (d, QueueLane::Normal)).chain(urgent.into_iter().map(|d| (d, QueueLane::Urgent)));
+    let lanes = normal
+        .into_iter()
+        .map(|d| (d, queues.lane_url(QueueLane::Normal).to_owned()))
+        .chain(urgent.into_iter().map(|d| (d, queues.lane_url(QueueLane::Urgent).to_owned())))
+        .chain(channels.into_iter().flat_map(|(url, ds)| ds.into_iter().map(move |d| (d, url.clone()))));
     // The pollers run as futures of one task (they wait on I/O, not CPU); this keeps the
     // handler's borrowing futures off `tokio::spawn`'s `Send + 'static` requirement.
-    let pollers = lanes.map(|(deps, lane)| {
+    let pollers = lanes.map(|(deps, url)| {
         let (queues, stop, stats, metrics) = (&queues, &stop, &stats, &metrics);
         async move {
             while !stop.load(Ordering::Relaxed) {
-                poll_once(&deps, queues, lane, stats, metrics).await;
+                poll_queue(&deps, queues, &url, stats, metrics).await;
             }
         }
     });

@@ -275,6 +275,7 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
             urgent_concurrency: 10,
             seed: 7,
             release_rate: punctual_core::scheduler::SchedulerSettings::default().sustainable_rate,
+            channel_concurrency: 2,
         },
     )?;
     let scheduler = &pipeline.scheduler;

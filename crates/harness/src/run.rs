@@ -60,6 +60,11 @@ pub struct RunOptions {
     /// renewal goes through its channel's provider. Instead of `--provider`.
     #[arg(long, conflicts_with = "provider")]
     pub channels: Option<String>,
+    /// `--channels`: pollers of each channel's own queue after the first (the first channel
+    /// shares the two lanes; each other has a queue, a mapping and this many pollers of its
+    /// own, so a batch never mixes channels). 0: every channel shares the lanes.
+    #[arg(long, default_value_t = 2)]
+    pub channel_concurrency: usize,
     /// Dead letters before the run starts (at most the redrive function's
     /// `REDRIVE_MAX_MESSAGES`, 1,000): renewals due now, hours from their deadline, whose
     /// reminders the sender gave up on (`attempt_limit`: a ledger record `dead_lettered`, a
@@ -417,6 +422,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
                 kind: kind.clone(),
                 quota: *quota,
                 provider_url: url,
+                queue_url: String::new(),
             });
         }
         ProviderSide::Channels { ses: ses_side, doubles, started: Instant::now() }
@@ -447,6 +453,12 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         res.provider_kind = "ses".into();
     }
     res.channels = declared;
+    if opts.channel_concurrency > 0 {
+        for i in 1..res.channels.len() {
+            let url = crate::env::provision_channel_queue(&config, &res, &res.channels[i].name).await?;
+            res.channels[i].queue_url = url;
+        }
+    }
     // The channels' quotas summed: what the scheduler releases at and the run is measured by.
     let quota = if channels.is_empty() { opts.quota } else { channels.iter().map(|(_, _, q)| q).sum() };
     say(format!("resources      {prefix}-{{send,urgent,dlq,ledger,renewals,recipients}}"));
@@ -520,6 +532,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
             urgent_concurrency: opts.urgent_concurrency,
             seed: opts.seed,
             release_rate: quota * punctual_core::scheduler::SUSTAINABLE_SHARE,
+            channel_concurrency: opts.channel_concurrency,
         },
     )?;
     let scheduler = Arc::clone(&pipeline.scheduler);

@@ -139,6 +139,10 @@ pub fn channel_prefix(channel: &str) -> String {
     format!("CHANNEL_{}_", channel.to_ascii_uppercase().replace('-', "_"))
 }
 
+/// A channel's own queue, read under its prefix: `CHANNEL_{NAME}_QUEUE_URL` (listed with the
+/// other per-channel variables in docs/configuration.md#channels).
+const CHANNEL_QUEUE_URL: &str = "QUEUE_URL";
+
 /// The lanes (docs/design.md#lanes-and-pacing), read the same way by scheduler, sender and redrive:
 /// `URGENT_QUEUE_URL` (unset: one lane, urgent work stays on the send queue — a deployment
 /// from before the urgent lane keeps working) and `DEADLINE_NEAR_SECS` (default 900: the slack
@@ -149,6 +153,10 @@ pub struct LaneConfig {
     pub urgent_queue_url: Option<String>,
     /// `DEADLINE_NEAR_SECS`.
     pub deadline_near: Duration,
+    /// `CHANNEL_{NAME}_QUEUE_URL` of each declared channel (`CHANNELS`) that has a queue of its
+    /// own: (channel, URL). Its messages are released, requeued and redriven there, whatever
+    /// their lane, and drained by its own event source mapping (docs/design.md#channels).
+    pub channel_queues: Vec<(String, String)>,
 }
 
 /// Reads [`LaneConfig`].
@@ -157,9 +165,17 @@ pub fn lane_config<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<LaneCo
         env.parse("DEADLINE_NEAR_SECS", punctual_core::lanes::URGENT_BELOW.as_secs(), "seconds in 0..=86400", |v| {
             *v <= 86_400
         })?;
+    let mut channel_queues = Vec::new();
+    for name in channel_names(env)? {
+        let prefix = channel_prefix(&name);
+        if let Some(url) = env.under(&prefix, &[]).optional(CHANNEL_QUEUE_URL) {
+            channel_queues.push((name, url));
+        }
+    }
     Ok(LaneConfig {
         urgent_queue_url: env.optional("URGENT_QUEUE_URL").filter(|u| !u.is_empty()),
         deadline_near: Duration::from_secs(secs),
+        channel_queues,
     })
 }
 

@@ -27,6 +27,9 @@ pub struct ChannelResources {
     /// Its HTTP provider (empty for SES).
     #[serde(default)]
     pub provider_url: String,
+    /// Its own queue (empty: it shares the lanes).
+    #[serde(default)]
+    pub queue_url: String,
 }
 
 /// Queues, tables and endpoints of one deployment (or of `punctual local up`).
@@ -73,7 +76,15 @@ impl Resources {
 
     /// Both lanes and the DLQ over `client`.
     pub fn queues(&self, client: aws_sdk_sqs::Client) -> SqsQueues {
-        SqsQueues::new(client, &self.send_queue_url, &self.dlq_url).with_urgent(self.urgent_url())
+        let own: Vec<(String, String)> = self
+            .channels
+            .iter()
+            .filter(|c| !c.queue_url.is_empty())
+            .map(|c| (c.name.clone(), c.queue_url.clone()))
+            .collect();
+        SqsQueues::new(client, &self.send_queue_url, &self.dlq_url)
+            .with_urgent(self.urgent_url())
+            .with_channel_queues(&own)
     }
 }
 

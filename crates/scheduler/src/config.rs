@@ -14,6 +14,8 @@ pub struct SchedulerConfig {
     pub send_queue_url: String,
     /// `URGENT_QUEUE_URL` (unset: one lane).
     pub urgent_queue_url: Option<String>,
+    /// Each declared channel's own queue (`CHANNELS`, `CHANNEL_{NAME}_QUEUE_URL`).
+    pub channel_queues: Vec<(String, String)>,
     /// `LEDGER_TABLE`: where the operator pause switch lives (read once per tick).
     pub ledger_table: String,
     /// `METRICS_NAMESPACE` (default `punctual`).
@@ -37,6 +39,7 @@ impl SchedulerConfig {
             renewals_table: env.required("RENEWALS_TABLE")?,
             send_queue_url: env.required("SEND_QUEUE_URL")?,
             urgent_queue_url: lanes.urgent_queue_url,
+            channel_queues: lanes.channel_queues,
             ledger_table: env.required("LEDGER_TABLE")?,
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
             settings: SchedulerSettings {

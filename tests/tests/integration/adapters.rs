@@ -151,6 +151,68 @@ async fn every_send_to_a_send_queue_names_its_tenant_as_the_message_group() {
     stack.destroy().await;
 }
 
+/// A channel with a queue of its own: the scheduler's release, the sender's requeue (whatever
+/// its lane) and the redrive's send-back of an SMS message all land on the SMS queue, an email
+/// message and an older body without a channel on the lanes, and the depth the scheduler
+/// paces by counts the SMS queue's messages too.
+#[tokio::test]
+async fn a_channel_with_its_own_queue_gets_every_send_of_its_messages() {
+    use punctual_aws::control::SqsDeadLetters;
+    use punctual_core::lanes::QueueLane;
+    use punctual_core::ports::{DeadLetters, Release, ReleaseQueue, SendQueue};
+    let config = sdk_config().await;
+    let stack = Stack::create(&config, "chq").await.unwrap();
+    let sms_url = stack.sqs.create_queue().queue_name(unique("punctual-sms")).send().await.unwrap().queue_url.unwrap();
+    let q = stack.queues.clone().with_channel_queues(&[("sms".to_owned(), sms_url.clone())]);
+    let now = chrono::Utc::now();
+    let msg = |name: &str, channel: Option<&str>| punctual_core::ReminderMessage {
+        channel: channel.map(str::to_owned),
+        ..punctual_core::testing::message(name, now, now + chrono::TimeDelta::hours(1))
+    };
+    let release = |m, lane| Release { message: m, delay: Duration::ZERO, lane };
+    q.release(&[
+        release(msg("sms-1", Some("sms")), QueueLane::Normal),
+        release(msg("mail-1", Some("email")), QueueLane::Normal),
+        release(msg("sms-2", Some("sms")), QueueLane::Urgent),
+        release(msg("old-1", None), QueueLane::Normal),
+    ])
+    .await
+    .unwrap();
+    q.requeue(&msg("sms-3", Some("sms")), Duration::ZERO, QueueLane::Urgent).await.unwrap();
+    SqsDeadLetters::new(q.clone()).send_back(&msg("sms-4", Some("sms")).encode(), QueueLane::Normal).await.unwrap();
+    let depths = punctual_core::ports::ReleaseQueue::depth(&q).await.unwrap();
+    assert_eq!(depths.normal, 6, "the SMS queue's four count with the normal lane's two: {depths:?}");
+    let ids = |url: String| {
+        let sqs = stack.sqs.clone();
+        async move {
+            let mut got = Vec::new();
+            for _ in 0..10 {
+                let out = sqs.receive_message().queue_url(&url).max_number_of_messages(10).send().await.unwrap();
+                for m in out.messages() {
+                    let body = punctual_core::ReminderMessage::decode(m.body().unwrap()).unwrap();
+                    got.push(body.reminder_id.as_str().to_owned());
+                }
+                if out.messages().is_empty() {
+                    break;
+                }
+            }
+            got.sort();
+            got
+        }
+    };
+    let id = |name: &str| msg(name, None).reminder_id.as_str().to_owned();
+    let mut want_sms: Vec<String> = ["sms-1", "sms-2", "sms-3", "sms-4"].map(id).to_vec();
+    want_sms.sort();
+    assert_eq!(ids(sms_url).await, want_sms);
+    let mut want_lanes: Vec<String> = ["mail-1", "old-1"].map(id).to_vec();
+    want_lanes.sort();
+    let mut lanes = ids(q.send_url().to_owned()).await;
+    lanes.extend(ids(q.urgent_url().to_owned()).await);
+    lanes.sort();
+    assert_eq!(lanes, want_lanes);
+    stack.destroy().await;
+}
+
 /// Reading the DLQ for a count keeps every letter: two letters of one reminder (a sender's
 /// quarantine and a copy the `maxReceiveCount` backstop moved) are two letters, not one, and a
 /// malformed body is a third.

@@ -45,6 +45,7 @@ async fn explain_says_what_reconcile_says_of_a_reminder_no_sender_recorded() {
     renewals.import(&[never.clone(), backstop.clone()], now).await.unwrap();
     renewals.mark_enqueued(&Pending::from(&backstop), now - TimeDelta::minutes(9)).await.unwrap();
     let body = ReminderMessage {
+        channel: None,
         reminder_id: backstop.reminder_id.clone(),
         renewal_id: backstop.renewal_id.clone(),
         tenant_id: backstop.tenant_id.clone(),

@@ -341,6 +341,11 @@ async fn a_renewal_moved_while_a_tick_holds_it_is_left_pending_for_its_new_versi
         held.extend(r.renewals.due_page(shard, now + TimeDelta::minutes(10), 100, None).await.unwrap().items);
     }
     assert_eq!(held.len(), 2);
+    // The due index gives each row's channel: what a channel's own queue is chosen by.
+    for p in &held {
+        let want = [&v1, &same_day].iter().find(|r| r.renewal_id == p.renewal_id).map(|r| r.channel.clone());
+        assert!(p.channel.is_some() && p.channel == want, "{p:?}");
+    }
     // The import: v1 to tomorrow (a new reminder), the other to a later send time (the same
     // reminder, other times).
     let v2 = row_at(1, ZONES[0], minute(now) + TimeDelta::days(1), 120);

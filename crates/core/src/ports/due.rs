@@ -23,6 +23,9 @@ pub struct Pending {
     pub deliver_after: DateTime<Utc>,
     /// Deadline.
     pub deliver_by: DateTime<Utc>,
+    /// The renewal's channel (`None` when the index row has none): which queue its message
+    /// takes when the channel has one of its own.
+    pub channel: Option<String>,
 }
 
 impl From<&crate::renewal::Renewal> for Pending {
@@ -35,6 +38,7 @@ impl From<&crate::renewal::Renewal> for Pending {
             reminder_id: r.reminder_id.clone(),
             deliver_after: r.deliver_after,
             deliver_by: r.deliver_by,
+            channel: Some(r.channel.clone()),
         }
     }
 }
@@ -49,6 +53,7 @@ impl From<&crate::contract::ReminderMessage> for Pending {
             reminder_id: m.reminder_id.clone(),
             deliver_after: m.deliver_after,
             deliver_by: m.deliver_by,
+            channel: m.channel.clone(),
         }
     }
 }
@@ -64,7 +69,7 @@ impl Pending {
         deliver_by: DateTime<Utc>,
     ) -> Self {
         let reminder_id = ReminderId::derive(&tenant_id, &renewal_id, &kind, deliver_after.date_naive());
-        Self { tenant_id, renewal_id, kind, reminder_id, deliver_after, deliver_by }
+        Self { tenant_id, renewal_id, kind, reminder_id, deliver_after, deliver_by, channel: None }
     }
 }
 
