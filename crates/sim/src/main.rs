@@ -136,6 +136,10 @@ struct SimulateArgs {
     /// sender's safeguards), or with `channels`, `shared` (every channel on one limiter).
     #[arg(long)]
     baseline: Option<String>,
+    /// `channels`: workers of SMS's own queue (its own mapping's concurrency; default 2); 0:
+    /// every channel on the two lanes, one queue for both.
+    #[arg(long)]
+    channel_concurrency: Option<usize>,
     /// Draw backlog, delivered/s against the quota, and late reminders over time to a PNG.
     #[arg(long)]
     chart: Option<PathBuf>,
@@ -354,6 +358,10 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    if a.channel_concurrency.is_some() && sc != Scenario::Channels {
+        eprintln!("punctual simulate: --channel-concurrency gives SMS its own queue: only with --scenario channels");
+        return ExitCode::from(2);
+    }
     if !a.capacity.is_positive() || a.reminders == Some(0) {
         eprintln!("punctual simulate: --quota, --concurrency, --urgent-concurrency and --reminders must be positive");
         return ExitCode::from(2);
@@ -392,6 +400,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         fair_queues: !a.no_fair_queues,
         tenant_share: a.tenant_share,
         paused_for: std::time::Duration::from_secs(a.pause_minutes.saturating_mul(60)),
+        channel_concurrency: a.channel_concurrency,
         ..SimConfig::new(sc)
     };
     let started = std::time::Instant::now();

@@ -189,6 +189,10 @@ pub struct SimConfig {
     /// until this long after its first `deliver_after`, then lifts (`--pause-minutes`): the
     /// first tick after it catches up the whole backlog at once.
     pub paused_for: Duration,
+    /// `channels`: workers of SMS's own queue (`CHANNEL_SMS_QUEUE_URL`, its own mapping's
+    /// concurrency); `None`: the scenario's default (2 for `channels`: a slow channel wants few
+    /// instances contending for its tokens); 0: every channel on the two lanes.
+    pub channel_concurrency: Option<usize>,
     /// `channels`: every channel on one limiter at their summed quota (one schedule, one
     /// adaptive cut), as a deployment without channels would be, instead of one each.
     pub shared_limiter: bool,
@@ -311,7 +315,16 @@ impl SimConfig {
             slo: SloPolicy::default(),
             paused_for: Duration::ZERO,
             shared_limiter: false,
+            channel_concurrency: None,
         }
+    }
+
+    /// Workers of a channel's own queue (0: no channel has one).
+    fn channel_workers(&self) -> usize {
+        if self.scenario != Scenario::Channels || self.shared_limiter {
+            return 0;
+        }
+        self.channel_concurrency.unwrap_or(2)
     }
 
     /// `channels`: each channel's provider model (email at the quota, SMS at a tenth of it with
@@ -857,8 +870,9 @@ impl punctual_core::ports::DeadLetters for SimDeadLetters {
     async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), punctual_core::ports::DeadLettersError> {
         self.queue.normal.usage.sqs_request(&self.queue.normal.usage.sqs.redrive);
         let now = self.queue.normal.clock.now();
-        let tenant = ReminderMessage::decode(body).ok().map(|m| m.tenant_id);
-        self.queue.send(body.to_owned(), Duration::ZERO, lane, tenant.as_ref().map(|t| t.as_str()));
+        let m = ReminderMessage::decode(body).ok();
+        let q = self.queue.queue_for(m.as_ref().and_then(|m| m.channel.as_deref()), lane);
+        self.queue.send_to(q, body.to_owned(), Duration::ZERO, m.as_ref().map(|m| m.tenant_id.as_str()));
         *lock(&self.moved_at) = Some(now);
         Ok(())
     }
@@ -992,6 +1006,8 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let queue = SimLanes {
         normal: SimQueue::new(&clock, &usage, fair, &dead, max_receives),
         urgent: SimQueue::new(&clock, &usage, fair, &dead, max_receives),
+        channel: (config.channel_workers() > 0 && worker == Worker::Punctual)
+            .then(|| (CHANNELS[1], SimQueue::new(&clock, &usage, fair, &dead, max_receives))),
     };
     let provider = SimProvider {
         state: Arc::default(),
@@ -1048,7 +1064,11 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
                 lock(&dlq.items).push((i as u64, body(), false));
             }
         } else if let Ok(m) = &m {
-            let p = Pending::from(m);
+            let mut p = Pending::from(m);
+            // `channels`: the renewal's channel, as the due index gives it to the scheduler.
+            if config.scenario == Scenario::Channels {
+                p.channel = Some(CHANNELS[usize::from(channel_of_reminder(i))].to_owned());
+            }
             if config.population.is_some() {
                 upcoming.push(p)
             } else {
@@ -1158,7 +1178,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     let slots = MemorySlotStore::default();
     // Workers 0..concurrency poll the normal lane, the rest the urgent lane (naive: one queue).
     let urgent_workers = if worker == Worker::Punctual { config.urgent_concurrency } else { 0 };
-    let senders: Vec<_> = (0..(config.concurrency + urgent_workers) as u64)
+    // `channels`: then the workers of SMS's own queue.
+    let channel_workers = if queue.channel.is_some() { config.channel_workers() } else { 0 };
+    let senders: Vec<_> = (0..(config.concurrency + urgent_workers + channel_workers) as u64)
         .map(|w| {
             // `channels`: a limiter per channel on its own schedule, or (`shared_limiter`) none
             // declared: the sender's one limiter at the summed quota and one provider that
@@ -1329,11 +1351,19 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             })
         };
         let mut workers = Vec::new();
-        for w in 0..config.concurrency + urgent_workers {
+        for w in 0..config.concurrency + urgent_workers + channel_workers {
             let lane = if w < config.concurrency { QueueLane::Normal } else { QueueLane::Urgent };
-            // Each lane's first IDLE_POLLERS workers are the pollers its mapping keeps on an
+            let on_channel = w >= config.concurrency + urgent_workers;
+            // Each queue's first IDLE_POLLERS workers are the pollers its mapping keeps on an
             // idle queue; the rest poll only while it has messages.
-            let idle_poller = if w < config.concurrency { w } else { w - config.concurrency } < IDLE_POLLERS;
+            let first = if on_channel {
+                config.concurrency + urgent_workers
+            } else if w < config.concurrency {
+                0
+            } else {
+                config.concurrency
+            };
+            let idle_poller = w - first < IDLE_POLLERS;
             let (lanes, provider, clock, shared, senders, config) = (
                 queue.clone(),
                 provider.clone(),
@@ -1345,7 +1375,10 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             let feeding = Rc::clone(&feeding);
             let scheduling = Rc::clone(&scheduling);
             workers.push(tokio::task::spawn_local(async move {
-                let queue = lanes.of(lane).clone();
+                let queue = match (&lanes.channel, on_channel) {
+                    (Some((_, q)), true) => q.clone(),
+                    _ => lanes.of(lane).clone(),
+                };
                 loop {
                     if clock.now() > horizon {
                         break;

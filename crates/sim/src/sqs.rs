@@ -472,11 +472,14 @@ impl SimQueue {
     }
 }
 
-/// The two lanes; the DLQ is the normal queue's.
+/// The two lanes, and a channel's own queue when it has one; the DLQ is the normal queue's.
 #[derive(Debug, Clone)]
 pub(crate) struct SimLanes {
     pub(crate) normal: SimQueue,
     pub(crate) urgent: SimQueue,
+    /// (channel, its queue): every send of that channel's messages goes there, whatever the
+    /// lane, as `SqsQueues::url_for` sends them (`CHANNEL_{NAME}_QUEUE_URL`).
+    pub(crate) channel: Option<(&'static str, SimQueue)>,
 }
 
 impl SimLanes {
@@ -488,14 +491,26 @@ impl SimLanes {
     }
 
     pub(crate) fn depth(&self) -> usize {
-        self.normal.depth() + self.urgent.depth()
+        self.normal.depth() + self.urgent.depth() + self.channel.as_ref().map_or(0, |(_, q)| q.depth())
+    }
+
+    /// Where a message of `channel` on `lane` goes: its channel's own queue if it has one.
+    pub(crate) fn queue_for(&self, channel: Option<&str>, lane: QueueLane) -> &SimQueue {
+        match &self.channel {
+            Some((name, q)) if channel == Some(*name) => q,
+            _ => self.of(lane),
+        }
     }
 
     /// Sends with `DelaySeconds` as the real adapter does: rounded up to whole seconds, ≤ 900;
     /// the tenant is the message group, as the real adapter sets it.
     pub(crate) fn send(&self, body: String, delay: Duration, lane: QueueLane, group: Option<&str>) {
+        self.send_to(self.of(lane), body, delay, group);
+    }
+
+    /// [`Self::send`] to `q`.
+    pub(crate) fn send_to(&self, q: &SimQueue, body: String, delay: Duration, group: Option<&str>) {
         let secs = (delay.as_secs() + u64::from(delay.subsec_nanos() > 0)).min(900);
-        let q = self.of(lane);
         q.push(body, q.clock.now() + TimeDelta::seconds(secs as i64), group);
     }
 
@@ -508,7 +523,8 @@ impl SendQueue for SimLanes {
     async fn requeue(&self, msg: &ReminderMessage, delay: Duration, lane: QueueLane) -> Result<(), QueueError> {
         let usage = &self.normal.usage;
         usage.sqs_request(&usage.sqs.requeues);
-        self.send(msg.encode(), delay, lane, Some(msg.tenant_id.as_str()));
+        let q = self.queue_for(msg.channel.as_deref(), lane);
+        self.send_to(q, msg.encode(), delay, Some(msg.tenant_id.as_str()));
         Ok(())
     }
 
@@ -524,7 +540,8 @@ impl SendQueue for SimLanes {
 impl ReleaseQueue for SimLanes {
     async fn release(&self, batch: &[Release]) -> Result<Vec<bool>, QueueError> {
         for r in batch {
-            self.send(r.message.encode(), r.delay, r.lane, Some(r.message.tenant_id.as_str()));
+            let q = self.queue_for(r.message.channel.as_deref(), r.lane);
+            self.send_to(q, r.message.encode(), r.delay, Some(r.message.tenant_id.as_str()));
         }
         Ok(vec![true; batch.len()])
     }
@@ -534,11 +551,13 @@ impl ReleaseQueue for SimLanes {
         let delayed = |q: &SimQueue| {
             lock(&q.state).waiting.iter().filter(|Reverse((at, _, g))| *at > now && *g == 0).count() as u64
         };
+        // A channel's own queue counts with the normal lane, as `SqsQueues::lane_depths` counts it.
+        let own = self.channel.as_ref().map(|(_, q)| q);
         Ok(LaneDepths {
-            normal: self.normal.depth() as u64,
+            normal: (self.normal.depth() + own.map_or(0, SimQueue::depth)) as u64,
             urgent: self.urgent.depth() as u64,
             urgent_delayed: delayed(&self.urgent),
-            normal_delayed: delayed(&self.normal),
+            normal_delayed: delayed(&self.normal) + own.map_or(0, delayed),
         })
     }
 }

@@ -297,3 +297,32 @@ fn each_channel_on_its_own_limiter_keeps_sms_trouble_off_email() {
         sms.provider_429
     );
 }
+
+/// SMS on a queue of its own (the scenario's default, two workers): email drains at its quota
+/// through SMS's storm and outage, because no email batch waits for an SMS token. On one queue
+/// for both, email goes at SMS's pace.
+#[test]
+fn sms_on_its_own_queue_keeps_email_at_its_quota_through_smss_trouble() {
+    let own_queue = run(&SimConfig::new(Scenario::Channels), Worker::Punctual);
+    let one_queue =
+        run(&SimConfig { channel_concurrency: Some(0), ..SimConfig::new(Scenario::Channels) }, Worker::Punctual);
+    for r in [&own_queue, &one_queue] {
+        assert_eq!(
+            (r.counts.delivered, r.counts.late, r.counts.lost, r.counts.duplicates),
+            (12_000, 0, 0, 0),
+            "{r:#?}"
+        );
+    }
+    let (email, sms) = (&own_queue.channels["email"], &own_queue.channels["sms"]);
+    assert!(email.utilisation >= 0.98, "email at {} of its quota on its own queue", email.utilisation);
+    assert_eq!((email.late, email.provider_429, sms.late), (0, 0, 0), "{email:?} {sms:?}");
+    assert!(sms.provider_429 > 0, "SMS met its storm: {sms:?}");
+    let shared_queue_email = one_queue.channels["email"].utilisation;
+    assert!(shared_queue_email < 0.8, "on one queue email waits for SMS: {shared_queue_email}");
+    assert!(
+        sms.utilisation >= 0.95 * one_queue.channels["sms"].utilisation,
+        "SMS does no worse on its own queue: {} against {}",
+        sms.utilisation,
+        one_queue.channels["sms"].utilisation
+    );
+}

@@ -412,6 +412,7 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     let lanes = SimLanes {
         normal: SimQueue::new(&clock, &usage, true, &dead, MAX_RECEIVES),
         urgent: SimQueue::new(&clock, &usage, true, &dead, MAX_RECEIVES),
+        channel: None,
     };
     let mut rng = SplitMix64::new(cfg.seed);
     for (reason, at) in &cfg.old_letters {
