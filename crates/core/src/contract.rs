@@ -122,8 +122,8 @@ pub enum MalformedMessage {
     /// `first_enqueued` is after `deliver_by`, which no scheduler produces.
     #[error("first_enqueued ({first_enqueued}) must not be after deliver_by ({deliver_by})")]
     EnqueuedAfterDeadline { first_enqueued: String, deliver_by: String },
-    /// `channel` is empty, too long or holds other than ASCII letters, digits, `-` or `_`.
-    #[error("field `channel` must be 1 to 64 ASCII letters, digits, '-' or '_', found {found:?}")]
+    /// `channel` is empty or longer than [`MAX_CHANNEL_CHARS`].
+    #[error("field `channel` must be 1 to {MAX_CHANNEL_CHARS} characters, found {found:?}")]
     InvalidChannel { found: String },
     /// A redrive `reason` or `owner` is empty or too long.
     #[error("field `redrive.{field}` must be 1 to {MAX_REDRIVE_TEXT} characters")]
@@ -203,6 +203,17 @@ fn base_attempt(obj: &Map<String, Value>, attempt: u32) -> Result<u32, Malformed
             MalformedMessage::WrongType { field: "redrive.base_attempt", expected: EXPECTED, found: json_type(v) },
         ),
     }
+}
+
+/// The longest `channel` a message carries, in characters: twice what an import accepts (32),
+/// so every renewal's channel fits.
+pub const MAX_CHANNEL_CHARS: usize = 64;
+
+/// Whether `channel` travels in a message: any text of 1 to [`MAX_CHANNEL_CHARS`] characters —
+/// the import's own rule, widened, so no channel a renewal may hold makes its message
+/// undecodable (a malformed message is dead-lettered before its ledger record, beyond redrive).
+pub fn channel_fits(channel: &str) -> bool {
+    !channel.is_empty() && channel.chars().count() <= MAX_CHANNEL_CHARS
 }
 
 /// Format every instant the same way on the wire: UTC, `Z`, millisecond precision.
@@ -294,9 +305,7 @@ impl ReminderMessage {
         let channel = match obj.get("channel") {
             None | Some(Value::Null) => None,
             Some(Value::String(c)) => {
-                let ok = (1..=64).contains(&c.len())
-                    && c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_');
-                if !ok {
+                if !channel_fits(c) {
                     return Err(MalformedMessage::InvalidChannel { found: excerpt(c) });
                 }
                 Some(c.clone())

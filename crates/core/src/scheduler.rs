@@ -190,7 +190,9 @@ pub fn edf_misses(jobs: &mut [(DateTime<Utc>, DateTime<Utc>)], start: DateTime<U
 /// Builds the contract message for a pending renewal at `now`.
 pub fn message_for(p: &Pending, now: DateTime<Utc>) -> ReminderMessage {
     ReminderMessage {
-        channel: p.channel.clone(),
+        // A channel no message can carry (a row written around the import) travels without
+        // one: it routes by the lanes, and the sender by the renewal row, as before.
+        channel: p.channel.clone().filter(|c| crate::contract::channel_fits(c)),
         reminder_id: p.reminder_id.clone(),
         renewal_id: p.renewal_id.clone(),
         tenant_id: p.tenant_id.clone(),

@@ -393,6 +393,18 @@ where
         if is_paused(self.pause.as_ref()).await {
             return self.hold(received, PAUSE_RECHECK, invocation_deadline).await;
         }
+        // A message that names a declared channel whose own switch is set is held the same way,
+        // before its claim: no claim, renewal read and settle per held copy per minute. The
+        // renewal row stays the truth a call is routed by: a renewal whose channel changed
+        // after the release is held until the old channel resumes (or its deadline passes,
+        // and it is processed as usual: expired).
+        if !self.channels.is_empty()
+            && let Some(name) = ReminderMessage::decode(received.body).ok().and_then(|m| m.channel)
+            && let Some(route) = self.channels.iter().find(|c| c.name == name)
+            && is_paused(route.pause.as_ref()).await
+        {
+            return self.hold(received, PAUSE_RECHECK, invocation_deadline).await;
+        }
         self.process_unpaused(received, invocation_deadline).await
     }
 

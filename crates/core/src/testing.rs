@@ -1491,15 +1491,19 @@ struct DueRow {
     /// An index into [`DUE_STATES`] (a byte, not a `&str`: a million rows).
     state: u8,
     /// 0: no channel; else 1 + an index into the store's channel names.
-    channel: u8,
+    channel: u16,
 }
 
 /// A due row's states, by their index in [`DueRow::state`].
 const DUE_STATES: [&str; 3] = ["scheduled", "enqueued", "expired"];
 
-/// The index of `state` in [`DUE_STATES`].
+/// The index of `state` in [`DUE_STATES`]; a name not there is a bug in this file's callers
+/// (it must not read as `scheduled`, released again on the next tick).
 fn due_state(state: &str) -> u8 {
-    DUE_STATES.iter().position(|s| *s == state).map_or(0, |i| i as u8)
+    match DUE_STATES.iter().position(|s| *s == state) {
+        Some(i) => i as u8,
+        None => unreachable!("no due state {state:?}"),
+    }
 }
 
 impl DueRow {
@@ -1551,7 +1555,8 @@ impl MemoryDueStore {
             deliver_after: p.deliver_after,
             deliver_by: p.deliver_by,
             state: due_state("scheduled"),
-            channel: u8::try_from(channel).unwrap_or(0),
+            // 65,535 distinct channel names in one store: the simulator uses two.
+            channel: u16::try_from(channel).unwrap_or_else(|_| unreachable!("more channel names than a row can index")),
         };
         s.rows.insert((p.tenant_id, p.renewal_id), row);
     }

@@ -279,13 +279,38 @@ fn the_channel_round_trips_is_optional_and_a_bad_one_is_named() {
     let none = ReminderMessage { channel: None, ..m.clone() };
     assert!(!none.encode().contains("channel"), "absent, not null: {}", none.encode());
     assert_eq!(ReminderMessage::decode(&none.encode()).unwrap().channel, None);
+    let long = format!("\"{}\"", "x".repeat(65));
     for (value, says) in [
         ("\"\"", "field `channel` must be 1 to 64"),
-        ("\"sms east\"", "field `channel` must be 1 to 64"),
+        (long.as_str(), "field `channel` must be 1 to 64"),
         ("7", "field `channel` must be a string"),
     ] {
         let bad = body.replace("\"sms\"", value);
         let e = ReminderMessage::decode(&bad).unwrap_err().to_string();
         assert!(e.contains(says), "{value}: {e}");
+    }
+}
+
+/// Found by review: every channel an import accepts (any text up to 32 characters) rides in a
+/// message that decodes. A stricter decoder made `e.mail` or `push notification` renewals'
+/// messages malformed: dead-lettered before their ledger record, beyond redrive.
+#[test]
+fn every_channel_an_import_accepts_travels_in_a_message_that_decodes() {
+    let t = chrono::Utc::now();
+    for channel in ["e.mail", "push notification", "sms/eu", "courrier électronique", &"x".repeat(32)] {
+        let row = punctual_core::renewal::Renewal::validate(&punctual_core::renewal::RenewalInput {
+            tenant_id: "acme".into(),
+            renewal_id: "ren-1".into(),
+            recipient_ref: "cust-1".into(),
+            channel: channel.into(),
+            zone: "Europe/London".into(),
+            local_due_date: (t + chrono::TimeDelta::days(3)).format("%Y-%m-%d").to_string(),
+            window_minutes: "480".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        let m = punctual_core::scheduler::message_for(&punctual_core::ports::Pending::from(&row), t);
+        let back = ReminderMessage::decode(&m.encode()).unwrap_or_else(|e| panic!("{channel}: {e}"));
+        assert_eq!(back.channel.as_deref(), Some(channel));
     }
 }

@@ -900,6 +900,36 @@ async fn a_401_on_one_channel_pauses_that_channel_only() {
     assert_eq!((email.calls().len(), sms.calls().len()), (1, 1), "no call for the undeclared channel");
 }
 
+/// A message that carries its channel (the scheduler puts the renewal's in it) is held before
+/// its claim while that channel is paused: requeued with `operator_pause`, nothing claimed (the
+/// ledger has no record of it), no attempt spent; another channel's message is delivered.
+#[tokio::test]
+async fn a_paused_channels_message_is_held_before_its_claim() {
+    use punctual_core::ports::{Control, Ledger, Pause};
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let sms = ScriptedProvider::new(clock.clone(), Duration::from_millis(100), vec![]);
+    let ledger = MemoryLedger::new();
+    let (sender, queue, email, [_, sms_switch]) =
+        two_channels(&clock, ledger.clone(), sms.clone(), punctual_core::sender::SenderSettings::default());
+    let pause = Pause { reason: "sms vendor incident".into(), owner: "ops".into(), since: clock.now() };
+    sms_switch.set_pause(Some(&pause), "ops").await.unwrap();
+    let deadline = clock.now() + TimeDelta::seconds(30);
+    let message = |name: &str, channel: &str| punctual_core::ReminderMessage {
+        channel: Some(channel.into()),
+        ..punctual_core::testing::message(name, t0(), t0() + TimeDelta::hours(2))
+    };
+    let held = message("sms-1", "sms");
+    let p = sender.process(Received { message_id: "m1", body: &held.encode() }, deadline).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Defer { reason: ReasonCode::OperatorPause, attempts_made: 0, .. }));
+    assert!(ledger.get(&held.reminder_id).await.unwrap().is_none(), "held before its claim: no ledger record");
+    assert_eq!(queue.requeued().len(), 1, "requeued unchanged");
+    assert!(sms.calls().is_empty());
+    let mail = message("email-1", "email");
+    let p = sender.process(Received { message_id: "m2", body: &mail.encode() }, deadline).await.unwrap();
+    assert!(matches!(p.disposition, Disposition::Delivered { .. }), "{:?}", p.disposition);
+    assert_eq!(email.calls().len(), 1);
+}
+
 /// Found by review: a paused channel's deferral came before the check of an earlier call whose
 /// outcome is unknown, and its settle cleared that call's mark, so a keyless provider was called
 /// again once the channel resumed. Under `at_most_once` the unknown call is quarantined for an

@@ -208,11 +208,28 @@ impl Target {
                     provider_kind: env("PROVIDER_KIND").unwrap_or_default(),
                     // The names only: what import checks rows against (the senders read each
                     // channel's own provider and rate).
-                    channels: punctual_lambda::config::channel_names(&punctual_lambda::config::process_env())
-                        .map_err(|e| OpsError::Invalid(vec![e.to_string()]))?
-                        .into_iter()
-                        .map(|name| ChannelResources { name, ..ChannelResources::default() })
-                        .collect(),
+                    // Names and own queues (what `import`, `pause --channel`, `status` and
+                    // `reconcile` need); the senders read each channel's provider and rate.
+                    channels: {
+                        let env = punctual_lambda::config::process_env();
+                        let names = punctual_lambda::config::channel_names(&env)
+                            .map_err(|e| OpsError::Invalid(vec![e.to_string()]))?;
+                        let queues = punctual_lambda::config::lane_config(&env)
+                            .map_err(|e| OpsError::Invalid(vec![e.to_string()]))?
+                            .channel_queues;
+                        names
+                            .into_iter()
+                            .map(|name| ChannelResources {
+                                queue_url: queues
+                                    .iter()
+                                    .find(|(n, _)| *n == name)
+                                    .map(|(_, u)| u.clone())
+                                    .unwrap_or_default(),
+                                name,
+                                ..ChannelResources::default()
+                            })
+                            .collect()
+                    },
                 },
                 dynamodb_endpoint: env("AWS_ENDPOINT_URL_DYNAMODB"),
                 quota,

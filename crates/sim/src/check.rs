@@ -1027,11 +1027,14 @@ fn run_here(
         let after = t0() + TimeDelta::milliseconds((rng.next_unit() * due_within) as i64);
         let by = after + TimeDelta::milliseconds(20_000 + (rng.next_unit() * 280_000.0) as i64);
         let view = if rng.next_unit() < 0.05 { RenewalView::Cancelled } else { RenewalView::Active };
-        let p = Pending::new(tenant, renewal, ReminderKind::renewal_due(), after, by);
+        let mut p = Pending::new(tenant, renewal, ReminderKind::renewal_due(), after, by);
         renewals.0.set_version(&p.tenant_id, &p.renewal_id, version_of(&p));
         renewals.0.set(&p.tenant_id, &p.renewal_id, view);
         if channels {
             renewals.0.set_channel(&p.tenant_id, &p.renewal_id, CHANNELS[i % 2]);
+            // The due index gives the scheduler the channel, and its message carries it: a
+            // paused channel's copy is held before its claim.
+            p.channel = Some(CHANNELS[i % 2].to_owned());
         }
         due.insert(p.clone());
         population.push(p);
