@@ -68,7 +68,8 @@ pub struct RedriveSummary {
     pub canary_failed: u64,
     /// Why the run stopped early, if it did.
     pub aborted: Option<String>,
-    /// Measured send rate (moved ÷ seconds from first to last send).
+    /// Measured send rate: moved − 1 ÷ seconds from the first send's start to the last's (the
+    /// pace the run kept; SQS's latency does not move it).
     pub measured_per_second: f64,
     /// The reminders moved (lineage; `explain` shows them).
     pub moved_ids: Vec<String>,
@@ -277,11 +278,13 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     // copies carry this base unchanged (see `decision::attempt_limit`).
                     msg.redrive =
                         Some(RedriveStamp { base_attempt: msg.attempt, resend_unknown: unknown, ..stamp.clone() });
-                    let lane = crate::lanes::lane_at(msg.deliver_by, self.clock.now(), self.urgent_below);
+                    // The send's start is what the pace holds; its completion moves with SQS's
+                    // latency (a slow first answer made a paced run read above its cap).
+                    let t = self.clock.now();
+                    let lane = crate::lanes::lane_at(msg.deliver_by, t, self.urgent_below);
                     self.dlq.send_back(&msg.encode(), lane).await.map_err(port("sending back to the send queue"))?;
                     held.retain(|h| *h != dl.handle);
                     self.dlq.delete(&dl.handle).await.map_err(port("deleting from the DLQ"))?;
-                    let t = self.clock.now();
                     first_send.get_or_insert(t);
                     last_send = Some(t);
                     sum.moved += 1;
