@@ -101,19 +101,13 @@ impl DynamoControl {
     /// Appends the audit record of a change of the switch: who, what, when.
     async fn audit_pause(&self, pause: Option<&Pause>, by: &str, now: DateTime<Utc>) -> Result<(), ControlError> {
         let action = if pause.is_some() { "pause" } else { "resume" };
+        // A channel's audit key names it: two switches changed in one millisecond keep both.
+        let channel = self.channel.as_ref().map_or_else(String::new, |c| format!("#{c}"));
         let mut put = self
             .client
             .put_item()
             .table_name(&self.table)
-            // A channel's audit key names it: two switches changed in one millisecond keep both.
-            .item(
-                "pk",
-                s(format!(
-                    "audit:pause:{}{}",
-                    now.timestamp_millis(),
-                    self.channel.as_ref().map_or_else(String::new, |c| format!("#{c}"))
-                )),
-            )
+            .item("pk", s(format!("audit:pause:{}{channel}", now.timestamp_millis())))
             .item("action", s(action))
             .item("by", s(by))
             .item("at", s(now.to_rfc3339()));
