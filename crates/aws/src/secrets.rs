@@ -66,11 +66,7 @@ pub async fn provider_token_under(config: &SdkConfig, prefix: &str) -> Result<Se
         return Ok(Secret::new(t));
     }
     let Ok(arn) = std::env::var(format!("{prefix}PROVIDER_TOKEN_SECRET_ARN")) else {
-        return Err(if prefix.is_empty() {
-            TokenError::NotConfigured
-        } else {
-            TokenError::ChannelNotConfigured(prefix.to_owned())
-        });
+        return Err(TokenError::ChannelNotConfigured(prefix.to_owned()));
     };
     from_secrets_manager(config, &arn).await
 }

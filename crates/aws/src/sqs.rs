@@ -145,11 +145,6 @@ impl SqsQueues {
         self
     }
 
-    /// The channels' own queues, (channel, URL).
-    pub fn channel_queues(&self) -> &[(String, String)] {
-        &self.channel_urls
-    }
-
     /// Where `msg` goes on `lane`: its channel's own queue if it has one, else the lane's.
     pub fn url_for(&self, msg: &ReminderMessage, lane: QueueLane) -> &str {
         msg.channel
@@ -522,19 +517,32 @@ impl SqsQueues {
     }
 }
 
+impl std::ops::AddAssign for Depth {
+    fn add_assign(&mut self, d: Self) {
+        self.visible += d.visible;
+        self.in_flight += d.in_flight;
+        self.delayed += d.delayed;
+    }
+}
+
 impl SqsQueues {
+    /// The channels' own queues together (one `GetQueueAttributes` each; none without them):
+    /// what they hold counts with the normal lane wherever a backlog is read.
+    pub async fn channel_depth(&self) -> Result<Depth, QueueError> {
+        let mut sum = Depth::default();
+        for (_, url) in &self.channel_urls {
+            sum += self.depth_of(url).await?;
+        }
+        Ok(sum)
+    }
+
     /// Messages on each lane (visible + in flight + delayed); one `GetQueueAttributes` per lane.
     pub async fn lane_depths(&self) -> Result<LaneDepths, QueueError> {
         let mut normal = self.depth_of(&self.send_url).await?;
         let urgent = if self.has_urgent_lane() { self.depth_of(&self.urgent_url).await? } else { Depth::default() };
         // A channel's own queue is backlog too (the scheduler's projection and pacing count
         // it with the normal lane's).
-        for (_, url) in &self.channel_urls {
-            let d = self.depth_of(url).await?;
-            normal.visible += d.visible;
-            normal.in_flight += d.in_flight;
-            normal.delayed += d.delayed;
-        }
+        normal += self.channel_depth().await?;
         Ok(LaneDepths {
             normal: normal.total(),
             urgent: urgent.total(),

@@ -339,20 +339,19 @@ where
     async fn hold(
         &self,
         received: Received<'_>,
+        decoded: Result<ReminderMessage, MalformedMessage>,
         delay: Duration,
         deadline: DateTime<Utc>,
     ) -> Result<Processed, SenderError> {
-        let Ok(msg) = ReminderMessage::decode(received.body) else {
-            return self.process_unpaused(received, deadline).await;
-        };
         let now = self.clock.now();
         // A pause holds sending, not bookkeeping: a copy already past its deadline can never be
         // sent, so it is processed as usual (the ledger decides: expired, with its letter, or a
         // duplicate) — no provider call — instead of being requeued every minute for as long as
-        // the pause lasts.
-        if now >= msg.deliver_by {
-            return self.process_unpaused(received, deadline).await;
-        }
+        // the pause lasts. A malformed one goes to the DLQ as usual.
+        let msg = match decoded {
+            Ok(msg) if now < msg.deliver_by => msg,
+            other => return self.process_unpaused(received, other, deadline).await,
+        };
         self.queue.requeue(&msg, delay, self.lane_at(&msg, crate::clock::add(now, delay))).await?;
         Ok(Processed {
             reminder_id: Some(msg.reminder_id.clone()),
@@ -390,30 +389,31 @@ where
         received: Received<'_>,
         invocation_deadline: DateTime<Utc>,
     ) -> Result<Processed, SenderError> {
+        // Decoded once, for the holds and for the decision.
+        let decoded = ReminderMessage::decode(received.body);
         if is_paused(self.pause.as_ref()).await {
-            return self.hold(received, PAUSE_RECHECK, invocation_deadline).await;
+            return self.hold(received, decoded, PAUSE_RECHECK, invocation_deadline).await;
         }
         // A message that names a declared channel whose own switch is set is held the same way,
         // before its claim: no claim, renewal read and settle per held copy per minute. The
         // renewal row stays the truth a call is routed by: a renewal whose channel changed
         // after the release is held until the old channel resumes (or its deadline passes,
         // and it is processed as usual: expired).
-        if !self.channels.is_empty()
-            && let Some(name) = ReminderMessage::decode(received.body).ok().and_then(|m| m.channel)
+        if let Some(name) = decoded.as_ref().ok().and_then(|m| m.channel.as_deref())
             && let Some(route) = self.channels.iter().find(|c| c.name == name)
             && is_paused(route.pause.as_ref()).await
         {
-            return self.hold(received, PAUSE_RECHECK, invocation_deadline).await;
+            return self.hold(received, decoded, PAUSE_RECHECK, invocation_deadline).await;
         }
-        self.process_unpaused(received, invocation_deadline).await
+        self.process_unpaused(received, decoded, invocation_deadline).await
     }
 
     async fn process_unpaused(
         &self,
         received: Received<'_>,
+        decoded: Result<ReminderMessage, MalformedMessage>,
         invocation_deadline: DateTime<Utc>,
     ) -> Result<Processed, SenderError> {
-        let decoded = ReminderMessage::decode(received.body);
         let owner = self.owner_token(received.message_id);
         let mut claim = None;
         let mut recorded = None;

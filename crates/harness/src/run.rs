@@ -629,19 +629,15 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
             let dlq = m.total(name::DLQ_INGRESS) as u64;
             let handled = accepted + dlq;
             if last_depth_check.elapsed() > Duration::from_secs(2) || handled >= n {
-                let mut normal = queues.depth_of(queues.send_url()).await.ok();
                 // Each channel's own queue counts with the normal lane (the scheduler counts it
                 // so too): the run is not over while it holds messages.
-                for (_, url) in queues.channel_queues() {
-                    match (normal.as_mut(), queues.depth_of(url).await.ok()) {
-                        (Some(n), Some(d)) => {
-                            n.visible += d.visible;
-                            n.in_flight += d.in_flight;
-                            n.delayed += d.delayed;
-                        }
-                        _ => normal = None,
+                let normal = match (queues.depth_of(queues.send_url()).await, queues.channel_depth().await) {
+                    (Ok(mut n), Ok(own)) => {
+                        n += own;
+                        Some(n)
                     }
-                }
+                    _ => None,
+                };
                 let urgent = if queues.has_urgent_lane() {
                     queues.depth_of(queues.urgent_url()).await.ok()
                 } else {

@@ -217,11 +217,8 @@ pub(crate) async fn lanes_hold(queues: &punctual_aws::sqs::SqsQueues) -> Result<
         punctual_aws::sqs::Depth::default()
     };
     // A channel's own queue holds its reminders as the lanes do.
-    let mut own = 0;
-    for (_, url) in queues.channel_queues() {
-        own += queues.depth_of(url).await.map_err(step("reading a channel's queue"))?.total();
-    }
-    Ok(send.total() + urgent.total() + own)
+    let own = queues.channel_depth().await.map_err(step("reading a channel's queue"))?;
+    Ok(send.total() + urgent.total() + own.total())
 }
 
 /// `punctual forecast`'s read: every renewal whose `deliver_after` falls on the UTC `day`,
