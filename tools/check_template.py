@@ -579,12 +579,18 @@ MISSING_DATA = {
     "ProjectedDeadlineBreachAlarm": ("notBreaching", HEARTBEAT + ["OldestDueUndeliveredAlarm"]),
     "OldestDueUndeliveredAlarm": ("notBreaching", HEARTBEAT),
     "FleetPausedAlarm": ("notBreaching", HEARTBEAT),
+    "ChannelTrippedAlarm": ("notBreaching", HEARTBEAT),
     "PauseHoldingDueWorkAlarm": ("notBreaching", HEARTBEAT + ["ReleasedWorkWaitingAlarm"]),
     "ReleasedWorkWaitingAlarm": ("notBreaching", SENDER_STOPPED),
     # Below their volume floors the point is missing and the state holds (ignore): an outage
     # that has dead-lettered everything in flight is not over until calls succeed again.
     "ProviderFailingMinuteAlarm": ("notBreaching", SENDER_STOPPED + ["ProviderFailing15mAlarm"]),
     "ProviderFailing15mAlarm": ("ignore", SENDER_STOPPED + ["ReleasedWorkWaitingAlarm"]),
+    # The same over one channel's calls (FirstChannel, SecondChannel).
+    **{f"{c}FailingMinuteAlarm": ("notBreaching", SENDER_STOPPED + [f"{c}Failing15mAlarm"])
+       for c in ["FirstChannel", "SecondChannel"]},
+    **{f"{c}Failing15mAlarm": ("ignore", SENDER_STOPPED + ["ReleasedWorkWaitingAlarm"])
+       for c in ["FirstChannel", "SecondChannel"]},
     "ProviderSlowAlarm": ("ignore", SENDER_STOPPED + ["ReleasedWorkWaitingAlarm"]),
     "ThrottleRatioAlarm": ("ignore", SENDER_STOPPED),
     "NormalLaneStalledAlarm": ("notBreaching", []),  # SQS keeps a queue with messages active

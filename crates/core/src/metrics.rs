@@ -84,10 +84,19 @@ fn unit_of(metric: &str) -> &'static str {
     }
 }
 
+/// The dimension a count's series is split by (besides `Function`): its reason, or the channel
+/// that made the provider call.
+pub const REASON: &str = "Reason";
+/// See [`REASON`]: the declared channel (`CHANNELS`) a provider call went through.
+pub const CHANNEL: &str = "Channel";
+
+/// A count's one extra dimension: (name, value).
+type Dim = Option<(&'static str, String)>;
+
 /// Metrics of one invocation.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
-    counts: BTreeMap<(&'static str, Option<String>), f64>,
+    counts: BTreeMap<(&'static str, Dim), f64>,
     observations: BTreeMap<&'static str, Vec<f64>>,
     /// SLO counts by tenant: one document per tenant, the tenant a property.
     slo: BTreeMap<String, BTreeMap<&'static str, f64>>,
@@ -106,7 +115,12 @@ impl Metrics {
 
     /// Adds `n` to a count with a `Reason` dimension.
     pub fn count_reason(&mut self, metric: &'static str, reason: &str, n: f64) {
-        *self.counts.entry((metric, Some(reason.to_owned()))).or_default() += n;
+        self.count_by(metric, REASON, reason, n);
+    }
+
+    /// Adds `n` to a count with one more dimension ([`REASON`], [`CHANNEL`]).
+    pub fn count_by(&mut self, metric: &'static str, dimension: &'static str, value: &str, n: f64) {
+        *self.counts.entry((metric, Some((dimension, value.to_owned())))).or_default() += n;
     }
 
     /// Records one observation (EMF takes an array of values per metric).
@@ -139,17 +153,27 @@ impl Metrics {
         }
     }
 
-    /// A count (summed over reasons when `reason` is `None` and only reasoned counts exist).
+    /// A count: its series without a dimension, or else summed over its reasons (a channel's
+    /// series repeat part of the dimensionless one and are left out).
     pub fn total(&self, metric: &str) -> f64 {
-        self.counts.iter().filter(|((m, _), _)| *m == metric).map(|(_, v)| v).sum()
+        self.counts
+            .iter()
+            .filter(|((m, d), _)| *m == metric && d.as_ref().is_none_or(|(k, _)| *k == REASON))
+            .map(|(_, v)| v)
+            .sum()
     }
 
     /// Counts of `metric` by reason.
     pub fn by_reason(&self, metric: &str) -> BTreeMap<String, f64> {
+        self.by(metric, REASON)
+    }
+
+    /// Counts of `metric` by the values of `dimension`.
+    pub fn by(&self, metric: &str, dimension: &str) -> BTreeMap<String, f64> {
         self.counts
             .iter()
             .filter(|((m, _), _)| *m == metric)
-            .filter_map(|((_, r), v)| r.clone().map(|r| (r, *v)))
+            .filter_map(|((_, d), v)| d.as_ref().filter(|(k, _)| *k == dimension).map(|(_, r)| (r.clone(), *v)))
             .collect()
     }
 
@@ -160,10 +184,10 @@ impl Metrics {
 
     /// Renders the EMF documents, one per dimension set.
     pub fn lines(&self, namespace: &str, function: &str, timestamp_ms: i64) -> Vec<String> {
-        let mut docs: BTreeMap<Option<&str>, Map<String, Value>> = BTreeMap::new();
-        let mut defs: BTreeMap<Option<&str>, Vec<Value>> = BTreeMap::new();
-        for ((metric, reason), v) in &self.counts {
-            let key = reason.as_deref();
+        let mut docs: BTreeMap<Option<(&str, &str)>, Map<String, Value>> = BTreeMap::new();
+        let mut defs: BTreeMap<Option<(&str, &str)>, Vec<Value>> = BTreeMap::new();
+        for ((metric, dim), v) in &self.counts {
+            let key = dim.as_ref().map(|(k, v)| (*k, v.as_str()));
             docs.entry(key).or_default().insert((*metric).to_owned(), json!(v));
             defs.entry(key).or_default().push(json!({"Name": metric, "Unit": "Count"}));
         }
@@ -194,11 +218,14 @@ impl Metrics {
         });
         let slo_docs: Vec<String> = slo_docs.collect();
         docs.into_iter()
-            .map(|(reason, mut doc)| {
-                let dims = if reason.is_some() { json!([["Function", "Reason"]]) } else { json!([["Function"]]) };
+            .map(|(dim, mut doc)| {
+                let dims = match dim {
+                    Some((k, _)) => json!([["Function", k]]),
+                    None => json!([["Function"]]),
+                };
                 doc.insert("Function".into(), json!(function));
-                if let Some(r) = reason {
-                    doc.insert("Reason".into(), json!(r));
+                if let Some((k, v)) = dim {
+                    doc.insert(k.into(), json!(v));
                 }
                 doc.insert(
                     "_aws".into(),
@@ -207,7 +234,7 @@ impl Metrics {
                         "CloudWatchMetrics": [{
                             "Namespace": namespace,
                             "Dimensions": dims,
-                            "Metrics": defs.remove(&reason).unwrap_or_default(),
+                            "Metrics": defs.remove(&dim).unwrap_or_default(),
                         }]
                     }),
                 );
@@ -268,6 +295,9 @@ pub mod scheduler {
         /// 1 while a pause the sender set itself is in force (a confirmed 401, an account the
         /// provider refuses): nothing is sent until an operator fixes the cause and resumes.
         pub const FLEET_PAUSED: &str = "FleetPaused";
+        /// How many declared channels the sender paused on their own switch (a confirmed 401
+        /// on that channel): every tick writes it, 0 with none or no channels declared.
+        pub const CHANNELS_TRIPPED: &str = "ChannelsTripped";
     }
 
     /// The metrics of a tick that failed: a heartbeat on the failure path, and the part of the
@@ -310,6 +340,7 @@ pub mod scheduler {
         m.count(name::PAUSED, if r.paused { 1.0 } else { 0.0 });
         let by_sender = r.paused_by == Some(crate::pause::PausedBy::Sender);
         m.count(name::FLEET_PAUSED, if by_sender { 1.0 } else { 0.0 });
+        m.count(name::CHANNELS_TRIPPED, r.channels_tripped.len() as f64);
         slo_due(&mut m, r);
         m
     }
@@ -335,8 +366,15 @@ pub mod sender {
         if let Some(d) = p.call_latency {
             m.observe(name::PROVIDER_LATENCY, d.as_secs_f64() * 1000.0);
         }
-        if p.provider_calls > 0 && !p.throttled && failed_call(&p.disposition) {
+        let failed = p.provider_calls > 0 && !p.throttled && failed_call(&p.disposition);
+        if failed {
             m.count(name::PROVIDER_FAILED, 1.0);
+        }
+        // A declared channel's calls again under its own `Channel` series: one channel's
+        // outage is a minority of the fleet's calls, which the fleet's ratio would hide.
+        if let (Some(channel), true) = (&p.channel, p.provider_calls > 0) {
+            m.count_by(name::ATTEMPTS, super::CHANNEL, channel, f64::from(p.provider_calls));
+            m.count_by(name::PROVIDER_FAILED, super::CHANNEL, channel, if failed { 1.0 } else { 0.0 });
         }
         // The SLO: one verdict per reminder released by the scheduler, counted per tenant. None
         // for a redrive's copy (judged when it was dead-lettered), nor for a decision the ledger
@@ -502,7 +540,55 @@ mod tests {
             redriven: false,
             waited: Some(std::time::Duration::from_secs(400)),
             call_latency: (calls > 0).then_some(std::time::Duration::from_millis(1500)),
+            channel: None,
         }
+    }
+
+    /// A declared channel's calls are counted again under their `Channel` series, failed or
+    /// not, so its own failed-call ratio can be read beside the fleet's; the fleet's totals
+    /// are unchanged by it, and a record without a call adds to no channel.
+    #[test]
+    fn a_channels_calls_have_their_own_series_beside_the_fleets() {
+        use crate::decision::Disposition;
+        use crate::reason::ReasonCode;
+        let slo = crate::slo::SloPolicy::default();
+        let defer = |status| Disposition::Defer {
+            until: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+            reason: ReasonCode::ProviderTransient,
+            attempts_made: 1,
+            provider_status: status,
+        };
+        let delivered = Disposition::Delivered { attempt: 1, receipt: None };
+        let mut m = Metrics::new();
+        for (d, calls, status, channel) in [
+            (defer(Some(500)), 1, Some(500), Some("sms")),
+            (defer(Some(500)), 1, Some(500), Some("sms")),
+            (delivered.clone(), 1, Some(202), Some("email")),
+            (delivered.clone(), 1, Some(202), Some("email")),
+            (delivered, 1, Some(202), None),
+            (defer(None), 0, None, Some("sms")),
+        ] {
+            let mut p = processed(d, calls, status);
+            p.channel = channel.map(str::to_owned);
+            sender::record(&mut m, &p, &slo);
+        }
+        assert_eq!(m.total(name::ATTEMPTS), 5.0, "the fleet's calls, each once");
+        assert_eq!(m.total(name::PROVIDER_FAILED), 2.0);
+        let attempts = m.by(name::ATTEMPTS, CHANNEL);
+        let failed = m.by(name::PROVIDER_FAILED, CHANNEL);
+        assert_eq!(attempts.get("sms"), Some(&2.0));
+        assert_eq!(attempts.get("email"), Some(&2.0));
+        assert_eq!(failed.get("sms"), Some(&2.0));
+        assert_eq!(failed.get("email"), Some(&0.0));
+        let lines = m.lines("punctual", "sender", 0);
+        let sms: Value = lines
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|d| d["Channel"] == "sms")
+            .expect("a document for the sms channel");
+        assert_eq!(sms["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["Function", "Channel"]]));
+        assert_eq!(sms["ProviderFailures"], 2.0);
+        assert_eq!(sms["ProviderAttempts"], 2.0);
     }
 
     /// What waits, what fails and how slow the provider is are what the pages read: the age of

@@ -101,6 +101,10 @@ pub struct TickReport {
     pub paused: bool,
     /// Who set that pause.
     pub paused_by: Option<crate::pause::PausedBy>,
+    /// Declared channels whose own switch the sender tripped (a confirmed 401 on that
+    /// channel's provider): that channel sends nothing until an operator resumes it, while the
+    /// others go on (read every tick, paused or not).
+    pub channels_tripped: Vec<String>,
     /// Messages accepted by the queue.
     pub released: u64,
     /// Of those, released to the urgent lane.
@@ -270,13 +274,16 @@ pub struct Scheduler<S, Q, C> {
     clock: C,
     settings: SchedulerSettings,
     pause: Option<PauseGate<C>>,
+    /// Each declared channel's own switch, by name: read to report, never to hold a release
+    /// (the sender holds a paused channel's messages).
+    channel_switches: Vec<(String, PauseGate<C>)>,
     ledger: Option<ExpiryLedger>,
 }
 
 impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
     /// Composes a scheduler.
     pub fn new(store: S, queue: Q, clock: C, settings: SchedulerSettings) -> Self {
-        Self { store, queue, clock, settings, pause: None, ledger: None }
+        Self { store, queue, clock, settings, pause: None, channel_switches: Vec::new(), ledger: None }
     }
 
     /// Records each expiry at release in the idempotency ledger first, so a reminder has one
@@ -314,6 +321,14 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
     /// and leaves the watermark, so the first tick after `resume` catches up.
     pub fn with_pause(mut self, gate: PauseGate<C>) -> Self {
         self.pause = Some(gate);
+        self
+    }
+
+    /// Reads each declared channel's own switch every tick, to report the ones the sender
+    /// tripped ([`TickReport::channels_tripped`]): a channel's credentials refused page as the
+    /// fleet's do, though the rest of the pipeline runs on.
+    pub fn with_channel_switches(mut self, switches: Vec<(String, PauseGate<C>)>) -> Self {
+        self.channel_switches = switches;
         self
     }
 
@@ -511,6 +526,13 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         let s = self.settings;
         if s.lookahead > MAX_LOOKAHEAD {
             return Err(SchedulerError::Lookahead(s.lookahead));
+        }
+        for (name, gate) in &self.channel_switches {
+            if let Some(p) = gate.pause().await
+                && crate::pause::PausedBy::of(&p) == crate::pause::PausedBy::Sender
+            {
+                report.channels_tripped.push(name.clone());
+            }
         }
         if let Some(gate) = &self.pause
             && let Some(pause) = gate.pause().await

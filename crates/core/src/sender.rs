@@ -73,6 +73,9 @@ pub struct Processed {
     pub waited: Option<Duration>,
     /// How long the provider call took, when one was made.
     pub call_latency: Option<Duration>,
+    /// The declared channel whose provider the call went to (`None`: no channels declared, or
+    /// no route was chosen).
+    pub channel: Option<String>,
 }
 
 /// How long past `deliver_after` a reminder is at `now` (None when not yet due).
@@ -372,6 +375,7 @@ where
             redriven: msg.redrive.is_some(),
             waited: waited(&msg, now),
             call_latency: None,
+            channel: None,
         })
     }
 
@@ -603,6 +607,10 @@ where
             .await?;
         processed.possible_double = possible_double;
         processed.call_latency = call_latency;
+        processed.channel = match via {
+            Some(Via::Channel(i)) => Some(self.channels[i].name.clone()),
+            _ => None,
+        };
         Ok(processed)
     }
 
@@ -827,6 +835,7 @@ where
             redriven: msg.is_some_and(|m| m.redrive.is_some()),
             waited: msg.and_then(|m| waited(m, now)),
             call_latency: None,
+            channel: None,
         };
         Ok(processed)
     }

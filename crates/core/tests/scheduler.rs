@@ -478,3 +478,47 @@ async fn a_released_message_carries_its_renewals_channel() {
         [("ren-1".into(), Some("sms".into())), ("ren-2".into(), Some("email".into())), ("ren-3".into(), None)]
     );
 }
+
+/// A channel whose credentials the provider refused is reported every tick, whatever else the
+/// tick does: a tick under the fleet's own pause still reports it, an operator's pause of a
+/// channel is not a trip (it pages only once it holds due work), and a trip does not hold the
+/// release (the sender holds that channel's messages, the other channels' go out).
+#[tokio::test]
+async fn every_tick_reports_the_channels_the_sender_tripped_and_still_releases() {
+    use punctual_core::pause::{PauseGate, SENDER_OWNER};
+    use punctual_core::ports::{Control, Pause};
+    use punctual_core::testing::MemoryControl;
+    let (store, queue, clock) = (MemoryDueStore::new(1), MemoryRelease::default(), ManualClock::new(t0()));
+    for n in 0..5 {
+        store.insert(pending(n, t0(), 240));
+    }
+    let (fleet, email, sms, push) =
+        (MemoryControl::default(), MemoryControl::default(), MemoryControl::default(), MemoryControl::default());
+    let pause = |owner: &str| Pause { reason: "r".into(), owner: owner.into(), since: t0() };
+    sms.set_pause(Some(&pause(SENDER_OWNER)), SENDER_OWNER).await.unwrap();
+    push.set_pause(Some(&pause("oncall@example.com")), "oncall@example.com").await.unwrap();
+    let gate = |c: &MemoryControl| PauseGate::new(c.clone(), clock.clone(), Duration::ZERO);
+    let s = scheduler(&store, &queue, &clock, 10).with_pause(gate(&fleet)).with_channel_switches(vec![
+        ("email".into(), gate(&email)),
+        ("sms".into(), gate(&sms)),
+        ("push".into(), gate(&push)),
+    ]);
+    let r = s.tick(far()).await.unwrap();
+    assert_eq!(r.channels_tripped, vec!["sms".to_owned()]);
+    assert_eq!(r.released, 5, "a channel's trip holds no release");
+    let m = punctual_core::metrics::scheduler::metrics(&r);
+    assert_eq!(m.total("ChannelsTripped"), 1.0);
+    fleet.set_pause(Some(&pause("oncall@example.com")), "oncall@example.com").await.unwrap();
+    let r = s.tick(far()).await.unwrap();
+    assert!(r.paused);
+    assert_eq!(r.channels_tripped, vec!["sms".to_owned()], "the fleet's pause hides no channel's trip");
+    sms.set_pause(None, "oncall@example.com").await.unwrap();
+    fleet.set_pause(None, "oncall@example.com").await.unwrap();
+    let r = s.tick(far()).await.unwrap();
+    assert!(r.channels_tripped.is_empty());
+    assert_eq!(
+        punctual_core::metrics::scheduler::metrics(&r).total("ChannelsTripped"),
+        0.0,
+        "written as 0, not left out"
+    );
+}

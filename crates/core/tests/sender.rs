@@ -875,10 +875,12 @@ async fn a_401_on_one_channel_pauses_that_channel_only() {
     let deadline = clock.now() + TimeDelta::seconds(30);
     let process = async |name: &str| {
         let m = punctual_core::testing::message(name, t0(), t0() + TimeDelta::hours(2));
-        sender.process(Received { message_id: name, body: &m.encode() }, deadline).await.unwrap().disposition
+        sender.process(Received { message_id: name, body: &m.encode() }, deadline).await.unwrap()
     };
-    let d = process("sms-1").await;
+    let p = process("sms-1").await;
+    let d = p.disposition;
     assert!(matches!(d, Disposition::Defer { reason: ReasonCode::ProviderCredentials, .. }), "{d:?}");
+    assert_eq!(p.channel.as_deref(), Some("sms"), "the call is the channel's, for its own metric series");
     let tripped = sms_switch.pause().await.unwrap().expect("SMS is paused");
     assert!(
         tripped.reason.starts_with("channel sms: ") && tripped.reason.ends_with("then `punctual resume --channel sms`"),
@@ -886,13 +888,15 @@ async fn a_401_on_one_channel_pauses_that_channel_only() {
         tripped.reason
     );
     assert!(fleet.pause().await.unwrap().is_none(), "the fleet is not paused");
-    let d = process("email-1").await;
+    let p = process("email-1").await;
+    assert_eq!(p.channel.as_deref(), Some("email"));
+    let d = p.disposition;
     assert!(matches!(d, Disposition::Delivered { attempt: 1, .. }), "email still delivers: {d:?}");
     assert_eq!(email.calls().len(), 1);
-    let d = process("sms-2").await;
+    let d = process("sms-2").await.disposition;
     assert!(matches!(d, Disposition::Defer { reason: ReasonCode::OperatorPause, attempts_made: 0, .. }), "{d:?}");
     assert_eq!(sms.calls().len(), 1, "the paused channel's provider is not called again");
-    let d = process("fax-1").await;
+    let d = process("fax-1").await.disposition;
     assert!(matches!(d, Disposition::Quarantine { reason: ReasonCode::UnknownChannel, attempts_made: 0, .. }), "{d:?}");
     let dead = queue.dead();
     assert_eq!(dead.len(), 1);

@@ -33,5 +33,15 @@ pub fn build(config: &SchedulerConfig, dynamodb: &DynamoClient, sqs: &SqsClient)
             SystemClock,
             Duration::ZERO,
         ))
+        .with_channel_switches(
+            config
+                .channels
+                .iter()
+                .map(|name| {
+                    let control = DynamoControl::for_channel(dynamodb.clone(), &config.ledger_table, name);
+                    (name.clone(), PauseGate::new(control, SystemClock, Duration::ZERO))
+                })
+                .collect(),
+        )
         .with_ledger(DynamoLedger::new(dynamodb.clone(), &config.ledger_table))
 }

@@ -16,6 +16,9 @@ pub struct SchedulerConfig {
     pub urgent_queue_url: Option<String>,
     /// Each declared channel's own queue (`CHANNELS`, `CHANNEL_{NAME}_QUEUE_URL`).
     pub channel_queues: Vec<(String, String)>,
+    /// The declared channels (`CHANNELS`): each tick reads their own pause switches and reports
+    /// the ones the sender tripped (`ChannelsTripped`).
+    pub channels: Vec<String>,
     /// `LEDGER_TABLE`: where the operator pause switch lives (read once per tick).
     pub ledger_table: String,
     /// `METRICS_NAMESPACE` (default `punctual`).
@@ -40,6 +43,7 @@ impl SchedulerConfig {
             send_queue_url: env.required("SEND_QUEUE_URL")?,
             urgent_queue_url: lanes.urgent_queue_url,
             channel_queues: lanes.channel_queues,
+            channels: punctual_lambda::config::channel_names(env)?,
             ledger_table: env.required("LEDGER_TABLE")?,
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
             settings: SchedulerSettings {

@@ -35,6 +35,14 @@ pub async fn handle_reporting<S: DueStore, Q: ReleaseQueue, C: Clock>(
         let failed = HandlerError::Infrastructure { what: "scheduler tick", source: Box::new(e) };
         return (report, Err(failed));
     }
+    if !report.channels_tripped.is_empty() {
+        // The page (ChannelsTripped) says how many; this says which, and what resumes them.
+        tracing::warn!(
+            channels = %report.channels_tripped.join(","),
+            "channels paused by the sender after their provider refused the credentials: fix the \
+             secret, then `punctual resume --channel NAME`"
+        );
+    }
     if report.paused {
         tracing::info!(trigger = %event.payload.detail_type, "tick skipped: delivery is paused");
         return (report, Ok(()));

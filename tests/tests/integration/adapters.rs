@@ -274,3 +274,42 @@ async fn a_sender_trip_never_replaces_an_operators_pause_on_the_store() {
     assert_eq!(control.pause().await.unwrap().map(|p| p.owner).as_deref(), Some(SENDER_OWNER));
     stack.destroy().await;
 }
+
+/// The scheduler as production composes it (`app::build`, `CHANNELS=email,sms`) reads each
+/// channel's own switch on the real store every tick: a sender's trip of SMS's switch is
+/// reported (the `ChannelsTripped` page), email's untouched switch and an operator's pause of
+/// a channel are not, and the tick still releases.
+#[tokio::test]
+async fn the_scheduler_reports_a_channel_the_sender_tripped_on_the_store() {
+    use punctual_aws::control::DynamoControl;
+    use punctual_core::pause::PauseGate;
+    use punctual_core::ports::{Control, Pause};
+    let config = sdk_config().await;
+    let stack = Stack::create(&config, "channel-trip").await.unwrap();
+    let env: std::collections::HashMap<&str, String> = [
+        ("RENEWALS_TABLE", stack.renewals_table.clone()),
+        ("SEND_QUEUE_URL", stack.queues.send_url().to_owned()),
+        ("LEDGER_TABLE", stack.ledger_table.clone()),
+        ("CHANNELS", "email,sms".to_owned()),
+    ]
+    .into();
+    let cfg = punctual_scheduler::config::SchedulerConfig::from_env(&punctual_lambda::config::Env::new(|k: &str| {
+        env.get(k).cloned()
+    }))
+    .unwrap();
+    let scheduler = punctual_scheduler::app::build(&cfg, &stack.ddb, &stack.sqs);
+    let deadline = chrono::Utc::now() + chrono::TimeDelta::seconds(30);
+    assert!(scheduler.tick(deadline).await.unwrap().channels_tripped.is_empty());
+    let sms = DynamoControl::for_channel(stack.ddb.clone(), &stack.ledger_table, "sms");
+    PauseGate::new(sms.clone(), punctual_lambda::SystemClock, Duration::ZERO)
+        .trip("channel sms: provider refused the credentials")
+        .await
+        .unwrap();
+    let r = scheduler.tick(deadline).await.unwrap();
+    assert_eq!(r.channels_tripped, vec!["sms".to_owned()]);
+    assert!(!r.paused, "the fleet is not paused");
+    let ops = Pause { reason: "vendor maintenance".into(), owner: "ops@example.com".into(), since: chrono::Utc::now() };
+    sms.set_pause(Some(&ops), "ops@example.com").await.unwrap();
+    assert!(scheduler.tick(deadline).await.unwrap().channels_tripped.is_empty(), "an operator's pause is no trip");
+    stack.destroy().await;
+}

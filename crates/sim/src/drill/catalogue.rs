@@ -32,6 +32,9 @@ fn at(h: i64, m: i64) -> DateTime<Utc> {
 
 /// The provider's quota every drill runs at (calls/s).
 pub const QUOTA: f64 = 100.0;
+/// SMS's provider quota in the two-channel incidents (calls/s): a fifth of the reminders at a
+/// quarter of email's quota, so both drain a wave in about the same time.
+pub const SMS_QUOTA: f64 = 25.0;
 /// Reminders in each of a normal morning's three waves.
 pub const WAVE: usize = 6_000;
 
@@ -200,11 +203,19 @@ pub enum Incident {
     /// The provider answers 5xx for three hours of a quiet night (a few reminders an hour):
     /// every volume floor is below what a busy morning has.
     ProviderOutageAtNight,
+    /// Two channels (email and SMS, one reminder in five by SMS, each with its own provider,
+    /// limiter and switch): SMS's provider answers 5xx for 90 minutes while email's is well. It
+    /// must page, and email must deliver every reminder in its window.
+    SmsOutageEmailUnaffected,
+    /// Two channels: SMS's provider refuses the credentials (401) for 45 minutes, which trips
+    /// SMS's own switch (not the fleet's) until the operator resumes it. It must page, and email
+    /// must deliver every reminder in its window.
+    SmsCredentialsRevoked,
 }
 
 impl Incident {
     /// Every incident, in the runbook's order.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 17] = [
         Self::ProviderOutage,
         Self::ProviderSlow,
         Self::CredentialsRevoked,
@@ -220,6 +231,8 @@ impl Incident {
         Self::TenantFailing,
         Self::RedriveDuringTraffic,
         Self::ProviderOutageAtNight,
+        Self::SmsOutageEmailUnaffected,
+        Self::SmsCredentialsRevoked,
     ];
 
     /// Its name.
@@ -240,6 +253,8 @@ impl Incident {
             Self::TenantFailing => "tenant_failing",
             Self::RedriveDuringTraffic => "redrive_during_traffic",
             Self::ProviderOutageAtNight => "provider_outage_at_night",
+            Self::SmsOutageEmailUnaffected => "sms_outage_email_unaffected",
+            Self::SmsCredentialsRevoked => "sms_credentials_revoked",
         }
     }
 
@@ -269,7 +284,15 @@ impl Incident {
                 | Self::LaneNotPolled
                 | Self::SenderThrottled
                 | Self::ProviderOutageAtNight
+                | Self::SmsOutageEmailUnaffected
+                | Self::SmsCredentialsRevoked
         )
+    }
+
+    /// Whether it runs two channels, and the other channel must be unaffected: email delivers
+    /// every reminder in its window but those whose address bounces.
+    pub const fn channels(self) -> bool {
+        matches!(self, Self::SmsOutageEmailUnaffected | Self::SmsCredentialsRevoked)
     }
 
     /// How long before its start a page still belongs to it: a projection pages when the work
@@ -294,6 +317,8 @@ pub struct Staged {
     pub old_letters: Vec<(ReasonCode, DateTime<Utc>)>,
     /// SES instead of an HTTP vendor.
     pub ses: bool,
+    /// Two channels: SMS's provider quota (email's is [`QUOTA`]).
+    pub sms_quota: Option<f64>,
     /// When it starts.
     pub start: DateTime<Utc>,
     /// When it is over.
@@ -313,6 +338,7 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
         windows,
         old_letters: Vec::new(),
         ses: false,
+        sms_quota: None,
         start,
         recovery,
     };
@@ -405,8 +431,27 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
             ],
             old_letters: Vec::new(),
             ses: false,
+            sms_quota: None,
             start: at(1, 7),
             recovery: at(4, 0),
         },
+        // SMS's provider is down from 09:00 to 10:30, then the operator redrives its letters.
+        Incident::SmsOutageEmailUnaffected => {
+            let mut s = staged(
+                vec![
+                    window(Trouble::ChannelStatus("sms", 500), nine, at(10, 30)),
+                    window(Trouble::Redrive(vec![ReasonCode::AttemptLimit]), at(10, 30), at(10, 45)),
+                ],
+                nine,
+                at(10, 30),
+            );
+            s.sms_quota = Some(SMS_QUOTA);
+            s
+        }
+        Incident::SmsCredentialsRevoked => {
+            let mut s = staged(vec![window(Trouble::ChannelStatus("sms", 401), nine, at(9, 45))], nine, at(9, 45));
+            s.sms_quota = Some(SMS_QUOTA);
+            s
+        }
     }
 }

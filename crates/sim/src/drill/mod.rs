@@ -117,6 +117,9 @@ pub struct IncidentReport {
     /// Letters an operator's redrive moved back (`redrive_during_traffic`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redriven: Option<u64>,
+    /// Each channel's figures (the two-channel incidents).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub channels: BTreeMap<String, world::ChannelFigures>,
     /// The incident met its bar.
     pub ok: bool,
     /// Why not, when not.
@@ -365,6 +368,7 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
             age_from: AgeFrom::Visible,
             seed: opts.seed,
             namespace: namespace(),
+            sms_quota: staged.sms_quota,
         };
         let clock = std::time::Instant::now();
         let mut run = world::run(&cfg).map_err(DrillError::Run)?;
@@ -407,6 +411,7 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
             age_from: AgeFrom::Sent,
             seed: opts.seed ^ seed,
             namespace: namespace(),
+            sms_quota: None,
         };
         let mut run = world::run(&cfg).map_err(DrillError::Run)?;
         let timeline = template.evaluate(&mut run, cfg.start + WARMUP, cfg.end)?;
@@ -509,6 +514,9 @@ fn judge_incident(
     } else if let Some(p) = first {
         why.push(format!("{} paged {:.0} s in; this incident must page nobody", p.alarm, seconds(staged.start, p.at)));
     }
+    if incident.channels() {
+        why.extend(unaffected(run));
+    }
     IncidentReport {
         name: incident.name().to_owned(),
         expect: if incident.pages() { "page" } else { "quiet" }.to_owned(),
@@ -533,9 +541,30 @@ fn judge_incident(
         reminders: run.reminders,
         dead_lettered: run.dead_lettered.clone(),
         redriven: run.redriven,
+        channels: run.channels.clone(),
         ok: why.is_empty(),
         why: if why.is_empty() { None } else { Some(why.join("; ")) },
     }
+}
+
+/// A two-channel incident's second bar: SMS's trouble stays SMS's. Email delivers every reminder
+/// in its window but those whose address bounces, and no sender trips the fleet's switch.
+fn unaffected(run: &world::WorldRun) -> Vec<String> {
+    let mut why = Vec::new();
+    let email = run.channels.get(world::CHANNELS[0]).cloned().unwrap_or_default();
+    if email.reminders == 0 {
+        why.push("the run had no email reminders".to_owned());
+    }
+    if email.late > 0 {
+        why.push(format!("{} email reminders missed their window", email.late));
+    }
+    if email.delivered + email.bounced < email.reminders {
+        why.push(format!("email delivered {} of {} ({} bounce)", email.delivered, email.reminders, email.bounced));
+    }
+    if run.fleet_trips > 0 {
+        why.push(format!("a sender tripped the fleet's switch {} times", run.fleet_trips));
+    }
+    why
 }
 
 /// The report as text: one row per incident, then the normal days.
@@ -579,4 +608,40 @@ pub fn render(r: &DrillReport) -> String {
         "\nNOT OK\n"
     });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_with(email: world::ChannelFigures, fleet_trips: u64) -> world::WorldRun {
+        world::WorldRun {
+            store: punctual_alarms::MetricStore::new(),
+            late: Vec::new(),
+            delivered: 0,
+            reminders: 0,
+            dead_lettered: BTreeMap::new(),
+            redriven: None,
+            channels: [("email".to_owned(), email)].into(),
+            fleet_trips,
+        }
+    }
+
+    /// The channel incidents' second bar fails on each way SMS's trouble could reach email: an
+    /// email reminder late, one undelivered that did not bounce, the fleet's switch tripped.
+    #[test]
+    fn the_other_channel_is_unaffected_only_when_every_email_reminder_went_out_in_time() {
+        let whole = world::ChannelFigures { reminders: 100, delivered: 98, late: 0, bounced: 2, switch_trips: 0 };
+        assert!(unaffected(&run_with(whole.clone(), 0)).is_empty());
+        let late = unaffected(&run_with(world::ChannelFigures { late: 1, ..whole.clone() }, 0));
+        assert!(late.iter().any(|w| w.contains("1 email reminders missed")), "{late:?}");
+        let lost = unaffected(&run_with(world::ChannelFigures { delivered: 97, ..whole.clone() }, 0));
+        assert!(lost.iter().any(|w| w.contains("email delivered 97 of 100")), "{lost:?}");
+        let fleet = unaffected(&run_with(whole, 3));
+        assert!(fleet.iter().any(|w| w.contains("fleet's switch 3 times")), "{fleet:?}");
+        assert!(
+            !unaffected(&run_with(world::ChannelFigures::default(), 0)).is_empty(),
+            "no email at all proves nothing"
+        );
+    }
 }

@@ -31,9 +31,9 @@ use punctual_core::ports::{Control, Pause, Pending, Provider, ProviderError, Pro
 use punctual_core::provider::{ProviderOutcome, ProviderProfile, RetryAfter};
 use punctual_core::reason::ReasonCode;
 use punctual_core::scheduler::{Scheduler, SchedulerSettings, TickReport};
-use punctual_core::sender::{Received, Sender, SenderSettings};
+use punctual_core::sender::{ChannelRoute, Received, Sender, SenderSettings};
 use punctual_core::slo::SloPolicy;
-use punctual_core::testing::{AllActive, MemoryControl, MemoryDueStore, MemoryLedger, MemorySlotStore};
+use punctual_core::testing::{ActiveOn, MemoryControl, MemoryDueStore, MemoryLedger, MemorySlotStore};
 
 use crate::sqs::{AgeFrom, DlqState, QueueStats, SimClock, SimLanes, SimQueue, Usage, lock};
 
@@ -88,6 +88,9 @@ pub enum Trouble {
     /// The provider answers every call with this HTTP status (500: indeterminate; 401: the
     /// credentials are refused).
     ProviderStatus(u16),
+    /// One channel's provider answers every call with this status; the other channel's is well
+    /// (a 401 trips that channel's own switch, which the operator resumes at the end).
+    ChannelStatus(&'static str, u16),
     /// The provider answers after this long.
     ProviderSlow(Duration),
     /// The provider refuses every call as permanent (400).
@@ -161,6 +164,42 @@ pub struct WorldConfig {
     pub seed: u64,
     /// The custom metrics' namespace (`punctual/{stack}`).
     pub namespace: String,
+    /// Two channels (`CHANNELS=email,sms`): every [`SMS_EVERY`]-th reminder goes by SMS, whose
+    /// provider has this quota; email's has [`WorldConfig::quota`]. Each channel has its own
+    /// provider, limiter and pause switch, and both share the template's two lanes (the
+    /// template declares no channel queue). `None`: one provider, no channels.
+    pub sms_quota: Option<f64>,
+}
+
+/// The channels of a two-channel run, by index.
+pub const CHANNELS: [&str; 2] = ["email", "sms"];
+/// One reminder in this many goes by SMS in a two-channel run.
+pub const SMS_EVERY: usize = 5;
+
+/// A two-channel run's channel of its `i`-th reminder.
+fn channel_of_index(i: usize) -> &'static str {
+    CHANNELS[usize::from(i % SMS_EVERY == SMS_EVERY - 1)]
+}
+
+/// A two-channel run's channel of a renewal, from its id (`ren-d{i}`), as the renewals table
+/// would give it.
+fn channel_of_renewal(r: &punctual_core::ids::RenewalId) -> &'static str {
+    r.as_str().strip_prefix("ren-d").and_then(|i| i.parse::<usize>().ok()).map_or(CHANNELS[0], channel_of_index)
+}
+
+/// One channel's figures in a two-channel run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ChannelFigures {
+    /// Its reminders.
+    pub reminders: u64,
+    /// Accepted by its provider.
+    pub delivered: u64,
+    /// Missed their window.
+    pub late: u64,
+    /// Whose address its provider refuses for good (a normal morning's few bounces).
+    pub bounced: u64,
+    /// Times a sender tripped the channel's own switch (a confirmed 401).
+    pub switch_trips: u64,
 }
 
 /// What a run leaves.
@@ -179,6 +218,10 @@ pub struct WorldRun {
     pub dead_lettered: std::collections::BTreeMap<String, u64>,
     /// Letters an operator's redrive moved back, when one ran.
     pub redriven: Option<u64>,
+    /// Each channel's figures (two-channel runs only).
+    pub channels: std::collections::BTreeMap<String, ChannelFigures>,
+    /// Times a sender tripped the fleet's switch.
+    pub fleet_trips: u64,
 }
 
 // ---- the provider ------------------------------------------------------------------------------
@@ -198,6 +241,8 @@ struct DrillProvider {
     clock: SimClock,
     quota: f64,
     ses: bool,
+    /// Its channel in a two-channel run (`ChannelStatus` troubles name it).
+    channel: Option<&'static str>,
     windows: Arc<Vec<Window>>,
     /// Reminders whose recipient is refused for good.
     bad: Arc<HashSet<String>>,
@@ -217,6 +262,9 @@ impl DrillProvider {
                     return ProviderOutcome::AccountBlocked { detail: "SendingPaused".into() };
                 }
                 Trouble::ProviderStatus(s) => return ProviderOutcome::from_status(*s, None, None),
+                Trouble::ChannelStatus(c, s) if self.channel == Some(*c) => {
+                    return ProviderOutcome::from_status(*s, None, None);
+                }
                 Trouble::ProviderPermanent => return ProviderOutcome::Permanent { status: 400 },
                 Trouble::TenantRefused(i)
                     if self.tenants.get(*i as usize).map(String::as_str) == Some(msg.tenant_id.as_str()) =>
@@ -376,7 +424,10 @@ impl AsMut<SplitMix64> for Receives {
 
 fn message_for(cfg: &WorldConfig, i: usize) -> Result<ReminderMessage, String> {
     let r = &cfg.rows[i];
-    let m = punctual_core::testing::message(&format!("d{i}"), r.after, r.by);
+    let mut m = punctual_core::testing::message(&format!("d{i}"), r.after, r.by);
+    if cfg.sms_quota.is_some() {
+        m.channel = Some(channel_of_index(i).to_owned());
+    }
     let tenant_id =
         punctual_core::TenantId::parse(cfg.tenants[r.tenant as usize].as_str()).map_err(|e| e.to_string())?;
     let reminder_id =
@@ -435,10 +486,23 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
         clock: clock.clone(),
         quota: cfg.quota,
         ses: cfg.ses,
+        channel: None,
         windows: Arc::clone(&windows),
         bad: Arc::new(bad),
         tenants: Arc::new(cfg.tenants.clone()),
     };
+    // A two-channel run: each channel's own provider (its own quota and accepted calls) and its
+    // own pause switch, as `CHANNELS=email,sms` gives the sender.
+    let channels: Vec<(&'static str, DrillProvider, MemoryControl)> = cfg.sms_quota.map_or_else(Vec::new, |sms| {
+        CHANNELS
+            .iter()
+            .zip([cfg.quota, sms])
+            .map(|(name, quota)| {
+                let p = DrillProvider { state: Arc::default(), quota, channel: Some(*name), ..provider.clone() };
+                (*name, p, MemoryControl::default())
+            })
+            .collect()
+    });
     let control = MemoryControl::default();
     let ledger = MemoryLedger::new();
     let slots = MemorySlotStore::default();
@@ -447,9 +511,26 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     let workers = cfg.concurrency + cfg.urgent_concurrency;
     let senders: Vec<_> = (0..workers as u64)
         .map(|w| {
+            let routes = channels
+                .iter()
+                .enumerate()
+                .map(|(k, (name, p, switch))| ChannelRoute {
+                    name: (*name).to_owned(),
+                    limiter: SharedLimiter::new(
+                        slots.clone(),
+                        clock.clone(),
+                        LimiterSettings { name: format!("provider.{name}"), ..LimiterSettings::for_channel(p.quota) },
+                        cfg.seed ^ w ^ ((k as u64 + 1) << 48),
+                    ),
+                    provider: p.clone(),
+                    pause: Some(PauseGate::new(switch.clone(), clock.clone(), PAUSE_TTL)),
+                })
+                .collect();
+            let channel_of: fn(&punctual_core::ids::RenewalId) -> &'static str =
+                if channels.is_empty() { |_| CHANNELS[0] } else { channel_of_renewal };
             Sender::new(
                 ledger.clone(),
-                AllActive,
+                ActiveOn(channel_of),
                 SharedLimiter::new(slots.clone(), clock.clone(), LimiterSettings::new(cfg.quota), cfg.seed ^ w),
                 provider.clone(),
                 lanes.clone(),
@@ -458,6 +539,7 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
                 cfg.seed ^ (w << 32),
             )
             .with_pause(PauseGate::new(control.clone(), clock.clone(), PAUSE_TTL))
+            .with_channels(routes)
         })
         .collect();
     let senders = Rc::new(senders);
@@ -480,12 +562,16 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
         let (due, lanes, clock, sink, windows, control) =
             (due.clone(), lanes.clone(), clock.clone(), sink.clone(), Arc::clone(&windows), control.clone());
         let lookahead = TimeDelta::from_std(settings.lookahead).unwrap_or(TimeDelta::zero());
+        let switches: Vec<(String, PauseGate<SimClock>)> = channels
+            .iter()
+            .map(|(name, _, switch)| {
+                ((*name).to_owned(), PauseGate::new(switch.clone(), clock.clone(), Duration::ZERO))
+            })
+            .collect();
         local.spawn_local(async move {
-            let scheduler = Scheduler::new(due.clone(), lanes, clock.clone(), settings).with_pause(PauseGate::new(
-                control,
-                clock.clone(),
-                Duration::ZERO,
-            ));
+            let scheduler = Scheduler::new(due.clone(), lanes, clock.clone(), settings)
+                .with_pause(PauseGate::new(control, clock.clone(), Duration::ZERO))
+                .with_channel_switches(switches);
             loop {
                 let now = clock.now();
                 if now >= end {
@@ -586,6 +672,8 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     for win in cfg.windows.iter().cloned() {
         let (clock, control, lanes, sink, ledger, dead) =
             (clock.clone(), control.clone(), lanes.clone(), sink.clone(), ledger.clone(), Arc::clone(&dead));
+        let switches: HashMap<&'static str, MemoryControl> =
+            channels.iter().map(|(name, _, switch)| (*name, switch.clone())).collect();
         let due_in_window: Vec<DateTime<Utc>> =
             cfg.rows.iter().map(|r| r.after).filter(|a| win.from <= *a && *a < win.until).collect();
         let (quota, seed, redriven) = (cfg.quota, cfg.seed, Rc::clone(&redriven));
@@ -603,6 +691,13 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
                     // Fixed at the end of the window: the operator resumes the fleet pause.
                     clock.sleep(until(clock.now(), win.until)).await;
                     let _ = control.set_pause(None, operator).await;
+                }
+                Trouble::ChannelStatus(channel, 401) => {
+                    // The channel's secret is fixed at the end: `punctual resume --channel`.
+                    clock.sleep(until(clock.now(), win.until)).await;
+                    if let Some(switch) = switches.get(channel) {
+                        let _ = switch.set_pause(None, operator).await;
+                    }
                 }
                 Trouble::Poison(share) => {
                     let mut rng = SplitMix64::new(seed ^ 0x9015);
@@ -722,15 +817,31 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     runtime.block_on(local.run_until(tokio::time::sleep(until(cfg.start, end))));
     drop(local);
 
-    let accepted = lock(&provider.state).accepted.clone();
+    let mut accepted = lock(&provider.state).accepted.clone();
+    for (_, p, _) in &channels {
+        accepted.extend(lock(&p.state).accepted.iter().map(|(k, v)| (k.clone(), *v)));
+    }
     let mut late = Vec::new();
-    for m in &messages {
-        match accepted.get(m.reminder_id.as_str()) {
-            Some(at) if *at < m.deliver_by => {}
-            Some(_) => late.push(m.deliver_by),
-            None if m.deliver_by <= end => late.push(m.deliver_by),
-            None => {}
+    let mut by_channel: std::collections::BTreeMap<String, ChannelFigures> = std::collections::BTreeMap::new();
+    for (m, row) in messages.iter().zip(&cfg.rows) {
+        let missed = match accepted.get(m.reminder_id.as_str()) {
+            Some(at) => *at >= m.deliver_by,
+            None => m.deliver_by <= end,
+        };
+        if missed {
+            late.push(m.deliver_by);
         }
+        if let Some(c) = &m.channel {
+            let f = by_channel.entry(c.clone()).or_default();
+            f.reminders += 1;
+            f.delivered += u64::from(accepted.contains_key(m.reminder_id.as_str()));
+            f.late += u64::from(missed);
+            f.bounced += u64::from(row.bad_address);
+        }
+    }
+    for (name, _, switch) in &channels {
+        by_channel.entry((*name).to_owned()).or_default().switch_trips =
+            switch.sender_trips.load(std::sync::atomic::Ordering::SeqCst);
     }
     // Every reminder the provider accepted is a delivery (a keyless provider's repeat is not
     // counted twice here: the drill is about alarms, the accounting about effects).
@@ -742,5 +853,14 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     let store =
         Rc::try_unwrap(sink.store).map(std::cell::RefCell::into_inner).map_err(|_| "metric store still shared")?;
     let redriven = *redriven.borrow();
-    Ok(WorldRun { store, late, delivered, reminders: messages.len() as u64, dead_lettered, redriven })
+    Ok(WorldRun {
+        store,
+        late,
+        delivered,
+        reminders: messages.len() as u64,
+        dead_lettered,
+        redriven,
+        channels: by_channel,
+        fleet_trips: control.sender_trips.load(std::sync::atomic::Ordering::SeqCst),
+    })
 }
