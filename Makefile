@@ -20,7 +20,7 @@ help:
 	@echo "make bench-limiter   the shared limiter's frontier;  make localstack-test  suite on LocalStack"
 	@echo "make bench-run  release punctual run at the quota, recorded in target/bench-run.json and compared"
 	@echo "make soak   the fault checker over 10,000 seeds (make test runs 300)"
-	@echo "make drill  the template's alarms against every incident and 20 normal days (make test runs a subset)"
+	@echo "make drill  the template's alarms against every incident and 24 normal days (make test runs a subset)"
 	@echo "make e2e    infra/template.yaml deployed on LocalStack (host mode, no Docker) and exercised end to end (in make test)"
 
 ## tools: a pinned Python venv with moto server and cfn-lint, and dynalite from npm.
@@ -128,8 +128,8 @@ soak:
 ## The template's alarms proven against incidents (docs/measurements.md#the-alarms-drilled): each incident
 ## of the runbook through the simulator, infra/template.yaml's own alarms evaluated with
 ## CloudWatch's semantics; exit 3 when an incident pages late or a normal day pages. `make test`
-## runs DRILL_FAST (10 incidents, 5 normal days, ≈ 30 s); `make drill` all 17 and 20 days.
-DRILL_FAST := --incident credentials_revoked,operator_pause_left_on,provider_outage,scheduler_not_invoked,lane_not_polled,dlq_second_wave,overload,redrive_during_traffic,sms_outage_email_unaffected,sms_credentials_revoked --mornings 5
+## runs DRILL_FAST (11 incidents, 6 normal days, ≈ 40 s); `make drill` all 18 and 24 days.
+DRILL_FAST := --incident credentials_revoked,operator_pause_left_on,provider_outage,scheduler_not_invoked,lane_not_polled,dlq_second_wave,overload,redrive_during_traffic,sms_outage_email_unaffected,sms_credentials_revoked,sms_overload --mornings 6
 drill-fast:
 	$(SUITE_BUILD)
 	$(DEBUG_BIN)/punctual-sim drill $(DRILL_FAST)

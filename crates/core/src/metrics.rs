@@ -306,6 +306,9 @@ pub mod scheduler {
     pub fn failure_metrics(partial: &TickReport) -> Metrics {
         let mut m = Metrics::new();
         m.count(name::TICK_FAILED, 1.0);
+        // The channels' switches are read first: a failing tick still says which are tripped,
+        // so their page does not clear while the scheduler fails.
+        m.count(name::CHANNELS_TRIPPED, partial.channels_tripped.len() as f64);
         slo_due(&mut m, partial);
         m
     }

@@ -277,13 +277,36 @@ pub struct Scheduler<S, Q, C> {
     /// Each declared channel's own switch, by name: read to report, never to hold a release
     /// (the sender holds a paused channel's messages).
     channel_switches: Vec<(String, PauseGate<C>)>,
+    /// Each declared channel's sustainable rate, by name (calls/s): its urgent reminders are
+    /// paced, and its renewals projected, at its own provider's rate, not the fleet's.
+    channel_rates: Vec<(String, f64)>,
     ledger: Option<ExpiryLedger>,
+}
+
+/// The urgent lane's pacers: one per declared channel with a rate, and the fleet's for the rest.
+struct Planners {
+    fleet: ReleasePlanner,
+    channels: Vec<ReleasePlanner>,
+}
+
+/// Which rate serves a renewal: index `i < n` is the `i`-th channel's, `n` the fleet's.
+fn rate_index(rates: &[(String, f64)], channel: Option<&str>) -> usize {
+    channel.and_then(|c| rates.iter().position(|(n, _)| n == c)).unwrap_or(rates.len())
 }
 
 impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
     /// Composes a scheduler.
     pub fn new(store: S, queue: Q, clock: C, settings: SchedulerSettings) -> Self {
-        Self { store, queue, clock, settings, pause: None, channel_switches: Vec::new(), ledger: None }
+        Self {
+            store,
+            queue,
+            clock,
+            settings,
+            pause: None,
+            channel_switches: Vec::new(),
+            channel_rates: Vec::new(),
+            ledger: None,
+        }
     }
 
     /// Records each expiry at release in the idempotency ledger first, so a reminder has one
@@ -329,6 +352,16 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
     /// fleet's do, though the rest of the pipeline runs on.
     pub fn with_channel_switches(mut self, switches: Vec<(String, PauseGate<C>)>) -> Self {
         self.channel_switches = switches;
+        self
+    }
+
+    /// Paces each declared channel's urgent reminders, and projects its renewals, at its own
+    /// sustainable rate (calls/s, by channel name): an SMS vendor at a tenth of email's quota
+    /// drains its morning ten times slower than the fleet's rate says, and its urgent copies
+    /// paced at the fleet's rate would wait for its tokens past their turns. A renewal whose
+    /// channel has no rate here goes by the fleet's.
+    pub fn with_channel_rates(mut self, rates: Vec<(String, f64)>) -> Self {
+        self.channel_rates = rates;
         self
     }
 
@@ -383,7 +416,7 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         &self,
         urgent: &mut Vec<Pending>,
         roomy: &mut Vec<Pending>,
-        planner: &mut ReleasePlanner,
+        planners: &mut Planners,
         per_chunk: &mut Duration,
         report: &mut TickReport,
     ) -> Result<(), SchedulerError> {
@@ -392,10 +425,25 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         roomy.sort_by(order);
         // The urgent lane's turns for the whole group at once (work-conserving EDF over visible
         // time: see `ReleasePlanner::plan`); each is sent with the delay left when it goes out.
+        // Each channel with a rate of its own is a lane of its own at that rate.
         let planned = {
             let at = self.clock.now();
             let msgs: Vec<ReminderMessage> = urgent.iter().map(|p| message_for(p, at)).collect();
-            planner.plan(&msgs.iter().collect::<Vec<_>>(), at)
+            let mut planned = vec![at; msgs.len()];
+            for k in 0..=self.channel_rates.len() {
+                let idx: Vec<usize> = (0..msgs.len())
+                    .filter(|&i| rate_index(&self.channel_rates, urgent[i].channel.as_deref()) == k)
+                    .collect();
+                if idx.is_empty() {
+                    continue;
+                }
+                let planner = planners.channels.get_mut(k).unwrap_or(&mut planners.fleet);
+                let turns = planner.plan(&idx.iter().map(|&i| &msgs[i]).collect::<Vec<_>>(), at);
+                for (i, t) in idx.into_iter().zip(turns) {
+                    planned[i] = t;
+                }
+            }
+            planned
         };
         for (lane, group) in [(QueueLane::Urgent, &*urgent), (QueueLane::Normal, &*roomy)] {
             let chunks: Vec<(usize, &[Pending])> = group.chunks(10).enumerate().collect();
@@ -568,7 +616,8 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         let mut min_by: Option<DateTime<Utc>> = None;
         // The live renewals this tick saw, for a projection that knows a wave released ahead
         // cannot start draining before its deliver_after.
-        let mut windows: Vec<(DateTime<Utc>, DateTime<Utc>)> = Vec::new();
+        // By rate: each channel with its own, then the fleet's (`rate_index`).
+        let mut windows: Vec<Vec<(DateTime<Utc>, DateTime<Utc>)>> = vec![Vec::new(); self.channel_rates.len() + 1];
         let policy = s.lanes();
         // The lanes' depths place the urgent lane's pace behind what it already holds. They are
         // advice: a failed read paces from an empty lane rather than releasing nothing.
@@ -579,7 +628,18 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                 LaneDepths::default()
             }
         };
-        let mut planner = ReleasePlanner::new(policy, start, ahead);
+        // A channel's pacer starts from now: the urgent lane's depth is the fleet's, whichever
+        // channels it holds.
+        let mut planners = Planners {
+            fleet: ReleasePlanner::new(policy, start, ahead),
+            channels: self
+                .channel_rates
+                .iter()
+                .map(|(_, rate)| {
+                    ReleasePlanner::new(LanePolicy { rate: *rate, ..policy }, start, LaneDepths::default())
+                })
+                .collect(),
+        };
         // The tick reads pages into `urgent` and `roomy` and releases them in groups of up to
         // `RELEASE_GROUP`: the urgent ones first, sorted by deadline over the whole group (pages
         // come in `deliver_after` order, so a page-by-page pace would invert deadlines), then
@@ -603,7 +663,7 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                 break;
             }
             if urgent.len() + roomy.len() >= RELEASE_GROUP || dead.len() >= RELEASE_GROUP {
-                self.release_group(&mut urgent, &mut roomy, &mut planner, &mut per_chunk, report).await?;
+                self.release_group(&mut urgent, &mut roomy, &mut planners, &mut per_chunk, report).await?;
                 self.expire(&mut dead, deadline, report).await?;
             }
             // One page from every shard that has more, merged and released in deadline order.
@@ -629,14 +689,14 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                     oldest_due = Some(oldest_due.map_or(p.deliver_after, |o| o.min(p.deliver_after)));
                 }
                 min_by = Some(min_by.map_or(p.deliver_by, |m| m.min(p.deliver_by)));
-                windows.push((p.deliver_after, p.deliver_by));
+                windows[rate_index(&self.channel_rates, p.channel.as_deref())].push((p.deliver_after, p.deliver_by));
             }
             let (tight, rest): (Vec<_>, Vec<_>) =
                 live.into_iter().partition(|p| policy.lane(p.deliver_after, p.deliver_by, now) == QueueLane::Urgent);
             urgent.extend(tight);
             roomy.extend(rest);
         }
-        self.release_group(&mut urgent, &mut roomy, &mut planner, &mut per_chunk, report).await?;
+        self.release_group(&mut urgent, &mut roomy, &mut planners, &mut per_chunk, report).await?;
         self.expire(&mut dead, deadline, report).await?;
         // Expiries cut short by the deadline stay pending: the next tick finds them first.
         report.finished &= dead.is_empty();
@@ -658,8 +718,12 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         // earliest-deadline-first, each from its own deliver_after: does one miss its deadline?
         // (Comparing the whole backlog's drain with the smallest slack counted delayed work as
         // ahead, and a wave released ahead of its deliver_after as draining from now.)
+        // Each channel with a rate of its own is served at it; the work ahead on the lanes is
+        // the fleet's, drained at the fleet's rate, whichever channels it holds.
         let behind = Duration::from_secs_f64(ahead.ready() as f64 / s.sustainable_rate.max(1e-9));
-        report.projected_breach = edf_misses(&mut windows, add(start, behind), s.sustainable_rate) > 0;
+        let rates = self.channel_rates.iter().map(|(_, r)| *r).chain([s.sustainable_rate]);
+        report.projected_breach =
+            windows.iter_mut().zip(rates).any(|(jobs, rate)| edf_misses(jobs, add(start, behind), rate) > 0);
         report.oldest_due_age = oldest_due.map_or(Duration::ZERO, |o| until(o, now));
         Ok(())
     }

@@ -508,6 +508,8 @@ async fn every_tick_reports_the_channels_the_sender_tripped_and_still_releases()
     assert_eq!(r.released, 5, "a channel's trip holds no release");
     let m = punctual_core::metrics::scheduler::metrics(&r);
     assert_eq!(m.total("ChannelsTripped"), 1.0);
+    let failed = punctual_core::metrics::scheduler::failure_metrics(&r);
+    assert_eq!(failed.total("ChannelsTripped"), 1.0, "a failing tick does not clear the page");
     fleet.set_pause(Some(&pause("oncall@example.com")), "oncall@example.com").await.unwrap();
     let r = s.tick(far()).await.unwrap();
     assert!(r.paused);
@@ -521,4 +523,65 @@ async fn every_tick_reports_the_channels_the_sender_tripped_and_still_releases()
         0.0,
         "written as 0, not left out"
     );
+}
+
+fn on(channel: &str, mut p: Pending) -> Pending {
+    p.channel = Some(channel.to_owned());
+    p
+}
+
+/// A channel's morning is projected at its own provider's rate: 600 SMS reminders with
+/// 2-minute windows at 2/s cannot all go out (240 can), which the fleet's 97/s hides. Email's
+/// equal share beside them is no breach at its rate.
+#[tokio::test]
+async fn a_channels_renewals_are_projected_at_its_own_rate() {
+    let load = |store: &MemoryDueStore, channel: &str, from: u32| {
+        for n in from..from + 600 {
+            store.insert(on(channel, pending(n, t0(), 2)));
+        }
+    };
+    let settings = SchedulerSettings { page_size: 1000, ..SchedulerSettings::default() };
+    let clock = ManualClock::new(t0());
+    let tick = async |channel: &str, rates: Vec<(String, f64)>| {
+        let (store, queue) = (MemoryDueStore::new(1), MemoryRelease::default());
+        load(&store, channel, 0);
+        Scheduler::new(store, queue, clock.clone(), settings).with_channel_rates(rates).tick(far()).await.unwrap()
+    };
+    let rates = || vec![("email".to_owned(), 97.0), ("sms".to_owned(), 2.0)];
+    assert!(!tick("sms", Vec::new()).await.projected_breach, "at the fleet's rate it fits");
+    assert!(tick("sms", rates()).await.projected_breach, "at SMS's own rate it does not");
+    assert!(!tick("email", rates()).await.projected_breach, "email at its rate fits");
+}
+
+/// A channel's urgent reminders are paced at its own rate: SMS's 1 in 0.5 s, email's at the
+/// fleet's 100/s beside them, each in deadline order from now.
+#[tokio::test]
+async fn a_channels_urgent_reminders_are_paced_at_its_own_rate() {
+    let (store, queue, clock) = (MemoryDueStore::new(1), MemoryRelease::default(), ManualClock::new(t0()));
+    for n in 0..20 {
+        store.insert(on(if n % 2 == 0 { "sms" } else { "email" }, pending(n, t0(), 5)));
+    }
+    let settings = SchedulerSettings {
+        page_size: 100,
+        sustainable_rate: 100.0,
+        urgent_lead: Duration::ZERO,
+        ..SchedulerSettings::default()
+    };
+    let r = Scheduler::new(store, queue.clone(), clock.clone(), settings)
+        .with_channel_rates(vec![("sms".to_owned(), 2.0)])
+        .tick(far())
+        .await
+        .unwrap();
+    assert_eq!(r.released_urgent, 20);
+    let delays = |channel: &str| {
+        let mut d: Vec<Duration> =
+            queue.sent().iter().filter(|(m, _)| m.channel.as_deref() == Some(channel)).map(|(_, d)| *d).collect();
+        d.sort();
+        d
+    };
+    let sms = delays("sms");
+    assert_eq!(sms.len(), 10);
+    assert_eq!(sms.last().copied(), Some(Duration::from_millis(4500)), "the tenth SMS turn at 9 × 0.5 s: {sms:?}");
+    let email = delays("email");
+    assert!(email.last().unwrap() <= &Duration::from_millis(100), "email at the fleet's pace: {email:?}");
 }

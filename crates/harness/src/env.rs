@@ -278,7 +278,7 @@ impl Drop for Emulator {
 pub type LocalSender = punctual_sender::app::App;
 
 /// The declared channels' variables every function reads (`CHANNELS` and each channel's
-/// `CHANNEL_{NAME}_QUEUE_URL`), for the channels whose provider this target knows (`run
+/// `CHANNEL_{NAME}_QUEUE_URL` and `CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC`), for the channels whose provider this target knows (`run
 /// --channels`): an environment target's `CHANNELS` gives names alone, and its canary sends
 /// through the target's one provider as before.
 fn channel_vars(r: &Resources) -> std::collections::HashMap<String, String> {
@@ -287,8 +287,13 @@ fn channel_vars(r: &Resources) -> std::collections::HashMap<String, String> {
     if !known.is_empty() {
         own.insert("CHANNELS".into(), known.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","));
     }
-    for c in known.iter().filter(|c| !c.queue_url.is_empty()) {
-        own.insert(format!("{}QUEUE_URL", punctual_sender::config::channel_prefix(&c.name)), c.queue_url.clone());
+    for c in &known {
+        let p = punctual_sender::config::channel_prefix(&c.name);
+        // The quota on the scheduler too: it paces and projects the channel at it.
+        own.insert(format!("{p}PROVIDER_RATE_PER_SEC"), c.quota.to_string());
+        if !c.queue_url.is_empty() {
+            own.insert(format!("{p}QUEUE_URL"), c.queue_url.clone());
+        }
     }
     own
 }
@@ -304,7 +309,6 @@ pub fn sender_config(res: &Resources, quota: f64) -> Result<SenderConfig, Config
     for c in r.channels.iter().filter(|c| !c.kind.is_empty()) {
         let p = punctual_sender::config::channel_prefix(&c.name);
         own.insert(format!("{p}PROVIDER_KIND"), c.kind.clone());
-        own.insert(format!("{p}PROVIDER_RATE_PER_SEC"), c.quota.to_string());
         if c.kind == "ses" {
             own.insert(format!("{p}SES_FROM_ADDRESS"), crate::ses::LOCAL_FROM.into());
             own.insert(format!("{p}SES_CONTENT"), "inline".into());

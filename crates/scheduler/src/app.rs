@@ -43,5 +43,6 @@ pub fn build(config: &SchedulerConfig, dynamodb: &DynamoClient, sqs: &SqsClient)
                 })
                 .collect(),
         )
+        .with_channel_rates(config.channel_rates.clone())
         .with_ledger(DynamoLedger::new(dynamodb.clone(), &config.ledger_table))
 }

@@ -19,6 +19,10 @@ pub struct SchedulerConfig {
     /// The declared channels (`CHANNELS`): each tick reads their own pause switches and reports
     /// the ones the sender tripped (`ChannelsTripped`).
     pub channels: Vec<String>,
+    /// Each declared channel's sustainable rate, where its quota is set on the scheduler
+    /// (`CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC`, × `SUSTAINABLE_SHARE`): its urgent reminders are
+    /// paced and its renewals projected at it. A channel without one goes by the fleet's rate.
+    pub channel_rates: Vec<(String, f64)>,
     /// `LEDGER_TABLE`: where the operator pause switch lives (read once per tick).
     pub ledger_table: String,
     /// `METRICS_NAMESPACE` (default `punctual`).
@@ -44,6 +48,7 @@ impl SchedulerConfig {
             urgent_queue_url: lanes.urgent_queue_url,
             channel_queues: lanes.channel_queues,
             channels: punctual_lambda::config::channel_names(env)?,
+            channel_rates: channel_rates(env)?,
             ledger_table: env.required("LEDGER_TABLE")?,
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
             settings: SchedulerSettings {
@@ -88,6 +93,25 @@ impl SchedulerConfig {
     }
 }
 
+/// The declared channels' own quotas, as sustainable rates (see [`SchedulerConfig::channel_rates`]).
+fn channel_rates<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<(String, f64)>, ConfigError> {
+    let mut rates = Vec::new();
+    for name in punctual_lambda::config::channel_names(env)? {
+        let prefix = punctual_lambda::config::channel_prefix(&name);
+        let under = env.under(&prefix, &[]);
+        if under.optional("PROVIDER_RATE_PER_SEC").is_none() {
+            continue;
+        }
+        let quota = under
+            .parse("PROVIDER_RATE_PER_SEC", 0.0, "calls per second in (0, 100000]", |v: &f64| {
+                *v > 0.0 && *v <= 100_000.0
+            })
+            .map_err(|e| e.under(&prefix))?;
+        rates.push((name, punctual_core::scheduler::SUSTAINABLE_SHARE * quota));
+    }
+    Ok(rates)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +134,16 @@ mod tests {
         assert!((rate(&[("PROVIDER_RATE_PER_SEC", "200"), ("SUSTAINABLE_RATE_PER_SEC", "150")]) - 150.0).abs() < 1e-9);
         assert!((rate(&[]) - 97.0).abs() < 1e-9);
         assert!(config(&[("PROVIDER_RATE_PER_SEC", "0")]).is_err(), "a zero quota is refused by name");
+    }
+
+    #[test]
+    fn a_channels_quota_set_on_the_scheduler_is_its_pace_and_a_bad_one_is_named() {
+        let c = config(&[("CHANNELS", "email,sms"), ("CHANNEL_SMS_PROVIDER_RATE_PER_SEC", "10")]).unwrap();
+        assert_eq!(c.channels, ["email", "sms"]);
+        assert_eq!(c.channel_rates.len(), 1, "email has no rate here: the fleet's");
+        assert_eq!(c.channel_rates[0].0, "sms");
+        assert!((c.channel_rates[0].1 - 9.7).abs() < 1e-9);
+        let e = config(&[("CHANNELS", "sms"), ("CHANNEL_SMS_PROVIDER_RATE_PER_SEC", "-1")]).unwrap_err();
+        assert!(e.to_string().contains("CHANNEL_SMS_PROVIDER_RATE_PER_SEC"), "{e}");
     }
 }

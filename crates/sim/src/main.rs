@@ -46,8 +46,8 @@ struct DrillArgs {
     /// The template whose alarms are drilled (an edited one can be drilled before deploying).
     #[arg(long, default_value = "infra/template.yaml")]
     template: PathBuf,
-    /// How many of the 20 normal days to run (0–20).
-    #[arg(long, default_value_t = 20)]
+    /// How many of the 24 normal days to run (0–24).
+    #[arg(long, default_value_t = punctual_sim::drill::catalogue::NORMAL_DAYS)]
     mornings: usize,
     /// A template parameter, KEY=VALUE (repeatable); the rest take their defaults.
     #[arg(long = "parameter", value_parser = parse_parameter)]
@@ -252,8 +252,8 @@ fn drill_command(a: DrillArgs) -> ExitCode {
             out
         }
     };
-    if a.mornings > 20 {
-        eprintln!("punctual drill: --mornings is at most 20");
+    if a.mornings > punctual_sim::drill::catalogue::NORMAL_DAYS {
+        eprintln!("punctual drill: --mornings is at most {}", punctual_sim::drill::catalogue::NORMAL_DAYS);
         return ExitCode::from(2);
     }
     let opts = punctual_sim::drill::DrillOptions {

@@ -502,13 +502,8 @@ impl SimLanes {
         }
     }
 
-    /// Sends with `DelaySeconds` as the real adapter does: rounded up to whole seconds, ≤ 900;
-    /// the tenant is the message group, as the real adapter sets it.
-    pub(crate) fn send(&self, body: String, delay: Duration, lane: QueueLane, group: Option<&str>) {
-        self.send_to(self.of(lane), body, delay, group);
-    }
-
-    /// [`Self::send`] to `q`.
+    /// Sends to `q` with `DelaySeconds` as the real adapter does: rounded up to whole seconds,
+    /// ≤ 900; the tenant is the message group, as the real adapter sets it.
     pub(crate) fn send_to(&self, q: &SimQueue, body: String, delay: Duration, group: Option<&str>) {
         let secs = (delay.as_secs() + u64::from(delay.subsec_nanos() > 0)).min(900);
         q.push(body, q.clock.now() + TimeDelta::seconds(secs as i64), group);

@@ -35,6 +35,11 @@ pub const QUOTA: f64 = 100.0;
 /// SMS's provider quota in the two-channel incidents (calls/s): a fifth of the reminders at a
 /// quarter of email's quota, so both drain a wave in about the same time.
 pub const SMS_QUOTA: f64 = 25.0;
+/// The two-channel runs put SMS on a queue of its own (`CHANNEL_SMS_QUEUE_URL`), drained by
+/// this many instances: on the two lanes it shares with email, an SMS record waiting for SMS's
+/// token holds its batch's email records and their poller, and in `sms_outage_email_unaffected`
+/// 14 email reminders waited past the SLO (delivered up to 5 min 16 s after `deliver_after`).
+pub const SMS_POLLERS: usize = 2;
 /// Reminders in each of a normal morning's three waves.
 pub const WAVE: usize = 6_000;
 
@@ -51,6 +56,9 @@ pub enum Shape {
     Night,
     /// Three waves of 300.
     Holiday,
+    /// The normal day over two channels: one reminder in five by SMS, on its own provider at
+    /// [`SMS_QUOTA`] (the channel alarms' normal day).
+    Channels,
 }
 
 impl Shape {
@@ -62,13 +70,17 @@ impl Shape {
             Self::Tenants => "tenants",
             Self::Night => "night",
             Self::Holiday => "holiday",
+            Self::Channels => "channels",
         }
     }
 }
 
-/// The 20 normal days, the most different first (a `--mornings N` prefix stays varied).
+/// The normal days.
+pub const NORMAL_DAYS: usize = 24;
+
+/// The [`NORMAL_DAYS`] normal days, the most different first (a `--mornings N` prefix stays varied).
 pub fn normal_days() -> Vec<(Shape, u64)> {
-    let shapes = [Shape::Normal, Shape::Night, Shape::Holiday, Shape::Mixed, Shape::Tenants];
+    let shapes = [Shape::Normal, Shape::Night, Shape::Holiday, Shape::Mixed, Shape::Tenants, Shape::Channels];
     (1..=4).flat_map(|seed| shapes.into_iter().map(move |s| (s, seed))).collect()
 }
 
@@ -116,6 +128,7 @@ fn wave(rows: &mut Vec<Row>, rng: &mut SplitMix64, due: DateTime<Utc>, n: usize,
             after: due,
             by,
             bad_address: rng.next_unit() < w.bad,
+            sms: false,
         });
     }
 }
@@ -139,6 +152,10 @@ pub fn normal(shape: Shape, seed: u64) -> Population {
     let (start, end) = (at(7, 30), at(11, 30));
     match shape {
         Shape::Normal => waves.iter().for_each(|d| wave(&mut rows, &mut rng, *d, WAVE, STANDARD)),
+        Shape::Channels => {
+            waves.iter().for_each(|d| wave(&mut rows, &mut rng, *d, WAVE, STANDARD));
+            one_in_five_by_sms(&mut rows);
+        }
         Shape::Mixed => {
             waves.iter().for_each(|d| wave(&mut rows, &mut rng, *d, WAVE, WaveShape { tight: 0.1, ..STANDARD }))
         }
@@ -155,6 +172,7 @@ pub fn normal(shape: Shape, seed: u64) -> Population {
                         after,
                         by: after + TimeDelta::hours(4),
                         bad_address: false,
+                        sms: false,
                     });
                 }
             }
@@ -211,11 +229,15 @@ pub enum Incident {
     /// SMS's own switch (not the fleet's) until the operator resumes it. It must page, and email
     /// must deliver every reminder in its window.
     SmsCredentialsRevoked,
+    /// Two channels: three times what SMS's quota delivers inside its windows falls due at 09:00
+    /// (13,500 SMS with three-minute windows at 25/s), while the fleet's summed quota would
+    /// carry it. It must page before SMS's first miss, and email must be unaffected.
+    SmsOverload,
 }
 
 impl Incident {
     /// Every incident, in the runbook's order.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::ProviderOutage,
         Self::ProviderSlow,
         Self::CredentialsRevoked,
@@ -233,6 +255,7 @@ impl Incident {
         Self::ProviderOutageAtNight,
         Self::SmsOutageEmailUnaffected,
         Self::SmsCredentialsRevoked,
+        Self::SmsOverload,
     ];
 
     /// Its name.
@@ -255,6 +278,7 @@ impl Incident {
             Self::ProviderOutageAtNight => "provider_outage_at_night",
             Self::SmsOutageEmailUnaffected => "sms_outage_email_unaffected",
             Self::SmsCredentialsRevoked => "sms_credentials_revoked",
+            Self::SmsOverload => "sms_overload",
         }
     }
 
@@ -292,7 +316,13 @@ impl Incident {
     /// Whether it runs two channels, and the other channel must be unaffected: email delivers
     /// every reminder in its window but those whose address bounces.
     pub const fn channels(self) -> bool {
-        matches!(self, Self::SmsOutageEmailUnaffected | Self::SmsCredentialsRevoked)
+        matches!(self, Self::SmsOutageEmailUnaffected | Self::SmsCredentialsRevoked | Self::SmsOverload)
+    }
+
+    /// Whether it is an overload the projection must page ahead of: before its first miss, and
+    /// from the release ten minutes ahead (see [`Incident::lead`]).
+    pub const fn overload(self) -> bool {
+        matches!(self, Self::Overload | Self::SmsOverload)
     }
 
     /// How long before its start a page still belongs to it: a projection pages when the work
@@ -300,7 +330,7 @@ impl Incident {
     /// a false page of the morning.
     pub const fn lead(self) -> i64 {
         match self {
-            Self::Overload => 15 * 60,
+            Self::Overload | Self::SmsOverload => 15 * 60,
             _ => 0,
         }
     }
@@ -319,10 +349,27 @@ pub struct Staged {
     pub ses: bool,
     /// Two channels: SMS's provider quota (email's is [`QUOTA`]).
     pub sms_quota: Option<f64>,
+    /// Two channels: SMS on its own queue, drained by this many instances.
+    pub sms_queue: Option<usize>,
     /// When it starts.
     pub start: DateTime<Utc>,
     /// When it is over.
     pub recovery: DateTime<Utc>,
+}
+
+/// Marks one row in five as sent by SMS.
+fn one_in_five_by_sms(rows: &mut [Row]) {
+    for (i, r) in rows.iter_mut().enumerate() {
+        r.sms = i % 5 == 4;
+    }
+}
+
+/// Two channels: one reminder in five of the morning by SMS, SMS's provider at [`SMS_QUOTA`].
+fn two_channels(mut s: Staged) -> Staged {
+    one_in_five_by_sms(&mut s.population.rows);
+    s.sms_quota = Some(SMS_QUOTA);
+    s.sms_queue = Some(SMS_POLLERS);
+    s
 }
 
 fn window(trouble: Trouble, from: DateTime<Utc>, until: DateTime<Utc>) -> Window {
@@ -339,6 +386,7 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
         old_letters: Vec::new(),
         ses: false,
         sms_quota: None,
+        sms_queue: None,
         start,
         recovery,
     };
@@ -432,25 +480,33 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
             old_letters: Vec::new(),
             ses: false,
             sms_quota: None,
+            sms_queue: None,
             start: at(1, 7),
             recovery: at(4, 0),
         },
         // SMS's provider is down from 09:00 to 10:30, then the operator redrives its letters.
-        Incident::SmsOutageEmailUnaffected => {
-            let mut s = staged(
-                vec![
-                    window(Trouble::ChannelStatus("sms", 500), nine, at(10, 30)),
-                    window(Trouble::Redrive(vec![ReasonCode::AttemptLimit]), at(10, 30), at(10, 45)),
-                ],
-                nine,
-                at(10, 30),
-            );
-            s.sms_quota = Some(SMS_QUOTA);
-            s
-        }
+        Incident::SmsOutageEmailUnaffected => two_channels(staged(
+            vec![
+                window(Trouble::ChannelStatus("sms", 500), nine, at(10, 30)),
+                window(Trouble::Redrive(vec![ReasonCode::AttemptLimit]), at(10, 30), at(10, 45)),
+            ],
+            nine,
+            at(10, 30),
+        )),
         Incident::SmsCredentialsRevoked => {
-            let mut s = staged(vec![window(Trouble::ChannelStatus("sms", 401), nine, at(9, 45))], nine, at(9, 45));
-            s.sms_quota = Some(SMS_QUOTA);
+            two_channels(staged(vec![window(Trouble::ChannelStatus("sms", 401), nine, at(9, 45))], nine, at(9, 45)))
+        }
+        Incident::SmsOverload => {
+            // The 09:00 wave as usual (one in five by SMS), and 13,500 more SMS with three-minute
+            // windows: SMS's quota delivers 4,500 in them; the fleet's 125/s would carry 22,500.
+            let mut s = two_channels(staged(Vec::new(), nine, at(9, 3)));
+            let mut rng = SplitMix64::new(seed ^ 0x5e5);
+            let from = s.population.rows.len();
+            let shape = WaveShape { window: TimeDelta::minutes(3), ..STANDARD };
+            wave(&mut s.population.rows, &mut rng, nine, 3 * 180 * SMS_QUOTA as usize, shape);
+            for r in &mut s.population.rows[from..] {
+                r.sms = true;
+            }
             s
         }
     }

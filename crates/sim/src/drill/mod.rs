@@ -53,7 +53,7 @@ pub const WARMUP: TimeDelta = TimeDelta::minutes(30);
 pub struct DrillOptions {
     /// The incidents.
     pub incidents: Vec<Incident>,
-    /// How many of the 20 normal days (0..=20).
+    /// How many of the normal days (0..=[`catalogue::NORMAL_DAYS`]).
     pub mornings: usize,
     /// Seed (the population's and the services').
     pub seed: u64,
@@ -338,6 +338,29 @@ fn namespace() -> String {
     format!("punctual/{STACK}")
 }
 
+/// The world an incident runs in: its morning from the warm-up to 45 minutes past recovery.
+fn incident_world(staged: &catalogue::Staged, seed: u64) -> world::WorldConfig {
+    world::WorldConfig {
+        rows: staged.population.rows.clone(),
+        tenants: staged.population.tenants.clone(),
+        start: staged.population.start - WARMUP,
+        end: staged.population.end.max(staged.recovery + TimeDelta::minutes(45)),
+        quota: catalogue::QUOTA,
+        concurrency: 10,
+        urgent_concurrency: 10,
+        ses: staged.ses,
+        windows: staged.windows.clone(),
+        old_letters: staged.old_letters.clone(),
+        // For "does it page in time": the reading of SQS's age that makes it page latest.
+        age_from: AgeFrom::Visible,
+        seed,
+        namespace: namespace(),
+        sms_quota: staged.sms_quota,
+        channel_rates: true,
+        sms_queue: staged.sms_queue,
+    }
+}
+
 /// Drills `opts` against the template at `path`; `progress` hears each run as it ends.
 pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -> Result<DrillReport, DrillError> {
     let template = Template::load(path, &opts.parameters)?;
@@ -353,23 +376,7 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
     for incident in &opts.incidents {
         let staged = catalogue::stage(*incident, opts.seed);
         let t = if staged.ses { ses_template.as_ref().unwrap_or(&template) } else { &template };
-        let cfg = world::WorldConfig {
-            rows: staged.population.rows.clone(),
-            tenants: staged.population.tenants.clone(),
-            start: staged.population.start - WARMUP,
-            end: staged.population.end.max(staged.recovery + TimeDelta::minutes(45)),
-            quota: catalogue::QUOTA,
-            concurrency: 10,
-            urgent_concurrency: 10,
-            ses: staged.ses,
-            windows: staged.windows.clone(),
-            old_letters: staged.old_letters.clone(),
-            // For "does it page in time": the reading of SQS's age that makes it page latest.
-            age_from: AgeFrom::Visible,
-            seed: opts.seed,
-            namespace: namespace(),
-            sms_quota: staged.sms_quota,
-        };
+        let cfg = incident_world(&staged, opts.seed);
         let clock = std::time::Instant::now();
         let mut run = world::run(&cfg).map_err(DrillError::Run)?;
         let simulated = clock.elapsed();
@@ -411,7 +418,9 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
             age_from: AgeFrom::Sent,
             seed: opts.seed ^ seed,
             namespace: namespace(),
-            sms_quota: None,
+            sms_quota: (shape == catalogue::Shape::Channels).then_some(catalogue::SMS_QUOTA),
+            channel_rates: true,
+            sms_queue: Some(catalogue::SMS_POLLERS),
         };
         let mut run = world::run(&cfg).map_err(DrillError::Run)?;
         let timeline = template.evaluate(&mut run, cfg.start + WARMUP, cfg.end)?;
@@ -492,7 +501,7 @@ fn judge_incident(
         }
         match page_after {
             None => why.push("nothing paged".to_owned()),
-            Some(s) if incident == Incident::Overload => {
+            Some(s) if incident.overload() => {
                 let first_miss = run.late.iter().min().map(|t| seconds(staged.start, *t));
                 if s > OVERLOAD_WITHIN {
                     why.push(format!("paged after {s:.0} s (> {OVERLOAD_WITHIN:.0} s)"));
@@ -557,6 +566,9 @@ fn unaffected(run: &world::WorldRun) -> Vec<String> {
     }
     if email.late > 0 {
         why.push(format!("{} email reminders missed their window", email.late));
+    }
+    if email.past_slo > 0 {
+        why.push(format!("{} email reminders were not delivered within the SLO", email.past_slo));
     }
     if email.delivered + email.bounced < email.reminders {
         why.push(format!("email delivered {} of {} ({} bounce)", email.delivered, email.reminders, email.bounced));
@@ -631,17 +643,77 @@ mod tests {
     /// email reminder late, one undelivered that did not bounce, the fleet's switch tripped.
     #[test]
     fn the_other_channel_is_unaffected_only_when_every_email_reminder_went_out_in_time() {
-        let whole = world::ChannelFigures { reminders: 100, delivered: 98, late: 0, bounced: 2, switch_trips: 0 };
+        let whole = world::ChannelFigures { reminders: 100, delivered: 98, bounced: 2, ..Default::default() };
         assert!(unaffected(&run_with(whole.clone(), 0)).is_empty());
         let late = unaffected(&run_with(world::ChannelFigures { late: 1, ..whole.clone() }, 0));
         assert!(late.iter().any(|w| w.contains("1 email reminders missed")), "{late:?}");
         let lost = unaffected(&run_with(world::ChannelFigures { delivered: 97, ..whole.clone() }, 0));
         assert!(lost.iter().any(|w| w.contains("email delivered 97 of 100")), "{lost:?}");
+        let slow = unaffected(&run_with(world::ChannelFigures { past_slo: 5, ..whole.clone() }, 0));
+        assert!(slow.iter().any(|w| w.contains("5 email reminders were not delivered within the SLO")), "{slow:?}");
         let fleet = unaffected(&run_with(whole, 3));
         assert!(fleet.iter().any(|w| w.contains("fleet's switch 3 times")), "{fleet:?}");
         assert!(
             !unaffected(&run_with(world::ChannelFigures::default(), 0)).is_empty(),
             "no email at all proves nothing"
         );
+    }
+
+    fn world_of(incident: Incident) -> (catalogue::Staged, world::WorldConfig) {
+        let staged = catalogue::stage(incident, 1);
+        let cfg = incident_world(&staged, 1);
+        (staged, cfg)
+    }
+
+    /// Email held up behind SMS's trouble fails the bar though its four-hour windows are far
+    /// off: at 5/s email's morning waits past the SLO while every one is still in its window.
+    #[test]
+    fn email_held_past_the_slo_fails_the_bar_though_every_window_is_still_open() {
+        let (_, mut cfg) = world_of(Incident::SmsOutageEmailUnaffected);
+        cfg.quota = 5.0;
+        cfg.rows.retain(|r| r.after <= catalogue::day() + TimeDelta::hours(8));
+        let run = world::run(&cfg).unwrap();
+        let email = &run.channels["email"];
+        assert_eq!(email.late, 0, "every window still open: {email:?}");
+        assert!(email.past_slo > 0, "{email:?}");
+        assert!(unaffected(&run).iter().any(|w| w.contains("within the SLO")));
+    }
+
+    /// SMS's outage on the two lanes it shares with email (the template as it is) slows email:
+    /// SMS records wait in email's batches for SMS's tokens, and some email reminders wait past
+    /// the SLO. On its own queue (what the incident runs) email is whole.
+    #[test]
+    fn on_shared_lanes_an_sms_outage_slows_email_past_the_slo() {
+        let (_, mut cfg) = world_of(Incident::SmsOutageEmailUnaffected);
+        let own = world::run(&cfg).unwrap();
+        assert!(unaffected(&own).is_empty(), "{:?}", own.channels);
+        cfg.sms_queue = None;
+        let shared = world::run(&cfg).unwrap();
+        // Measured (seed 1): email's worst wait 48 s on its own (a wave at its quota), 316 s
+        // behind SMS's waits, 14 past the SLO.
+        let (alone, behind) = (own.channels["email"].worst_wait_seconds, shared.channels["email"].worst_wait_seconds);
+        assert!(behind > 3.0 * alone, "{alone} s alone, {behind} s behind SMS");
+        assert!(shared.channels["email"].past_slo > 0, "{:?}", shared.channels);
+    }
+
+    /// A scheduler told only the fleet's rate projects SMS's overload at it, and sees none: the
+    /// first page comes after SMS's first miss. Told each channel's quota, it pages ahead.
+    #[test]
+    fn sms_overload_pages_ahead_only_when_the_scheduler_knows_each_channels_rate() {
+        let template =
+            Template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/template.yaml"), &BTreeMap::new())
+                .unwrap();
+        let judged = |channel_rates: bool| {
+            let (staged, mut cfg) = world_of(Incident::SmsOverload);
+            cfg.channel_rates = channel_rates;
+            let mut run = world::run(&cfg).unwrap();
+            let timeline = template.evaluate(&mut run, cfg.start + WARMUP, cfg.end).unwrap();
+            judge_incident(Incident::SmsOverload, &staged, &cfg, &run, &timeline, &template)
+        };
+        let ahead = judged(true);
+        assert!(ahead.ok, "{ahead:#?}");
+        assert_eq!(ahead.paged_by.as_deref(), Some("ProjectedDeadlineBreachAlarm"));
+        let blind = judged(false);
+        assert!(!blind.ok && blind.why.as_deref().unwrap().contains("after the first miss"), "{blind:#?}");
     }
 }

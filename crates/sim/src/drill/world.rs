@@ -80,6 +80,8 @@ pub struct Row {
     pub by: DateTime<Utc>,
     /// The provider refuses its recipient for good (a bounced address): a normal morning has a few.
     pub bad_address: bool,
+    /// Sent by SMS in a two-channel run (else by email).
+    pub sms: bool,
 }
 
 /// What goes wrong, while its [`Window`] lasts.
@@ -164,31 +166,34 @@ pub struct WorldConfig {
     pub seed: u64,
     /// The custom metrics' namespace (`punctual/{stack}`).
     pub namespace: String,
-    /// Two channels (`CHANNELS=email,sms`): every [`SMS_EVERY`]-th reminder goes by SMS, whose
+    /// Two channels (`CHANNELS=email,sms`): the rows marked [`Row::sms`] go by SMS, whose
     /// provider has this quota; email's has [`WorldConfig::quota`]. Each channel has its own
     /// provider, limiter and pause switch, and both share the template's two lanes (the
     /// template declares no channel queue). `None`: one provider, no channels.
     pub sms_quota: Option<f64>,
+    /// A two-channel run's scheduler is told each channel's quota
+    /// (`CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC` on the scheduler): it paces and projects each
+    /// channel at it. `false`: the fleet's summed rate for all (a deployment that set the rates on
+    /// the sender only).
+    pub channel_rates: bool,
+    /// A two-channel run: SMS on a queue of its own (`CHANNEL_SMS_QUEUE_URL`) drained by this
+    /// many instances (its own event source mapping), as the simulator's `channels` scenario
+    /// runs it; `None`: both channels on the two lanes (the template as it is, which declares
+    /// no channel queue).
+    pub sms_queue: Option<usize>,
 }
 
 /// The channels of a two-channel run, by index.
 pub const CHANNELS: [&str; 2] = ["email", "sms"];
-/// One reminder in this many goes by SMS in a two-channel run.
-pub const SMS_EVERY: usize = 5;
 
-/// A two-channel run's channel of its `i`-th reminder.
-fn channel_of_index(i: usize) -> &'static str {
-    CHANNELS[usize::from(i % SMS_EVERY == SMS_EVERY - 1)]
-}
-
-/// A two-channel run's channel of a renewal, from its id (`ren-d{i}`), as the renewals table
-/// would give it.
+/// A two-channel run's channel of a renewal, from its id (`ren-s{i}` for an SMS row, `ren-d{i}`
+/// otherwise), as the renewals table would give it.
 fn channel_of_renewal(r: &punctual_core::ids::RenewalId) -> &'static str {
-    r.as_str().strip_prefix("ren-d").and_then(|i| i.parse::<usize>().ok()).map_or(CHANNELS[0], channel_of_index)
+    CHANNELS[usize::from(r.as_str().starts_with("ren-s"))]
 }
 
 /// One channel's figures in a two-channel run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct ChannelFigures {
     /// Its reminders.
     pub reminders: u64,
@@ -196,6 +201,12 @@ pub struct ChannelFigures {
     pub delivered: u64,
     /// Missed their window.
     pub late: u64,
+    /// Not delivered within the SLO (`SloPolicy::default().within` of `deliver_after`, the
+    /// template's `SloWithinSecs`): accepted later, or not accepted by the end of the run when
+    /// that time had passed. A four-hour window hides an hour's wait; this does not.
+    pub past_slo: u64,
+    /// The longest a delivered reminder waited after its `deliver_after`, seconds.
+    pub worst_wait_seconds: f64,
     /// Whose address its provider refuses for good (a normal morning's few bounces).
     pub bounced: u64,
     /// Times a sender tripped the channel's own switch (a confirmed 401).
@@ -353,8 +364,11 @@ impl punctual_core::ports::DeadLetters for DrillDeadLetters {
     }
 
     async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), punctual_core::ports::DeadLettersError> {
-        let tenant = ReminderMessage::decode(body).ok().map(|m| m.tenant_id);
-        self.lanes.send(body.to_owned(), Duration::ZERO, lane, tenant.as_ref().map(|t| t.as_str()));
+        let m = ReminderMessage::decode(body).ok();
+        let (tenant, channel) =
+            (m.as_ref().map(|m| m.tenant_id.as_str()), m.as_ref().and_then(|m| m.channel.as_deref()));
+        // To the channel's own queue when it has one, as `SqsQueues::url_for` sends it back.
+        self.lanes.send_to(self.lanes.queue_for(channel, lane), body.to_owned(), Duration::ZERO, tenant);
         Ok(())
     }
 
@@ -424,9 +438,10 @@ impl AsMut<SplitMix64> for Receives {
 
 fn message_for(cfg: &WorldConfig, i: usize) -> Result<ReminderMessage, String> {
     let r = &cfg.rows[i];
-    let mut m = punctual_core::testing::message(&format!("d{i}"), r.after, r.by);
+    let sms = cfg.sms_quota.is_some() && r.sms;
+    let mut m = punctual_core::testing::message(&format!("{}{i}", if sms { "s" } else { "d" }), r.after, r.by);
     if cfg.sms_quota.is_some() {
-        m.channel = Some(channel_of_index(i).to_owned());
+        m.channel = Some(CHANNELS[usize::from(sms)].to_owned());
     }
     let tenant_id =
         punctual_core::TenantId::parse(cfg.tenants[r.tenant as usize].as_str()).map_err(|e| e.to_string())?;
@@ -463,7 +478,10 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     let lanes = SimLanes {
         normal: SimQueue::new(&clock, &usage, true, &dead, MAX_RECEIVES),
         urgent: SimQueue::new(&clock, &usage, true, &dead, MAX_RECEIVES),
-        channel: None,
+        channel: cfg
+            .sms_quota
+            .and(cfg.sms_queue)
+            .map(|_| (CHANNELS[1], SimQueue::new(&clock, &usage, true, &dead, MAX_RECEIVES))),
     };
     let mut rng = SplitMix64::new(cfg.seed);
     for (reason, at) in &cfg.old_letters {
@@ -508,7 +526,8 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     let slots = MemorySlotStore::default();
     let slo = SloPolicy::default();
     let sink = Sink { store: Rc::new(std::cell::RefCell::new(MetricStore::new())), namespace: cfg.namespace.clone() };
-    let workers = cfg.concurrency + cfg.urgent_concurrency;
+    let sms_workers = if lanes.channel.is_some() { cfg.sms_queue.unwrap_or(0) } else { 0 };
+    let workers = cfg.concurrency + cfg.urgent_concurrency + sms_workers;
     let senders: Vec<_> = (0..workers as u64)
         .map(|w| {
             let routes = channels
@@ -547,8 +566,16 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     let mut upcoming: Vec<Pending> = messages.iter().map(pending).collect();
     upcoming.sort_by_key(|p| std::cmp::Reverse(p.deliver_after));
     let due = MemoryDueStore::new(1);
+    // A two-channel run's scheduler knows each channel's quota (CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC)
+    // and the fleet's is their sum.
+    let share = punctual_core::scheduler::SUSTAINABLE_SHARE;
+    let channel_rates: Vec<(String, f64)> = channels
+        .iter()
+        .filter(|_| cfg.channel_rates)
+        .map(|(name, p, _)| ((*name).to_owned(), p.quota * share))
+        .collect();
     let settings = SchedulerSettings {
-        sustainable_rate: cfg.quota * punctual_core::scheduler::SUSTAINABLE_SHARE,
+        sustainable_rate: (cfg.quota + cfg.sms_quota.unwrap_or(0.0)) * share,
         page_size: 20_000,
         urgent_below: SenderSettings::default().deadline_near,
         ..SchedulerSettings::default()
@@ -571,7 +598,8 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
         local.spawn_local(async move {
             let scheduler = Scheduler::new(due.clone(), lanes, clock.clone(), settings)
                 .with_pause(PauseGate::new(control, clock.clone(), Duration::ZERO))
-                .with_channel_switches(switches);
+                .with_channel_switches(switches)
+                .with_channel_rates(channel_rates);
             loop {
                 let now = clock.now();
                 if now >= end {
@@ -608,17 +636,21 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     // The event source mappings: `concurrency` instances on the normal lane, the rest on the
     // urgent lane; each receives a batch, invokes the sender, and deletes what it handled.
     for w in 0..workers {
+        // The last `sms_workers` poll SMS's own queue (a lane of its own: no lane trouble).
         let lane = if w < cfg.concurrency { QueueLane::Normal } else { QueueLane::Urgent };
+        let own =
+            lanes.channel.as_ref().map(|(_, q)| q.clone()).filter(|_| w >= cfg.concurrency + cfg.urgent_concurrency);
         let (lanes, clock, sink, windows, senders, shared) =
             (lanes.clone(), clock.clone(), sink.clone(), Arc::clone(&windows), Rc::clone(&senders), Rc::clone(&shared));
         local.spawn_local(async move {
-            let queue = lanes.of(lane).clone();
+            let polls_a_lane = own.is_none();
+            let queue = own.unwrap_or_else(|| lanes.of(lane).clone());
             loop {
                 let now = clock.now();
                 if now >= end {
                     break;
                 }
-                if any(&windows, now, |t| *t == Trouble::LaneNotPolled(lane)) {
+                if polls_a_lane && any(&windows, now, |t| *t == Trouble::LaneNotPolled(lane)) {
                     clock.sleep(Duration::from_secs(10)).await;
                     continue;
                 }
@@ -832,7 +864,17 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
             late.push(m.deliver_by);
         }
         if let Some(c) = &m.channel {
+            let slo = m.deliver_after + TimeDelta::from_std(slo.within).unwrap_or(TimeDelta::zero());
+            let past_slo = match accepted.get(m.reminder_id.as_str()) {
+                Some(at) => *at > slo,
+                None => slo <= end && !row.bad_address,
+            };
             let f = by_channel.entry(c.clone()).or_default();
+            f.past_slo += u64::from(past_slo);
+            if let Some(at) = accepted.get(m.reminder_id.as_str()) {
+                f.worst_wait_seconds =
+                    f.worst_wait_seconds.max((*at - m.deliver_after).num_milliseconds() as f64 / 1000.0);
+            }
             f.reminders += 1;
             f.delivered += u64::from(accepted.contains_key(m.reminder_id.as_str()));
             f.late += u64::from(missed);
