@@ -167,6 +167,17 @@ impl ReleasePlanner {
         Self { policy, cursor }
     }
 
+    /// A planner whose lane is free from `at` (a channel's pacer behind the urgent work the
+    /// fleet's pacer found ahead: see [`Self::free_at`]).
+    pub fn starting_at(policy: LanePolicy, at: DateTime<Utc>) -> Self {
+        Self { policy, cursor: at }
+    }
+
+    /// When the lane is next free.
+    pub fn free_at(&self) -> DateTime<Utc> {
+        self.cursor
+    }
+
     /// When each of `msgs` (a tick's urgent reminders, any order) becomes visible.
     ///
     /// The lane is served as one server at `rate`, earliest-deadline-first over *visible* time:

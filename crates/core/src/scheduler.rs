@@ -131,6 +131,9 @@ pub struct TickReport {
     pub min_slack: Option<Duration>,
     /// 1 when the projected drain exceeds the smallest slack.
     pub projected_breach: bool,
+    /// The channels whose renewals, projected at their own rate, miss a deadline (with
+    /// [`Scheduler::with_channel_rates`]); empty when only the fleet's projection breaches.
+    pub breach_channels: Vec<String>,
     /// `now − deliver_after` of the oldest due renewal seen, zero when none was due.
     pub oldest_due_age: Duration,
     /// Renewals found past their deadline that the ledger had already judged: a copy an
@@ -628,17 +631,20 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                 LaneDepths::default()
             }
         };
-        // A channel's pacer starts from now: the urgent lane's depth is the fleet's, whichever
-        // channels it holds.
+        // A channel's pacer starts where the fleet's does, behind the urgent work already ready
+        // on the lanes at the fleet's rate (the depth is the fleet's, whichever channels it
+        // holds), and never paces faster than the fleet's rate.
+        let fleet = ReleasePlanner::new(policy, start, ahead);
         let mut planners = Planners {
-            fleet: ReleasePlanner::new(policy, start, ahead),
             channels: self
                 .channel_rates
                 .iter()
                 .map(|(_, rate)| {
-                    ReleasePlanner::new(LanePolicy { rate: *rate, ..policy }, start, LaneDepths::default())
+                    let policy = LanePolicy { rate: rate.min(s.sustainable_rate), ..policy };
+                    ReleasePlanner::starting_at(policy, fleet.free_at())
                 })
                 .collect(),
+            fleet,
         };
         // The tick reads pages into `urgent` and `roomy` and releases them in groups of up to
         // `RELEASE_GROUP`: the urgent ones first, sorted by deadline over the whole group (pages
@@ -721,9 +727,17 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         // Each channel with a rate of its own is served at it; the work ahead on the lanes is
         // the fleet's, drained at the fleet's rate, whichever channels it holds.
         let behind = Duration::from_secs_f64(ahead.ready() as f64 / s.sustainable_rate.max(1e-9));
+        // And all of them together at the fleet's rate: the senders' own capacity
+        // (`SUSTAINABLE_RATE_PER_SEC`) binds whatever the channels' quotas.
+        let from = add(start, behind);
+        let mut all: Vec<(DateTime<Utc>, DateTime<Utc>)> =
+            if self.channel_rates.is_empty() { Vec::new() } else { windows.concat() };
         let rates = self.channel_rates.iter().map(|(_, r)| *r).chain([s.sustainable_rate]);
-        report.projected_breach =
-            windows.iter_mut().zip(rates).any(|(jobs, rate)| edf_misses(jobs, add(start, behind), rate) > 0);
+        let missing: Vec<bool> =
+            windows.iter_mut().zip(rates).map(|(jobs, rate)| edf_misses(jobs, from, rate) > 0).collect();
+        report.breach_channels =
+            self.channel_rates.iter().zip(&missing).filter(|(_, m)| **m).map(|((name, _), _)| name.clone()).collect();
+        report.projected_breach = missing.contains(&true) || edf_misses(&mut all, from, s.sustainable_rate) > 0;
         report.oldest_due_age = oldest_due.map_or(Duration::ZERO, |o| until(o, now));
         Ok(())
     }

@@ -549,7 +549,9 @@ async fn a_channels_renewals_are_projected_at_its_own_rate() {
     };
     let rates = || vec![("email".to_owned(), 97.0), ("sms".to_owned(), 2.0)];
     assert!(!tick("sms", Vec::new()).await.projected_breach, "at the fleet's rate it fits");
-    assert!(tick("sms", rates()).await.projected_breach, "at SMS's own rate it does not");
+    let sms = tick("sms", rates()).await;
+    assert!(sms.projected_breach, "at SMS's own rate it does not");
+    assert_eq!(sms.breach_channels, ["sms"], "the tick names the channel");
     assert!(!tick("email", rates()).await.projected_breach, "email at its rate fits");
 }
 
@@ -584,4 +586,57 @@ async fn a_channels_urgent_reminders_are_paced_at_its_own_rate() {
     assert_eq!(sms.last().copied(), Some(Duration::from_millis(4500)), "the tenth SMS turn at 9 × 0.5 s: {sms:?}");
     let email = delays("email");
     assert!(email.last().unwrap() <= &Duration::from_millis(100), "email at the fleet's pace: {email:?}");
+}
+
+/// The fleet's own rate still binds channel traffic: a fleet whose senders sustain 10/s cannot
+/// carry 3,000 email with 2-minute windows though email's quota could (found by review).
+#[tokio::test]
+async fn the_fleets_rate_still_binds_a_channels_projection() {
+    let (store, queue, clock) = (MemoryDueStore::new(1), MemoryRelease::default(), ManualClock::new(t0()));
+    for n in 0..3000 {
+        store.insert(on("email", pending(n, t0(), 2)));
+    }
+    let settings = SchedulerSettings { page_size: 1000, sustainable_rate: 10.0, ..SchedulerSettings::default() };
+    let r = Scheduler::new(store, queue, clock.clone(), settings)
+        .with_channel_rates(vec![("email".to_owned(), 97.0), ("sms".to_owned(), 24.0)])
+        .tick(far())
+        .await
+        .unwrap();
+    assert!(r.projected_breach);
+}
+
+/// A channel's urgent pace starts behind the urgent work already ready on the lane, as the
+/// fleet's does (found by review: it started from now), and is never faster than the fleet's.
+#[tokio::test]
+async fn a_channels_urgent_pace_starts_behind_the_ready_urgent_work() {
+    use punctual_core::ports::{Release, ReleaseQueue};
+    let (store, queue, clock) = (MemoryDueStore::new(1), MemoryRelease::default(), ManualClock::new(t0()));
+    let ready: Vec<Release> = (0..500)
+        .map(|n| Release {
+            message: punctual_core::testing::message(&format!("old-{n}"), t0(), t0() + TimeDelta::minutes(30)),
+            delay: Duration::ZERO,
+            lane: punctual_core::lanes::QueueLane::Urgent,
+        })
+        .collect();
+    queue.release(&ready).await.unwrap();
+    for n in 0..10 {
+        store.insert(on("email", pending(n, t0(), 5)));
+    }
+    let settings = SchedulerSettings {
+        page_size: 100,
+        sustainable_rate: 100.0,
+        urgent_lead: Duration::ZERO,
+        ..SchedulerSettings::default()
+    };
+    Scheduler::new(store, queue.clone(), clock.clone(), settings)
+        .with_channel_rates(vec![("email".to_owned(), 970.0)])
+        .tick(far())
+        .await
+        .unwrap();
+    let mut new: Vec<Duration> =
+        queue.sent().iter().filter(|(m, _)| m.channel.as_deref() == Some("email")).map(|(_, d)| *d).collect();
+    new.sort();
+    assert_eq!(new.len(), 10);
+    assert!(new[0] >= Duration::from_secs(4), "behind 500 ready at 100/s: {new:?}");
+    assert!(new[9] - new[0] >= Duration::from_millis(89), "at the fleet's 100/s, not email's 970/s: {new:?}");
 }

@@ -57,6 +57,7 @@ pub async fn handle_reporting<S: DueStore, Q: ReleaseQueue, C: Clock>(
         backlog = report.backlog,
         projected_drain_s = report.projected_drain.as_secs(),
         projected_breach = report.projected_breach,
+        breach_channels = %report.breach_channels.join(","),
         "tick"
     );
     (report, Ok(()))
