@@ -321,6 +321,13 @@ enum LocalAction {
         /// addresses in the recipients table).
         #[arg(long, default_value = "http", value_parser = ["http", "ses"])]
         provider: String,
+        /// Declared channels, each with its own provider and quota: `NAME=http|ses[:RATE]`,
+        /// comma-separated (`email=ses,sms=http:10`): `http` is a provider double of its own,
+        /// `ses` Amazon SES on the emulator (one at most); RATE defaults to `--quota`. Every
+        /// channel after the first gets a queue of its own; the demo renewals take the
+        /// channels in turn.
+        #[arg(long)]
+        channels: Option<String>,
         /// Print endpoints and names as JSON.
         #[arg(long)]
         json: bool,
@@ -736,17 +743,19 @@ async fn run_command(a: RunArgs) -> ExitCode {
 
 async fn local_command(a: LocalArgs) -> ExitCode {
     match a.action {
-        LocalAction::Up { quota, provider, json } => match local::up(quota, &provider).await {
-            Ok(state) => {
-                if json {
-                    print_json(&state.resources);
-                } else {
-                    print!("{}", local::describe(&state));
+        LocalAction::Up { quota, provider, channels, json } => {
+            match local::up(quota, &provider, channels.as_deref()).await {
+                Ok(state) => {
+                    if json {
+                        print_json(&state.resources);
+                    } else {
+                        print!("{}", local::describe(&state));
+                    }
+                    ExitCode::SUCCESS
                 }
-                ExitCode::SUCCESS
+                Err(e) => harness_err(&e),
             }
-            Err(e) => harness_err(&e),
-        },
+        }
         LocalAction::Drain { json } => match local::drain(!json).await {
             Ok(report) => {
                 if json {

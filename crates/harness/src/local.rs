@@ -34,12 +34,20 @@ pub fn load_state() -> Result<LocalState, LocalError> {
 }
 
 /// `local up`: start (or reuse) the emulator, start the provider double as its own process,
-/// create the resources, seed three demo renewals, write the state file.
-pub async fn up(quota: f64, provider: &str) -> Result<LocalState, LocalError> {
+/// create the resources, seed three demo renewals, write the state file. With `channels`
+/// (`NAME=http|ses[:RATE]`, comma-separated, as `run --channels`), each channel is declared with
+/// its own provider (its own double, or SES on the emulator) and quota, every channel after the
+/// first gets a queue of its own, and the demo renewals take the channels in turn.
+pub async fn up(quota: f64, provider: &str, channels: Option<&str>) -> Result<LocalState, LocalError> {
     let dir = state_dir();
     if state_file().exists() {
         return Err(LocalError::AlreadyUp(state_file().display().to_string()));
     }
+    // Refused before anything starts.
+    let channels = match channels {
+        Some(spec) => crate::run::parse_channel_spec(spec, quota).map_err(LocalError::Invalid)?,
+        None => Vec::new(),
+    };
     std::fs::create_dir_all(&dir).map_err(step("creating the state directory"))?;
     let emulator = Emulator::start(Some(&dir), true)?;
     // Everything started from here on is stopped again if `up` fails before writing its state
@@ -48,7 +56,7 @@ pub async fn up(quota: f64, provider: &str) -> Result<LocalState, LocalError> {
     // A signal while provisioning (the children are in their own process groups, so a
     // terminal's Ctrl-C reaches only this process) stops them too.
     let result = tokio::select! {
-        r = up_on(&dir, &emulator, quota, provider, &mut spawned) => r,
+        r = up_on(&dir, &emulator, quota, provider, &channels, &mut spawned) => r,
         stop = crate::env::shutdown_signal() => Err(LocalError::Interrupted(stop)),
     };
     if let Err(e) = result {
@@ -62,21 +70,20 @@ pub async fn up(quota: f64, provider: &str) -> Result<LocalState, LocalError> {
     result
 }
 
-async fn up_on(
+/// Starts a provider double as its own process (its log `{name}.log` in `dir`), recorded in
+/// `spawned` at once, and waits until it listens: (its pid, its messages URL).
+async fn spawn_double(
     dir: &std::path::Path,
-    emulator: &Emulator,
+    name: &str,
     quota: f64,
-    provider: &str,
+    token: &str,
     spawned: &mut Vec<u32>,
-) -> Result<LocalState, LocalError> {
-    let config = for_endpoint(&emulator.endpoint).await;
-    let ddb = emulator.dynamodb(&config);
-    let token = format!("local-{:x}", Utc::now().timestamp_nanos_opt().unwrap_or_default());
+) -> Result<(u32, String), LocalError> {
     let port = free_port()?;
     let exe = std::env::current_exe().map_err(step("finding the punctual binary"))?;
-    let log = std::fs::File::create(dir.join("provider-double.log")).map_err(step("creating the double's log"))?;
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).map_err(step("creating the double's log"))?;
     let mut cmd = Command::new(exe);
-    cmd.args(["provider-double", "--port", &port.to_string(), "--quota", &quota.to_string(), "--token", &token])
+    cmd.args(["provider-double", "--port", &port.to_string(), "--quota", &quota.to_string(), "--token", token])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::from(log));
@@ -94,12 +101,53 @@ async fn up_on(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let provider_url = format!("http://127.0.0.1:{port}/v1/messages");
+    Ok((double.id(), format!("http://127.0.0.1:{port}/v1/messages")))
+}
+
+async fn up_on(
+    dir: &std::path::Path,
+    emulator: &Emulator,
+    quota: f64,
+    provider: &str,
+    channels: &[(String, String, f64)],
+    spawned: &mut Vec<u32>,
+) -> Result<LocalState, LocalError> {
+    let config = for_endpoint(&emulator.endpoint).await;
+    let ddb = emulator.dynamodb(&config);
+    let token = format!("local-{:x}", Utc::now().timestamp_nanos_opt().unwrap_or_default());
+    let (double, provider_url) = spawn_double(dir, "provider-double", quota, &token, spawned).await?;
+    let mut named = vec![("provider-double".to_owned(), double)];
+    // Each declared channel's own provider: a double of its own, or SES on the emulator.
+    let mut declared = Vec::new();
+    for (name, kind, rate) in channels {
+        let mut url = String::new();
+        if kind == "ses" {
+            crate::ses::verify(&config, crate::ses::LOCAL_FROM).await?;
+        } else {
+            let own = format!("provider-double-{name}");
+            let (pid, u) = spawn_double(dir, &own, *rate, &token, spawned).await?;
+            named.push((own, pid));
+            url = u;
+        }
+        declared.push(punctual_ops::target::ChannelResources {
+            name: name.clone(),
+            kind: kind.clone(),
+            quota: *rate,
+            provider_url: url,
+            queue_url: String::new(),
+        });
+    }
     // The pid too: two `local up`s started together (parallel tests) once got the same
     // millisecond, and the second failed creating a table the first had just made.
     let prefix = format!("punctual-local-{}-{}", Utc::now().timestamp_millis(), std::process::id());
     let mut resources = provision(&config, &ddb, &prefix, &provider_url).await?;
     resources.endpoint = emulator.endpoint.clone();
+    // Every channel after the first on a queue of its own, as `run --channels` has them.
+    resources.channels = declared;
+    for i in 1..resources.channels.len() {
+        let url = crate::env::provision_channel_queue(&config, &resources, &resources.channels[i].name).await?;
+        resources.channels[i].queue_url = url;
+    }
     if provider == "ses" {
         // SES on the emulator; the double keeps running beside it (harmless, and `--provider`
         // can be switched by editing the state file).
@@ -112,7 +160,8 @@ async fn up_on(
     for n in 0..DEMO_RENEWALS {
         let (tenant, renewal) = demo_ids(n).map_err(step("naming demo renewals"))?;
         let reference = format!("demo-recipient-{n}");
-        renewals.put(&tenant, &renewal, "active", &reference, "email").await.map_err(step("seeding demo renewals"))?;
+        let channel = resources.channels.get(n % resources.channels.len().max(1)).map_or("email", |c| c.name.as_str());
+        renewals.put(&tenant, &renewal, "active", &reference, channel).await.map_err(step("seeding demo renewals"))?;
         let address = punctual_core::ports::EmailAddress::parse(&crate::ses::local_address(&reference))
             .map_err(step("naming demo recipients"))?;
         book.put(&tenant, &reference, &address, Utc::now().timestamp_millis())
@@ -130,7 +179,7 @@ async fn up_on(
     let pids = spawned.clone();
     let mut processes: std::collections::BTreeMap<String, u32> =
         emulator.named_pids().into_iter().map(|(name, pid)| (name.to_owned(), pid)).collect();
-    processes.insert("provider-double".to_owned(), double.id());
+    processes.extend(named);
     let pid_starts =
         pids.iter().filter_map(|pid| punctual_ops::target::process_start(*pid).map(|t| (*pid, t))).collect();
     let state = LocalState {
@@ -188,6 +237,11 @@ pub fn describe(s: &LocalState) -> String {
         r.renewals_table,
         r.provider_url
     );
+    for c in &r.channels {
+        let provider = if c.kind == "ses" { "Amazon SES on the emulator".to_owned() } else { c.provider_url.clone() };
+        let queue = if c.queue_url.is_empty() { "the lanes".to_owned() } else { c.queue_url.clone() };
+        out.push_str(&format!("channel {:<9} {provider} (quota {}/s), on {queue}\n", c.name, c.quota));
+    }
     out.push_str(&format!(
         "\nTry it (dummy credentials are fine for the emulator):\n  export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  aws --endpoint-url {} sqs send-message --queue-url {} --message-body '{}'\n  aws --endpoint-url {} sqs send-message --queue-url {} --message-body '{{\"v\":1}}'\n  punctual local drain\n  punctual local down\n",
         r.endpoint,
@@ -374,7 +428,8 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     })
 }
 
-async fn provider_stats(provider_url: &str) -> Option<punctual_provider_double::Stats> {
+/// The provider double's own counters (`GET /stats`), `None` when it does not answer.
+pub async fn provider_stats(provider_url: &str) -> Option<punctual_provider_double::Stats> {
     let base = provider_url.trim_end_matches("/v1/messages");
     let addr = base.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;

@@ -285,8 +285,9 @@ pub struct RunChannel {
     pub provider_effects: Option<u64>,
 }
 
-/// `--channels`: (name, kind, quota) of each channel, in order.
-pub fn parse_channels(spec: &str, quota: f64) -> Result<Vec<(String, String, f64)>, String> {
+/// `--channels` of `local up` and `run`: (name, kind, quota) of each channel, in order:
+/// `NAME=http|ses[:RATE]`, comma-separated, each name as `CHANNELS` takes it, one SES at most.
+pub fn parse_channel_spec(spec: &str, quota: f64) -> Result<Vec<(String, String, f64)>, String> {
     let mut out: Vec<(String, String, f64)> = Vec::new();
     for part in spec.split(',').map(str::trim) {
         let bad =
@@ -299,18 +300,31 @@ pub fn parse_channels(spec: &str, quota: f64) -> Result<Vec<(String, String, f64
         if !matches!(kind, "http" | "ses") || name.is_empty() || out.iter().any(|(n, ..)| n == name) {
             return Err(bad());
         }
-        if !punctual_core::workload::CHANNELS.contains(&name) {
-            return Err(format!(
-                "--channels {spec:?}: {name:?} is not a channel of the run's workload ({}): its renewals would all be dead-lettered unknown_channel",
-                punctual_core::workload::CHANNELS.join(", ")
-            ));
-        }
+        // The name as the functions will read it from `CHANNELS`.
+        let env = punctual_lambda::config::Env::new(|k: &str| (k == "CHANNELS").then(|| name.to_owned()));
+        punctual_lambda::config::channel_names(&env).map_err(|e| format!("--channels {spec:?}: {e}"))?;
         if kind == "ses" && out.iter().any(|(_, k, _)| k == "ses") {
             return Err(format!(
                 "--channels {spec:?}: one SES channel at most (the emulator's SES count cannot tell two apart)"
             ));
         }
         out.push((name.to_owned(), kind.to_owned(), rate));
+    }
+    Ok(out)
+}
+
+/// `run --channels`: [`parse_channel_spec`], every channel one of the workload's and each of
+/// them declared.
+pub fn parse_channels(spec: &str, quota: f64) -> Result<Vec<(String, String, f64)>, String> {
+    let out = parse_channel_spec(spec, quota)?;
+    for (name, ..) in &out {
+        let name = name.as_str();
+        if !punctual_core::workload::CHANNELS.contains(&name) {
+            return Err(format!(
+                "--channels {spec:?}: {name:?} is not a channel of the run's workload ({}): its renewals would all be dead-lettered unknown_channel",
+                punctual_core::workload::CHANNELS.join(", ")
+            ));
+        }
     }
     if let Some(missing) = punctual_core::workload::CHANNELS.iter().find(|c| !out.iter().any(|(n, ..)| n == *c)) {
         return Err(format!(

@@ -85,27 +85,14 @@ fn without_its_alarm_an_incident_is_reported_silent_or_late() {
     }
 }
 
-/// Two channels, SMS in trouble: the page comes in time through SMS's own signals and email
-/// delivers every reminder in its window. Point the channel components at a channel nobody
-/// declares (`SecondChannel=push`) and SMS's outage is hidden by email's successes in the
-/// fleet's ratio: every page clears while SMS is still down. Delete `ChannelTrippedAlarm` and a
-/// 401 on SMS pages only once its held reminders pass the SLO.
+/// Two channels, SMS in trouble (`make test`'s drill runs both incidents against the shipped
+/// template, where they page in time and email stays whole; here, what each depends on). Point
+/// the channel components at a channel nobody declares (`SecondChannel=push`) and SMS's outage
+/// is hidden by email's successes in the fleet's ratio: every page clears while SMS is still
+/// down. Delete `ChannelTrippedAlarm` and a 401 on SMS pages only once its held reminders pass
+/// the SLO.
 #[test]
-fn one_channels_trouble_pages_through_its_own_signals_and_leaves_the_other_channel_whole() {
-    let r = run(&template(), &[Incident::SmsOutageEmailUnaffected, Incident::SmsCredentialsRevoked], 0).unwrap();
-    let outage = incident(&r, "sms_outage_email_unaffected");
-    assert_eq!(outage.paged_by.as_deref(), Some("ProviderFailingAlarm"), "{outage:#?}");
-    let revoked = incident(&r, "sms_credentials_revoked");
-    assert_eq!(revoked.paged_by.as_deref(), Some("ChannelTrippedAlarm"), "{revoked:#?}");
-    assert_eq!(revoked.runbook.as_deref(), Some("docs/operations.md#channel-tripped"));
-    for i in [outage, revoked] {
-        assert!(i.ok, "{i:#?}");
-        let email = &i.channels["email"];
-        assert_eq!((email.late, email.delivered + email.bounced), (0, email.reminders), "{i:#?}");
-        assert!(email.reminders > 10_000 && i.channels["sms"].reminders > 3_000, "{i:#?}");
-    }
-    assert!(revoked.channels["sms"].switch_trips > 0 && revoked.channels["email"].switch_trips == 0, "{revoked:#?}");
-
+fn one_channels_trouble_goes_unpaged_without_its_own_signals() {
     let opts = DrillOptions {
         incidents: vec![Incident::SmsOutageEmailUnaffected],
         mornings: 0,

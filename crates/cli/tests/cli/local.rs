@@ -105,6 +105,67 @@ async fn local_up_then_hand_sent_messages_then_drain_accounts_for_each_one() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("run `punctual local up` first"));
 }
 
+/// `local up --channels email=ses,sms=http:20`: each channel its own provider, SMS its own
+/// queue, the demo renewals on the channels in turn (0 and 2 email, 1 SMS). Each hand-sent demo
+/// message is delivered once through its own channel's provider: SES counts two, the SMS
+/// double one (an email sent there would be counted there); `status` shows both switches.
+#[tokio::test]
+#[allow(clippy::await_holding_lock)] // held on purpose across the whole test: see ONE_PIPELINE
+async fn local_up_with_channels_delivers_each_demo_reminder_through_its_own_channel() {
+    let _one = one_pipeline();
+    let state = std::env::temp_dir().join(unique("punctual-local-channels"));
+    let bad = punctual(&state, &["local", "up", "--channels", "email=ses,Sms=http"]);
+    assert!(!bad.status.success(), "{bad:?}");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("CHANNELS"), "the name's rule is named: {bad:?}");
+    assert!(!state.join("state.json").exists(), "nothing started for a refused spec");
+    let up = punctual(&state, &["local", "up", "--channels", "email=ses,sms=http:20", "--json"]);
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let res: serde_json::Value = serde_json::from_slice(&up.stdout).unwrap();
+    let channels = res["channels"].as_array().unwrap();
+    assert_eq!(channels.len(), 2, "{res}");
+    let (email, sms) = (&channels[0], &channels[1]);
+    assert_eq!((email["name"].as_str(), email["kind"].as_str()), (Some("email"), Some("ses")), "{res}");
+    assert_eq!(
+        (sms["name"].as_str(), sms["kind"].as_str(), sms["quota"].as_f64()),
+        (Some("sms"), Some("http"), Some(20.0))
+    );
+    assert!(
+        email["queue_url"].as_str() == Some("") && sms["queue_url"].as_str().is_some_and(|u| !u.is_empty()),
+        "{res}"
+    );
+    let sms_url = sms["provider_url"].as_str().unwrap().to_owned();
+    assert_ne!(sms_url, res["provider_url"].as_str().unwrap(), "SMS has a double of its own");
+
+    let config = sdk_config().await;
+    let region = config.region().map_or_else(|| "us-east-1".to_owned(), ToString::to_string);
+    let endpoint = res["endpoint"].as_str().unwrap().to_owned();
+    let ses_before = punctual_harness::ses::sent_last_24_hours(&endpoint, &region).await.unwrap_or(0);
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    for n in 0..3 {
+        let body = punctual_harness::local::demo_message(n).unwrap();
+        sqs.send_message().queue_url(res["send_queue_url"].as_str().unwrap()).message_body(body).send().await.unwrap();
+    }
+    let drain = punctual(&state, &["local", "drain", "--json"]);
+    assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&drain.stdout).unwrap();
+    assert_eq!(report["delivered"], 3, "{report}");
+    let ses_after = punctual_harness::ses::sent_last_24_hours(&endpoint, &region).await.unwrap_or(0);
+    assert_eq!(ses_after - ses_before, 2, "SES sent the two email reminders: {report}");
+    let stats = punctual_harness::local::provider_stats(&sms_url).await.unwrap();
+    assert_eq!(stats.distinct_keys, 1, "the SMS double took the one SMS reminder: {stats:?}");
+    let status = punctual(&state, &["status", "--json"]);
+    let s: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let switches = s["channels_paused"].as_object().unwrap();
+    assert!(switches.contains_key("email") && switches.contains_key("sms"), "{s}");
+
+    let down = punctual(&state, &["local", "down"]);
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    assert!(
+        std::net::TcpStream::connect(sms_url.trim_start_matches("http://").trim_end_matches("/v1/messages")).is_err(),
+        "SMS's double stopped"
+    );
+}
+
 #[test]
 fn a_local_pipeline_is_drained_from_a_shell_with_other_credentials() {
     let _one = one_pipeline();
