@@ -158,12 +158,20 @@ async fn local_up_with_channels_delivers_each_demo_reminder_through_its_own_chan
     let switches = s["channels_paused"].as_object().unwrap();
     assert!(switches.contains_key("email") && switches.contains_key("sms"), "{s}");
 
+    // `local down` signals every process `local up` started, SMS's double among them, and does
+    // not wait for them: each exits within moments (a check of its port right after the
+    // command once still found it listening).
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("state.json")).unwrap()).unwrap();
+    let pid = saved["processes"]["provider-double-sms"].as_u64().expect("SMS's double is a process of the state");
     let down = punctual(&state, &["local", "down"]);
     assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
-    assert!(
-        std::net::TcpStream::connect(sms_url.trim_start_matches("http://").trim_end_matches("/v1/messages")).is_err(),
-        "SMS's double stopped"
-    );
+    let alive = || std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let started = std::time::Instant::now();
+    while alive() && started.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!alive(), "SMS's double (pid {pid}) still runs 10 s after local down");
 }
 
 #[test]
