@@ -286,12 +286,6 @@ pub struct Scheduler<S, Q, C> {
     ledger: Option<ExpiryLedger>,
 }
 
-/// The urgent lane's pacers: one per declared channel with a rate, and the fleet's for the rest.
-struct Planners {
-    fleet: ReleasePlanner,
-    channels: Vec<ReleasePlanner>,
-}
-
 /// Which rate serves a renewal: index `i < n` is the `i`-th channel's, `n` the fleet's.
 fn rate_index(rates: &[(String, f64)], channel: Option<&str>) -> usize {
     channel.and_then(|c| rates.iter().position(|(n, _)| n == c)).unwrap_or(rates.len())
@@ -419,7 +413,7 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         &self,
         urgent: &mut Vec<Pending>,
         roomy: &mut Vec<Pending>,
-        planners: &mut Planners,
+        planners: &mut [ReleasePlanner],
         per_chunk: &mut Duration,
         report: &mut TickReport,
     ) -> Result<(), SchedulerError> {
@@ -432,15 +426,12 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
         let planned = {
             let at = self.clock.now();
             let msgs: Vec<ReminderMessage> = urgent.iter().map(|p| message_for(p, at)).collect();
+            let mut groups: Vec<Vec<usize>> = vec![Vec::new(); planners.len()];
+            for (i, p) in urgent.iter().enumerate() {
+                groups[rate_index(&self.channel_rates, p.channel.as_deref())].push(i);
+            }
             let mut planned = vec![at; msgs.len()];
-            for k in 0..=self.channel_rates.len() {
-                let idx: Vec<usize> = (0..msgs.len())
-                    .filter(|&i| rate_index(&self.channel_rates, urgent[i].channel.as_deref()) == k)
-                    .collect();
-                if idx.is_empty() {
-                    continue;
-                }
-                let planner = planners.channels.get_mut(k).unwrap_or(&mut planners.fleet);
+            for (planner, idx) in planners.iter_mut().zip(groups).filter(|(_, idx)| !idx.is_empty()) {
                 let turns = planner.plan(&idx.iter().map(|&i| &msgs[i]).collect::<Vec<_>>(), at);
                 for (i, t) in idx.into_iter().zip(turns) {
                     planned[i] = t;
@@ -631,21 +622,21 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                 LaneDepths::default()
             }
         };
-        // A channel's pacer starts where the fleet's does, behind the urgent work already ready
-        // on the lanes at the fleet's rate (the depth is the fleet's, whichever channels it
+        // The urgent lane's pacers, indexed as `rate_index` (each channel with a rate, then the
+        // fleet's). A channel's pacer starts where the fleet's does, behind the urgent work already
+        // ready on the lanes at the fleet's rate (the depth is the fleet's, whichever channels it
         // holds), and never paces faster than the fleet's rate.
         let fleet = ReleasePlanner::new(policy, start, ahead);
-        let mut planners = Planners {
-            channels: self
-                .channel_rates
-                .iter()
-                .map(|(_, rate)| {
-                    let policy = LanePolicy { rate: rate.min(s.sustainable_rate), ..policy };
-                    ReleasePlanner::starting_at(policy, fleet.free_at())
-                })
-                .collect(),
-            fleet,
-        };
+        let free = fleet.free_at();
+        let mut planners: Vec<ReleasePlanner> = self
+            .channel_rates
+            .iter()
+            .map(|(_, rate)| {
+                let policy = LanePolicy { rate: rate.min(s.sustainable_rate), ..policy };
+                ReleasePlanner::starting_at(policy, free)
+            })
+            .chain([fleet])
+            .collect();
         // The tick reads pages into `urgent` and `roomy` and releases them in groups of up to
         // `RELEASE_GROUP`: the urgent ones first, sorted by deadline over the whole group (pages
         // come in `deliver_after` order, so a page-by-page pace would invert deadlines), then

@@ -42,13 +42,14 @@ impl SchedulerConfig {
             |v| Duration::from_secs(*v) <= MAX_LOOKAHEAD,
         )?;
         let lanes = lane_config(env)?;
+        let channels = punctual_lambda::config::channel_names(env)?;
         Ok(Self {
             renewals_table: env.required("RENEWALS_TABLE")?,
             send_queue_url: env.required("SEND_QUEUE_URL")?,
             urgent_queue_url: lanes.urgent_queue_url,
             channel_queues: lanes.channel_queues,
-            channels: punctual_lambda::config::channel_names(env)?,
-            channel_rates: channel_rates(env)?,
+            channel_rates: channel_rates(env, &channels)?,
+            channels,
             ledger_table: env.required("LEDGER_TABLE")?,
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
             settings: SchedulerSettings {
@@ -93,11 +94,15 @@ impl SchedulerConfig {
     }
 }
 
-/// The declared channels' own quotas, as sustainable rates (see [`SchedulerConfig::channel_rates`]).
-fn channel_rates<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<(String, f64)>, ConfigError> {
+/// The quotas of `channels` set on the scheduler, as sustainable rates (see
+/// [`SchedulerConfig::channel_rates`]).
+fn channel_rates<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+    channels: &[String],
+) -> Result<Vec<(String, f64)>, ConfigError> {
     let mut rates = Vec::new();
-    for name in punctual_lambda::config::channel_names(env)? {
-        let prefix = punctual_lambda::config::channel_prefix(&name);
+    for name in channels {
+        let prefix = punctual_lambda::config::channel_prefix(name);
         let under = env.under(&prefix, &[]);
         if under.optional("PROVIDER_RATE_PER_SEC").is_none() {
             continue;
@@ -107,7 +112,7 @@ fn channel_rates<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<(Str
                 *v > 0.0 && *v <= 100_000.0
             })
             .map_err(|e| e.under(&prefix))?;
-        rates.push((name, punctual_core::scheduler::SUSTAINABLE_SHARE * quota));
+        rates.push((name.clone(), punctual_core::scheduler::SUSTAINABLE_SHARE * quota));
     }
     Ok(rates)
 }

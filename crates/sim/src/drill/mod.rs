@@ -420,7 +420,7 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
             namespace: namespace(),
             sms_quota: (shape == catalogue::Shape::Channels).then_some(catalogue::SMS_QUOTA),
             channel_rates: true,
-            sms_queue: Some(catalogue::SMS_POLLERS),
+            sms_queue: (shape == catalogue::Shape::Channels).then_some(catalogue::SMS_POLLERS),
         };
         let mut run = world::run(&cfg).map_err(DrillError::Run)?;
         let timeline = template.evaluate(&mut run, cfg.start + WARMUP, cfg.end)?;

@@ -168,8 +168,8 @@ pub struct WorldConfig {
     pub namespace: String,
     /// Two channels (`CHANNELS=email,sms`): the rows marked [`Row::sms`] go by SMS, whose
     /// provider has this quota; email's has [`WorldConfig::quota`]. Each channel has its own
-    /// provider, limiter and pause switch, and both share the template's two lanes (the
-    /// template declares no channel queue). `None`: one provider, no channels.
+    /// provider, limiter and pause switch; SMS's queue is [`WorldConfig::sms_queue`]'s. `None`:
+    /// one provider, no channels.
     pub sms_quota: Option<f64>,
     /// A two-channel run's scheduler is told each channel's quota
     /// (`CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC` on the scheduler): it paces and projects each
@@ -865,18 +865,17 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
         }
         if let Some(c) = &m.channel {
             let slo = m.deliver_after + TimeDelta::from_std(slo.within).unwrap_or(TimeDelta::zero());
-            let past_slo = match accepted.get(m.reminder_id.as_str()) {
-                Some(at) => *at > slo,
-                None => slo <= end && !row.bad_address,
-            };
             let f = by_channel.entry(c.clone()).or_default();
-            f.past_slo += u64::from(past_slo);
-            if let Some(at) = accepted.get(m.reminder_id.as_str()) {
-                f.worst_wait_seconds =
-                    f.worst_wait_seconds.max((*at - m.deliver_after).num_milliseconds() as f64 / 1000.0);
+            match accepted.get(m.reminder_id.as_str()) {
+                Some(at) => {
+                    f.delivered += 1;
+                    f.past_slo += u64::from(*at > slo);
+                    f.worst_wait_seconds =
+                        f.worst_wait_seconds.max((*at - m.deliver_after).num_milliseconds() as f64 / 1000.0);
+                }
+                None => f.past_slo += u64::from(slo <= end && !row.bad_address),
             }
             f.reminders += 1;
-            f.delivered += u64::from(accepted.contains_key(m.reminder_id.as_str()));
             f.late += u64::from(missed);
             f.bounced += u64::from(row.bad_address);
         }
