@@ -240,7 +240,7 @@ impl ReminderId {
     /// their bits do: a table can key an id by 16 bytes instead of a string.
     pub fn bits_of(s: &str) -> Option<u128> {
         let hex = s.strip_prefix(Self::PREFIX)?;
-        if hex.len() != Self::HEX_LEN || !hex.bytes().all(|b| HEX.contains(&b)) {
+        if hex.len() != Self::HEX_LEN || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
             return None;
         }
         u128::from_str_radix(hex, 16).ok()

@@ -2134,3 +2134,19 @@ pub fn scripted_sender_over<L: Ledger>(
     );
     (sender, queue, provider)
 }
+
+/// A valid v1 message body as JSON, for decoder tests to mutate one field at a time.
+pub fn valid_body() -> serde_json::Value {
+    serde_json::json!({
+        "v": 1,
+        "reminder_id": "rem_c9dd29194f09d2128544bc59f58b2395",
+        "renewal_id": "ren-0001",
+        "tenant_id": "acme",
+        "kind": "renewal_7d",
+        "deliver_after": "2026-12-01T14:00:00Z",
+        "deliver_by": "2026-12-01T22:00:00Z",
+        "attempt": 0,
+        "first_enqueued": "2026-12-01T13:50:00Z",
+        "correlation_id": "corr-1"
+    })
+}

@@ -6,22 +6,8 @@
 use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 use punctual_core::contract::{MAX_BODY_BYTES, MalformedMessage, ReminderMessage};
+use punctual_core::testing::valid_body as valid;
 use serde_json::{Value, json};
-
-fn valid() -> Value {
-    json!({
-        "v": 1,
-        "reminder_id": "rem_c9dd29194f09d2128544bc59f58b2395",
-        "renewal_id": "ren-0001",
-        "tenant_id": "acme",
-        "kind": "renewal_7d",
-        "deliver_after": "2026-12-01T14:00:00Z",
-        "deliver_by": "2026-12-01T22:00:00Z",
-        "attempt": 0,
-        "first_enqueued": "2026-12-01T13:50:00Z",
-        "correlation_id": "corr-1"
-    })
-}
 
 fn with(path: &str, v: Value) -> String {
     let mut m = valid();
