@@ -312,8 +312,21 @@ def main() -> int:
         if name not in params:
             problems.append(f"parameter {name}: listed in {doc} (line {doc_params[name][0]}) but not in {template}")
 
+    # A channel's variable (CHANNEL_{NAME}_X for a name the template's CHANNELS declares) is
+    # documented by its X, which the channel reads under its prefix, or by the per-channel
+    # table's `CHANNEL_{NAME}_X`.
+    text = template.read_text(encoding="utf-8")
+    doc_text = doc.read_text(encoding="utf-8")
+    prefixes = {"CHANNEL_" + n.upper().replace("-", "_") + "_"
+                for v in re.findall(r'^\s*CHANNELS:.*?"([a-z0-9,-]+)"', text, re.M) for n in v.split(",")}
+
+    def documented(name: str) -> bool:
+        base = next((name[len(p):] for p in prefixes if name.startswith(p)), None)
+        return name in doc_vars or name in ALLOWED or (
+            base is not None and (base in doc_vars or f"`CHANNEL_{{NAME}}_{base}`" in doc_text))
+
     for name in sorted(template_variables(template)):
-        if name not in doc_vars and name not in ALLOWED:
+        if not documented(name):
             problems.append(f"{name}: set in {template}'s Environment but not listed in {doc}")
 
     for p in problems:

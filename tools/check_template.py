@@ -176,7 +176,11 @@ queues = of_type("AWS::SQS::Queue")
 dlq = queues.get("DeadLetterQueue", {}).get("Properties", {})
 # The deadline lanes (docs/design.md#lanes-and-pacing): every queue but the DLQ is one, and the sender polls each.
 LANES = {"SendQueue": "normal lane", "UrgentQueue": "urgent lane"}
-check("the queues are the two lanes and the DLQ", set(queues) == set(LANES) | {"DeadLetterQueue"}, str(sorted(queues)))
+# A channel's own queue (docs/configuration.md#channels), with the condition that declares the
+# channel: the sms channel's (SmsProviderUrl).
+CHANNEL_QUEUES = {"SmsQueue": ("sms", "HasSms")}
+check("the queues are the two lanes, the channels' own and the DLQ",
+      set(queues) == set(LANES) | set(CHANNEL_QUEUES) | {"DeadLetterQueue"}, str(sorted(queues)))
 
 # --- the sender's event source mappings: one per lane -----------------------------------
 # As deployed with the default parameters (SenderPollerMode max_concurrency); the provisioned
@@ -215,7 +219,17 @@ else:
 # --- the queues ----------------------------------------------------------------------------
 timeout = sender.get("Timeout", 3)
 dlq_retention = int(dlq.get("MessageRetentionPeriod", 345600))
-allowed_sources = [a.get("Fn::Sub") if isinstance(a, dict) else a for a in dlq.get("RedriveAllowPolicy", {}).get("sourceQueueArns", [])]
+def branches(value):
+    """The values a node may take: each side of an Fn::If, none for AWS::NoValue."""
+    if isinstance(value, dict) and "Fn::If" in value:
+        return [v for side in value["Fn::If"][1:] for v in branches(side)]
+    if isinstance(value, dict) and value.get("Ref") == "AWS::NoValue":
+        return []
+    return [value]
+
+
+allowed_sources = [a.get("Fn::Sub") if isinstance(a, dict) else a
+                   for item in dlq.get("RedriveAllowPolicy", {}).get("sourceQueueArns", []) for a in branches(item)]
 check("DLQ has a redrive allow policy", "RedriveAllowPolicy" in dlq)
 for lane in LANES:
     q = queues.get(lane, {}).get("Properties", {})
@@ -249,6 +263,32 @@ differ = [k for k in alike if send_q.get(k) != urgent_q.get(k)]
 if send_q.get("RedrivePolicy", {}).get("maxReceiveCount") != urgent_q.get("RedrivePolicy", {}).get("maxReceiveCount"):
     differ.append("maxReceiveCount")
 check("the urgent queue is configured like the send queue", not differ, ", ".join(differ))
+# A channel's queue: created only with its channel, configured like the lanes, drained by a
+# mapping of its own (with the same condition) to the sender, with its own ceiling.
+mappings = of_type("AWS::Lambda::EventSourceMapping")
+for qname, (channel, cond) in CHANNEL_QUEUES.items():
+    q = queues.get(qname, {})
+    qp = q.get("Properties", {})
+    check(f"{qname} exists only with the {channel} channel (Condition {cond})", q.get("Condition") == cond, str(q.get("Condition")))
+    differ = [k for k in alike if qp.get(k) != send_q.get(k)]
+    if qp.get("RedrivePolicy", {}).get("maxReceiveCount") != send_q.get("RedrivePolicy", {}).get("maxReceiveCount"):
+        differ.append("maxReceiveCount")
+    check(f"{qname} is configured like the send queue", not differ, ", ".join(differ))
+    ms = [m for m in mappings.values() if ref_name(m.get("Properties", {}).get("EventSourceArn")) == qname]
+    m = ms[0] if len(ms) == 1 else {}
+    mp = m.get("Properties", {})
+    mc = ref_name(mp.get("ScalingConfig", {}).get("MaximumConcurrency"))
+    check(
+        f"{qname} is drained by one mapping of its own to the sender (Condition {cond}, partial failures, "
+        "the lanes' batch and window, its own MaximumConcurrency in 2..1000)",
+        len(ms) == 1 and m.get("Condition") == cond and ref_name(mp.get("FunctionName")) == "SenderFunction"
+        and "ReportBatchItemFailures" in mp.get("FunctionResponseTypes", [])
+        and ref_name(mp.get("BatchSize")) == "SenderBatchSize"
+        and ref_name(mp.get("MaximumBatchingWindowInSeconds")) == "SenderBatchingWindowSeconds"
+        and mc in parameters and mc not in {"SenderMaximumConcurrency", "SenderUrgentMaximumConcurrency"}
+        and float(parameters[mc].get("MinValue", 0)) >= 2 and float(parameters[mc].get("MaxValue", 1e9)) <= 1000,
+        json.dumps(m),
+    )
 
 star_actions = []
 for name, f in functions.items():
@@ -277,16 +317,19 @@ SQS_NEEDS = {
     "sender": {  # polls both lanes, requeues by lane, quarantines to the DLQ
         "SendQueue": POLL + ["sqs:SendMessage"],
         "UrgentQueue": POLL + ["sqs:SendMessage"],
+        "SmsQueue": POLL + ["sqs:SendMessage"],  # the sms channel's: polled by its mapping, requeued to
         "DeadLetterQueue": ["sqs:SendMessage"],
     },
     "scheduler": {  # releases to either lane, reads both depths for the backlog
         "SendQueue": ["sqs:SendMessage", "sqs:GetQueueAttributes"],
         "UrgentQueue": ["sqs:SendMessage", "sqs:GetQueueAttributes"],
+        "SmsQueue": ["sqs:SendMessage", "sqs:GetQueueAttributes"],
     },
     "redrive": {  # reads the DLQ, sends each letter back to its lane
         "DeadLetterQueue": ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"],
         "SendQueue": ["sqs:SendMessage"],
         "UrgentQueue": ["sqs:SendMessage"],
+        "SmsQueue": ["sqs:SendMessage"],
     },
 }
 for name, f in functions.items():
@@ -573,6 +616,7 @@ MISSING_DATA = {
     "SenderInfrastructureFailuresAlarm": ("notBreaching", SENDER_STOPPED),
     "OldestMessageAgeAlarm": ("notBreaching", SENDER_STOPPED + HEARTBEAT),
     "UrgentOldestMessageAgeAlarm": ("notBreaching", SENDER_STOPPED + HEARTBEAT),
+    "SmsOldestMessageAgeAlarm": ("notBreaching", SENDER_STOPPED + HEARTBEAT),
     "DlqNotEmptyAlarm": ("notBreaching", []),  # SQS keeps a queue with messages active
     "DlqOldestLetterAlarm": ("notBreaching", []),
     "DlqNewLettersAlarm": ("notBreaching", SENDER_STOPPED),  # FILL(records, 0): backstop letters still count
@@ -840,6 +884,9 @@ BOUNDS = {
     # The deadline SLO: a reminder meets it when delivered within this many seconds of its
     # deliver_after. crates/core/src/slo.rs (SloPolicy::parse): 1..=86400, compared below (15).
     "SloWithinSecs": (1, 86400),
+    # The sms channel: its quota as ProviderRatePerSecond's; its mapping's ceiling as the lanes'.
+    "SmsProviderRatePerSecond": (0.01, 100000),
+    "SmsMaximumConcurrency": (2, 1000),
 }
 for pname, (lo, hi) in sorted(BOUNDS.items()):
     p = parameters.get(pname, {})
@@ -864,9 +911,19 @@ def within(lo, hi, b):
 # Every variable the template sets, from a parameter or a literal, lies within its parser's
 # range, and a parameter's bounds are the code's: the same inclusive bounds, and just inside
 # an exclusive one (the BOUNDS choice).
+def channel_prefixes(env):
+    """CHANNEL_{NAME}_ of each channel the CHANNELS variable may declare."""
+    names = {n for v in branches(env.get("CHANNELS", "")) if isinstance(v, str) for n in v.split(",") if n}
+    return ["CHANNEL_" + n.upper().replace("-", "_") + "_" for n in names]
+
+
 for fname, f in sorted(functions.items()):
     env = f.get("Properties", {}).get("Environment", {}).get("Variables", {})
-    for var, value in sorted(env.items()):
+    prefixes = channel_prefixes(env)
+    for full, choice in sorted((k, v) for k, val in env.items() for v in branches(val)):
+        # A channel's variable is parsed as the deployment's of the same name (one parser).
+        var = next((full[len(p):] for p in prefixes if full.startswith(p)), full)
+        value = choice
         if var not in PARSERS:
             continue
         b = code_bounds(PARSERS[var], var)
@@ -1173,6 +1230,7 @@ for ps in SCENARIOS:
     send = [st for st in ses_sts if "ses:SendEmail" in as_list(st.get("Action", []))]
     get_account = [st for st in ses_sts if "ses:GetAccount" in as_list(st.get("Action", []))]
     secret = [st for st in sts if "secretsmanager:GetSecretValue" in as_list(st.get("Action", []))]
+    sms_secret = ["SmsProviderTokenSecretArn"] if cond_value(conditions["HasSms"], ps) else []
     if kind == "ses":
         resources = sorted((r.get("Fn::Sub") if isinstance(r, dict) else r) for st in send for r in as_list(st.get("Resource", [])))
         want = sorted([SES_PREFIX + "identity/${SesIdentityName}", SES_PREFIX + f"template/{prefix}*"]
@@ -1181,14 +1239,62 @@ for ps in SCENARIOS:
             iam_wrong.add(f"{tag}: ses:SendEmail on {resources}, want {want}")
         if bool(get_account) != acct or any(as_list(st.get("Resource")) != ["*"] for st in get_account):
             iam_wrong.add(f"{tag}: ses:GetAccount {json.dumps(get_account)} (only with PROVIDER_RATE_FROM_ACCOUNT, on *)")
-        if secret:
+        # The sms channel's token is the one secret an SES email channel may sit beside.
+        if [ref_name(r) for st in secret for r in as_list(st.get("Resource", []))] != sms_secret:
             iam_wrong.add(f"{tag}: the provider token is readable without an http provider")
     else:
         if ses_sts:
             iam_wrong.add(f"{tag}: SES actions without ProviderKind ses")
-        if [ref_name(r) for st in secret for r in as_list(st.get("Resource", []))] != ["ProviderTokenSecretArn"]:
+        if [ref_name(r) for st in secret for r in as_list(st.get("Resource", []))] != ["ProviderTokenSecretArn"] + sms_secret:
             iam_wrong.add(f"{tag}: secretsmanager:GetSecretValue on {json.dumps(secret)}")
 check("sender: each provider kind gets exactly its variables (the other kind's are unset)", not env_wrong, "; ".join(sorted(env_wrong)))
+
+# The channels (docs/configuration.md#channels), per scenario: a channel reads nothing from the
+# top-level variables, so each declared channel must be given in full what its kind needs
+# (crates/sender/src/config.rs, channel_configs: PROVIDER_KIND and PROVIDER_RATE_PER_SEC
+# required, then the kind's own), the email channel exactly the provider's own values, and the
+# scheduler and the redrive function the same channels and channel queues as the sender.
+CHANNEL_REQUIRED = {"PROVIDER_KIND", "PROVIDER_RATE_PER_SEC"}
+channel_wrong, channels_seen = set(), set()
+for ps in SCENARIOS:
+    tag = f"kind={ps.get('ProviderKind')} sms={'yes' if ps.get('SmsProviderUrl') else 'no'}"
+    envs = {f.get("Metadata", {}).get("BuildProperties", {}).get("Binary"):
+            resolve(f.get("Properties", {}).get("Environment", {}).get("Variables", {}), ps) for f in functions.values()}
+    senv = envs.get("sender", {})
+    names = [n for n in str(senv.get("CHANNELS", "")).split(",") if n]
+    channels_seen.add(tuple(names))
+    for n in names:
+        pre = "CHANNEL_" + n.upper().replace("-", "_") + "_"
+        own = {k[len(pre):]: v for k, v in senv.items() if k.startswith(pre)}
+        kind = own.get("PROVIDER_KIND")
+        kind = ps.get("ProviderKind") if kind == {"Ref": "ProviderKind"} else kind
+        need = CHANNEL_REQUIRED | (set(KIND_VARS.get(kind, {})) | ({"SES_TEMPLATE_PREFIX"} if kind == "ses" else set()))
+        missing = sorted(need - set(own))
+        if missing:
+            channel_wrong.add(f"{tag}: {n} lacks {', '.join(pre + m for m in missing)}")
+        wrong_kind = sorted((SES_ONLY if kind != "ses" else HTTP_ONLY) & set(own))
+        if wrong_kind:
+            channel_wrong.add(f"{tag}: {n} ({kind}) is given {', '.join(pre + m for m in wrong_kind)}")
+        if n == "email":
+            differ = sorted(k for k, v in own.items() if k in senv and senv[k] != v)
+            if differ:
+                channel_wrong.add(f"{tag}: email's {', '.join(pre + k for k in differ)} differ from the provider's own")
+    queues_of = {b: {k: v for k, v in e.items() if k.startswith("CHANNEL_") and k.endswith("_QUEUE_URL")} for b, e in envs.items()}
+    for other in ["scheduler", "redrive"]:
+        oenv = envs.get(other, {})
+        if [n for n in str(oenv.get("CHANNELS", "")).split(",") if n] != names:
+            channel_wrong.add(f"{tag}: {other} CHANNELS={oenv.get('CHANNELS')!r}, the sender's {senv.get('CHANNELS')!r}")
+        if queues_of.get(other) != queues_of.get("sender"):
+            channel_wrong.add(f"{tag}: {other}'s channel queues {queues_of.get(other)} are not the sender's {queues_of.get('sender')}")
+    sched = envs.get("scheduler", {})
+    if names and "PROVIDER_RATE_PER_SEC" not in sched:
+        unrated = [n for n in names if f"CHANNEL_{n.upper().replace('-', '_')}_PROVIDER_RATE_PER_SEC" not in sched]
+        if unrated:
+            channel_wrong.add(f"{tag}: the scheduler has no fleet rate and no rate for {', '.join(unrated)} (it would run at 97/s)")
+check("the channels: each declared channel is given in full what its kind needs, email the provider's own values, "
+      "the scheduler and the redrive function the sender's channels and channel queues",
+      not channel_wrong, "; ".join(sorted(channel_wrong)))
+check("the scenarios deploy both one provider and the two channels", channels_seen == {(), ("email", "sms")}, str(channels_seen))
 check(
     "sender: SES IAM is scoped (ses:SendEmail on the identity, the template prefix and the set; ses:GetAccount alone on *; "
     "no other Resource * but X-Ray's two writes)",

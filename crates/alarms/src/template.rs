@@ -496,6 +496,15 @@ pub fn parameter_names(text: &str) -> Result<Vec<String>, TemplateError> {
 /// Reads every `AWS::CloudWatch::Alarm` and `AWS::CloudWatch::CompositeAlarm` of a template
 /// (YAML or JSON), its intrinsics resolved with `opts`.
 pub fn load(text: &str, opts: &Options) -> Result<Alarms, TemplateError> {
+    with_resolver(text, opts, load_alarms)
+}
+
+/// Parses `text` and hands its resources to `each` with a resolver for `opts`.
+fn with_resolver<R>(
+    text: &str,
+    opts: &Options,
+    each: impl FnOnce(&Resolver<'_>, &serde_norway::Mapping) -> Result<R, TemplateError>,
+) -> Result<R, TemplateError> {
     let doc: Y = serde_norway::from_str(text)?;
     let Y::Mapping(doc) = doc else {
         return Err(TemplateError::Section { section: "document" });
@@ -528,7 +537,50 @@ pub fn load(text: &str, opts: &Options) -> Result<Alarms, TemplateError> {
         types.insert(id.to_string(), resource.get("Type").and_then(Y::as_str).map(str::to_string));
     }
     let resolver = Resolver { opts, parameters, conditions, resources: types };
+    each(&resolver, resources)
+}
 
+/// A resource the template creates, its intrinsics resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resource {
+    /// Its logical id.
+    pub logical_id: String,
+    /// Its `Type`.
+    pub kind: Option<String>,
+    /// Its `Properties`, every intrinsic resolved.
+    pub properties: Option<J>,
+}
+
+/// Every resource the template creates for `opts` (its `Condition` holds), with its
+/// `Properties` resolved ([`intrinsics`]'s rules: a `Ref` of a resource is its logical id). What
+/// a test reads to feed a function's `Environment` to that function's own configuration parser.
+pub fn resources(text: &str, opts: &Options) -> Result<Vec<Resource>, TemplateError> {
+    with_resolver(text, opts, |resolver, resources| {
+        let mut out = Vec::new();
+        for (id, resource) in resources {
+            let Some(id) = id.as_str() else { continue };
+            let kind = resource.get("Type").and_then(Y::as_str).map(str::to_string);
+            if created(resolver, id, resource)? {
+                let properties = resource.get("Properties").map(|p| resolver.resolve(id, p)).transpose()?.flatten();
+                out.push(Resource { logical_id: id.to_string(), kind, properties });
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// Whether `resource` (logical id `id`) is created: it has no `Condition`, or its holds.
+fn created(resolver: &Resolver<'_>, id: &str, resource: &Y) -> Result<bool, TemplateError> {
+    let Some(condition) = resource.get("Condition") else { return Ok(true) };
+    let name = condition.as_str().ok_or_else(|| TemplateError::InvalidProperty {
+        alarm: id.to_string(),
+        property: "Condition".into(),
+        expected: "a condition's name",
+    })?;
+    resolver.condition(id, name)
+}
+
+fn load_alarms(resolver: &Resolver<'_>, resources: &serde_norway::Mapping) -> Result<Alarms, TemplateError> {
     let mut alarms = Alarms::default();
     let mut rules = Vec::new();
     for (id, resource) in resources {
@@ -537,15 +589,8 @@ pub fn load(text: &str, opts: &Options) -> Result<Alarms, TemplateError> {
         if kind != Some("AWS::CloudWatch::Alarm") && kind != Some("AWS::CloudWatch::CompositeAlarm") {
             continue;
         }
-        if let Some(condition) = resource.get("Condition") {
-            let name = condition.as_str().ok_or_else(|| TemplateError::InvalidProperty {
-                alarm: id.to_string(),
-                property: "Condition".into(),
-                expected: "a condition's name",
-            })?;
-            if !resolver.condition(id, name)? {
-                continue;
-            }
+        if !created(resolver, id, resource)? {
+            continue;
         }
         let props = match resource.get("Properties") {
             Some(p) => resolver.resolve(id, p)?,

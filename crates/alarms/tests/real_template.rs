@@ -29,12 +29,20 @@ fn count(kind: &str) -> usize {
 
 #[test]
 fn yields_every_alarm_of_the_template() {
-    // With ProviderKind ses, the SES-only alarms (Condition: IsSes) exist too.
+    // With ProviderKind ses, the SES-only alarms (Condition: IsSes) exist too; with the sms
+    // channel (Condition: HasSms), its queue's age alarm.
     let mut opts = defaults();
     opts.parameters.insert("ProviderKind".into(), "ses".into());
+    opts.parameters.insert("SmsProviderUrl".into(), "https://sms.example/v1/messages".into());
     let alarms = load_path(&template(), &opts).unwrap();
     let http = load_path(&template(), &defaults()).unwrap();
-    assert_eq!(alarms.metric.len() - http.metric.len(), 2, "the two SES reputation alarms exist only for ses");
+    let only = |name: &str| alarms.metric.iter().any(|a| a.name == name) && !http.metric.iter().any(|a| a.name == name);
+    assert!(
+        only("SesBounceRateAlarm") && only("SesComplaintRateAlarm"),
+        "the SES reputation alarms exist only for ses"
+    );
+    assert!(only("SmsOldestMessageAgeAlarm"), "the SMS queue's age alarm exists only with the sms channel");
+    assert_eq!(alarms.metric.len() - http.metric.len(), 3);
     assert_eq!(alarms.metric.len(), count("AWS::CloudWatch::Alarm"));
     assert_eq!(alarms.composite.len(), count("AWS::CloudWatch::CompositeAlarm"));
     assert!(alarms.metric.len() >= 20 && alarms.composite.len() >= 2);

@@ -43,12 +43,17 @@ impl SchedulerConfig {
         )?;
         let lanes = lane_config(env)?;
         let channels = punctual_lambda::config::channel_names(env)?;
+        let channel_rates = channel_rates(env, &channels)?;
+        // Without the fleet's quota, a deployment whose every channel states its own runs at
+        // their sum (the template passes the channels' quotas: CloudFormation cannot add them).
+        let summed = (!channels.is_empty() && channel_rates.len() == channels.len())
+            .then(|| channel_rates.iter().map(|(_, r)| r).sum::<f64>());
         Ok(Self {
             renewals_table: env.required("RENEWALS_TABLE")?,
             send_queue_url: env.required("SEND_QUEUE_URL")?,
             urgent_queue_url: lanes.urgent_queue_url,
             channel_queues: lanes.channel_queues,
-            channel_rates: channel_rates(env, &channels)?,
+            channel_rates,
             channels,
             ledger_table: env.required("LEDGER_TABLE")?,
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
@@ -63,7 +68,8 @@ impl SchedulerConfig {
                     "milliseconds in 500..=300000",
                 )?,
                 // Default: `SUSTAINABLE_SHARE` (97 %) of the provider's quota when the scheduler
-                // is told the quota (the template passes PROVIDER_RATE_PER_SEC).
+                // is told the quota (the template passes PROVIDER_RATE_PER_SEC), else of every
+                // declared channel's quota summed.
                 sustainable_rate: env.parse(
                     "SUSTAINABLE_RATE_PER_SEC",
                     match env.optional("PROVIDER_RATE_PER_SEC") {
@@ -76,7 +82,7 @@ impl SchedulerConfig {
                                     |v: &f64| *v > 0.0 && *v <= 100_000.0,
                                 )?
                         }
-                        None => d.sustainable_rate,
+                        None => summed.unwrap_or(d.sustainable_rate),
                     },
                     "calls per second > 0",
                     |v: &f64| *v > 0.0,
@@ -148,7 +154,24 @@ mod tests {
         assert_eq!(c.channel_rates.len(), 1, "email has no rate here: the fleet's");
         assert_eq!(c.channel_rates[0].0, "sms");
         assert!((c.channel_rates[0].1 - 9.7).abs() < 1e-9);
+        assert!((c.settings.sustainable_rate - 97.0).abs() < 1e-9, "email's rate unknown: the default");
         let e = config(&[("CHANNELS", "sms"), ("CHANNEL_SMS_PROVIDER_RATE_PER_SEC", "-1")]).unwrap_err();
         assert!(e.to_string().contains("CHANNEL_SMS_PROVIDER_RATE_PER_SEC"), "{e}");
+    }
+
+    /// Every channel rated and no fleet quota (the template's two-channel stack): the fleet
+    /// runs at the channels' quotas summed; a fleet quota set still binds.
+    #[test]
+    fn without_the_fleets_quota_every_channels_own_sum_to_it() {
+        let both = [
+            ("CHANNELS", "email,sms"),
+            ("CHANNEL_EMAIL_PROVIDER_RATE_PER_SEC", "100"),
+            ("CHANNEL_SMS_PROVIDER_RATE_PER_SEC", "10"),
+        ];
+        let rate = |pairs: &[(&str, &str)]| config(pairs).unwrap().settings.sustainable_rate;
+        assert!((rate(&both) - 106.7).abs() < 1e-9);
+        let mut with_fleet = both.to_vec();
+        with_fleet.push(("PROVIDER_RATE_PER_SEC", "50"));
+        assert!((rate(&with_fleet) - 48.5).abs() < 1e-9);
     }
 }

@@ -15,3 +15,4 @@ mod sender;
 mod ses;
 mod smoke;
 mod status;
+mod template;
