@@ -25,6 +25,8 @@ grows a new way of reading the environment):
       - `env::var(` / `env::var_os(` (with or without `std::`);
       - the `punctual_lambda::config::Env` helpers `.required(`, `.optional(`, `.parse(`
         (optionally turbofished) and `.millis(` — every function's config goes through them;
+      - `under(prefix, "NAME")`, a variable read under a channel's prefix or none (the
+        provider token's, crates/aws/src/secrets.rs);
       - a local closure that wraps env::var, e.g. `let env = |k: &str| std::env::var(k)…;`
         then `env("RENEWALS_TABLE")` (the closure's name is learned per file);
   * libraries reading a variable for us are recognised by the call that makes them do it
@@ -76,6 +78,8 @@ LIBRARY_READS = {
 NAME = r"([A-Z][A-Z0-9_]*)"
 DIRECT = re.compile(r"\benv::var(?:_os)?\s*\(\s*\"" + NAME + r"\"")
 HELPER = re.compile(r"\.(?:required|optional|millis|parse(?:\s*::\s*<[^>]*>)?)\s*\(\s*\"" + NAME + r"\"")
+# A variable read under a channel's prefix or none: `under(prefix, "PROVIDER_TOKEN")` (crates/aws/src/secrets.rs).
+PREFIXED = re.compile(r"\bunder\s*\(\s*\w+\s*,\s*\"" + NAME + r"\"")
 CLOSURE_DEF = re.compile(r"\blet\s+(\w+)\s*=\s*(?:move\s+)?\|[^|]*\|[^;]*?\benv::var(?:_os)?\s*\(")
 TEST_CFG = re.compile(r"#\[cfg\(([^\]]*)\)\]")
 CFG_TEST_MOD_DECL = re.compile(r"#\[cfg\(([^\]]*)\)\]\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;")
@@ -208,7 +212,7 @@ def code_reads(crates: Path) -> dict[str, set[str]]:
         if f in gated or any(g in f.parents for g in gated):
             continue
         text = strip_test_items(strip_comments(f.read_text(encoding="utf-8")))
-        found = set(DIRECT.findall(text)) | set(HELPER.findall(text))
+        found = set(DIRECT.findall(text)) | set(HELPER.findall(text)) | set(PREFIXED.findall(text))
         for closure in set(CLOSURE_DEF.findall(text)):
             found |= set(re.findall(r"(?<![\w.])" + re.escape(closure) + r"\s*\(\s*\"" + NAME + r"\"", text))
         for pattern, var in LIBRARY_READS.items():

@@ -616,7 +616,7 @@ MISSING_DATA = {
     "SenderInfrastructureFailuresAlarm": ("notBreaching", SENDER_STOPPED),
     "OldestMessageAgeAlarm": ("notBreaching", SENDER_STOPPED + HEARTBEAT),
     "UrgentOldestMessageAgeAlarm": ("notBreaching", SENDER_STOPPED + HEARTBEAT),
-    "SmsOldestMessageAgeAlarm": ("notBreaching", SENDER_STOPPED + HEARTBEAT),
+    "SmsOldestMessageAgeAlarm": ("notBreaching", ["SmsQueueStalledAlarm", "SenderErrorsAlarm"] + HEARTBEAT),
     "DlqNotEmptyAlarm": ("notBreaching", []),  # SQS keeps a queue with messages active
     "DlqOldestLetterAlarm": ("notBreaching", []),
     "DlqNewLettersAlarm": ("notBreaching", SENDER_STOPPED),  # FILL(records, 0): backstop letters still count
@@ -639,6 +639,7 @@ MISSING_DATA = {
     "ThrottleRatioAlarm": ("ignore", SENDER_STOPPED),
     "NormalLaneStalledAlarm": ("notBreaching", []),  # SQS keeps a queue with messages active
     "UrgentLaneStalledAlarm": ("notBreaching", []),
+    "SmsQueueStalledAlarm": ("notBreaching", []),
     "SesBounceRateAlarm": ("notBreaching", ["FleetPausedAlarm"]),  # SES's own metric; a paused account pauses the fleet
     "SesComplaintRateAlarm": ("notBreaching", ["FleetPausedAlarm"]),
     # Emitted only for an active fair queue; dashboard-only.
@@ -1878,19 +1879,23 @@ check_pattern(
 VIA_SECRETS_MANAGER = {"StringEquals": {"kms:ViaService": {"Fn::Sub": "secretsmanager.${AWS::Region}.amazonaws.com"}}}
 kms_wrong = set()
 for ps in SCENARIOS:
-    kind, key = ps.get("ProviderKind"), ps.get("ProviderTokenKmsKeyArn", "")
-    tag = f"kind={kind} key={key or '-'}"
+    kind, key, sms_key = ps.get("ProviderKind"), ps.get("ProviderTokenKmsKeyArn", ""), ps.get("SmsProviderTokenKmsKeyArn", "")
+    sms = cond_value(conditions["HasSms"], ps)
+    tag = f"kind={kind} key={key or '-'} sms={'yes' if sms else 'no'} sms_key={sms_key or '-'}"
     for name, f in sorted(functions.items()):
         kms = [st for st in statements(f, ps) if any(str(a).startswith("kms:") for a in as_list(st.get("Action", [])))]
-        want = name == "SenderFunction" and kind == "http" and bool(key)
-        if len(kms) != (1 if want else 0):
-            kms_wrong.add(f"{tag}: {name} has {len(kms)} KMS statements, want {1 if want else 0}")
+        sender_fn = name == "SenderFunction"
+        want = sorted((["ProviderTokenKmsKeyArn"] if sender_fn and kind == "http" and key else []) \
+            + (["SmsProviderTokenKmsKeyArn"] if sender_fn and sms and sms_key else []))
+        got = sorted(ref_name(r) for st in kms for r in as_list(st.get("Resource")))
+        if got != want:
+            kms_wrong.add(f"{tag}: {name} has KMS grants on {got}, want {want}")
         for st in kms:
-            if (as_list(st.get("Action")) != ["kms:Decrypt"] or as_list(st.get("Resource")) != [{"Ref": "ProviderTokenKmsKeyArn"}]
-                    or st.get("Condition") != VIA_SECRETS_MANAGER):
+            if as_list(st.get("Action")) != ["kms:Decrypt"] or len(as_list(st.get("Resource"))) != 1 or st.get("Condition") != VIA_SECRETS_MANAGER:
                 kms_wrong.add(f"{tag}: {name}: {json.dumps(st)}")
-check("sender: kms:Decrypt on ProviderTokenKmsKeyArn only when it is given (ProviderKind http), only via Secrets Manager in this region "
-      "(kms:ViaService); no other KMS grant anywhere", not kms_wrong, "; ".join(sorted(kms_wrong)))
+check("sender: kms:Decrypt on ProviderTokenKmsKeyArn only when it is given (ProviderKind http), on SmsProviderTokenKmsKeyArn "
+      "only with the sms channel, each only via Secrets Manager in this region (kms:ViaService); no other KMS grant anywhere",
+      not kms_wrong, "; ".join(sorted(kms_wrong)))
 
 # --- 19. Ledger reads by key prefix (dynamodb:LeadingKeys on GetItem) --------------------------
 # The ledger table holds the idempotency ledger, the shared limiter's schedule, the pause switch
@@ -1975,6 +1980,9 @@ for fname, f in sorted(functions.items()):
         if e.get("Type") == "SQS":
             outs = outputs_of(f"{fname}{ev}")
             mapping_outputs[f"{fname}{ev}"] = [o for o, _ in outs]
+# A mapping of its own (a channel's queue's, AWS::Lambda::EventSourceMapping) too.
+for mname in sorted(mappings):
+    mapping_outputs[mname] = [o for o, _ in outputs_of(mname)]
 no_mapping_out = sorted(m for m, outs in mapping_outputs.items() if not outs)
 check("an output gives each SQS event source mapping's UUID (!Ref <function><event>, SAM's name for it)",
       mapping_outputs and not no_mapping_out, ", ".join(no_mapping_out))
@@ -1984,6 +1992,23 @@ lane_text = lane_section.group(1) if lane_section else ""
 unnamed = sorted(o for outs in mapping_outputs.values() for o in outs if o not in lane_text)
 check("docs/operations.md#lane-stalled shows update-event-source-mapping with each mapping output's name",
       lane_section and "update-event-source-mapping" in lane_text and not unnamed, ", ".join(unnamed) or "no section")
+
+# Every queue a mapping drains has a page for "messages visible and none received" (its
+# mapping disabled, deleted or refused): nothing else sees it, since the sender never gets
+# those messages and the scheduler counts them as backlog.
+drained = set(LANES) | {ref_name(m.get("Properties", {}).get("EventSourceArn")) for m in mappings.values()}
+stall_pages = set()
+for name, a in alarms.items():
+    p = a["Properties"]
+    exprs = [m.get("Expression", "") for m in p.get("Metrics", [])]
+    watched = {ref_name(d.get("Value")) for m in p.get("Metrics", []) if "MetricStat" in m
+               for d in m["MetricStat"]["Metric"].get("Dimensions", []) if d.get("Name") == "QueueName"}
+    names = {m["MetricStat"]["Metric"]["MetricName"] for m in p.get("Metrics", []) if "MetricStat" in m}
+    if alarm_class(p) == "page" and {"ApproximateNumberOfMessagesVisible", "NumberOfMessagesReceived"} <= names \
+            and any("received" in e for e in exprs) and len(watched) == 1:
+        stall_pages |= watched
+unpaged = sorted(drained - stall_pages)
+check("every queue an event source mapping drains has a paging stall alarm (visible and none received)", not unpaged, ", ".join(unpaged))
 
 # --- 21. The stack policy: no update replaces or removes a table or a queue ---------------------
 # infra/stack-policy.json, set by `make deploy` after `sam deploy` (tools/stack_policy.py). A

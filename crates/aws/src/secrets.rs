@@ -40,33 +40,36 @@ pub enum TokenError {
     },
 }
 
-/// Reads the token: `PROVIDER_TOKEN` wins; else the secret named by
-/// `PROVIDER_TOKEN_SECRET_ARN`, whose value is the token itself or JSON `{"token": "..."}`.
-pub async fn provider_token(config: &SdkConfig) -> Result<Secret, TokenError> {
-    if let Ok(t) = std::env::var("PROVIDER_TOKEN")
-        && !t.is_empty()
-    {
-        return Ok(Secret::new(t));
-    }
-    let Ok(arn) = std::env::var("PROVIDER_TOKEN_SECRET_ARN") else {
-        return Err(TokenError::NotConfigured);
-    };
-    from_secrets_manager(config, &arn).await
+/// Where the token's variables are read: the process environment ([`process_vars`]), or a
+/// test's own map (a test cannot set the process environment).
+pub type Vars = std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// The variable `name` under `prefix` (`CHANNEL_SMS_` + `PROVIDER_TOKEN`; an empty prefix is
+/// the deployment's own). tools/check_config_docs.py reads `under(prefix, "NAME")` as a read of
+/// `NAME`.
+fn under(prefix: &str, name: &str) -> String {
+    format!("{prefix}{name}")
 }
 
-/// [`provider_token`] from the variables under `prefix`: a declared channel's own token
-/// (`CHANNEL_SMS_PROVIDER_TOKEN`, `CHANNEL_SMS_PROVIDER_TOKEN_SECRET_ARN`), never another's.
-pub async fn provider_token_under(config: &SdkConfig, prefix: &str) -> Result<Secret, TokenError> {
-    if prefix.is_empty() {
-        return provider_token(config).await;
-    }
-    if let Ok(t) = std::env::var(format!("{prefix}PROVIDER_TOKEN"))
-        && !t.is_empty()
-    {
+/// The process environment as [`Vars`].
+pub fn process_vars() -> Vars {
+    std::sync::Arc::new(|name: &str| std::env::var(name).ok())
+}
+
+/// Reads the token under `prefix` (empty: the deployment's own; a declared channel's own token,
+/// `CHANNEL_SMS_PROVIDER_TOKEN` or `CHANNEL_SMS_PROVIDER_TOKEN_SECRET_ARN`, never another's),
+/// through `vars`: `{prefix}PROVIDER_TOKEN` wins; else the secret named by
+/// `{prefix}PROVIDER_TOKEN_SECRET_ARN`, whose value is the token itself or JSON `{"token": "..."}`.
+pub async fn provider_token_in(config: &SdkConfig, prefix: &str, vars: &Vars) -> Result<Secret, TokenError> {
+    if let Some(t) = vars(&under(prefix, "PROVIDER_TOKEN")).filter(|t| !t.is_empty()) {
         return Ok(Secret::new(t));
     }
-    let Ok(arn) = std::env::var(format!("{prefix}PROVIDER_TOKEN_SECRET_ARN")) else {
-        return Err(TokenError::ChannelNotConfigured(prefix.to_owned()));
+    let Some(arn) = vars(&under(prefix, "PROVIDER_TOKEN_SECRET_ARN")) else {
+        return Err(if prefix.is_empty() {
+            TokenError::NotConfigured
+        } else {
+            TokenError::ChannelNotConfigured(prefix.to_owned())
+        });
     };
     from_secrets_manager(config, &arn).await
 }
@@ -82,25 +85,14 @@ pub struct SecretsManagerToken {
 }
 
 impl SecretsManagerToken {
-    /// `PROVIDER_TOKEN_SECRET_ARN` when the token came from it; `None` when `PROVIDER_TOKEN` is
-    /// set (an environment token cannot rotate under a running instance).
-    pub fn from_env(config: &SdkConfig) -> Option<Self> {
-        if std::env::var("PROVIDER_TOKEN").is_ok_and(|t| !t.is_empty()) {
+    /// `{prefix}PROVIDER_TOKEN_SECRET_ARN` read through `vars`, when the token came from it;
+    /// `None` when `{prefix}PROVIDER_TOKEN` is set (an environment token cannot rotate under a
+    /// running instance).
+    pub fn from_vars(config: &SdkConfig, prefix: &str, vars: &Vars) -> Option<Self> {
+        if vars(&under(prefix, "PROVIDER_TOKEN")).is_some_and(|t| !t.is_empty()) {
             return None;
         }
-        let arn = std::env::var("PROVIDER_TOKEN_SECRET_ARN").ok().filter(|a| !a.is_empty())?;
-        Some(Self { config: config.clone(), arn })
-    }
-
-    /// [`Self::from_env`] from the variables under `prefix` (a declared channel's own).
-    pub fn from_env_under(config: &SdkConfig, prefix: &str) -> Option<Self> {
-        if prefix.is_empty() {
-            return Self::from_env(config);
-        }
-        if std::env::var(format!("{prefix}PROVIDER_TOKEN")).is_ok_and(|t| !t.is_empty()) {
-            return None;
-        }
-        let arn = std::env::var(format!("{prefix}PROVIDER_TOKEN_SECRET_ARN")).ok().filter(|a| !a.is_empty())?;
+        let arn = vars(&under(prefix, "PROVIDER_TOKEN_SECRET_ARN")).filter(|a| !a.is_empty())?;
         Some(Self { config: config.clone(), arn })
     }
 

@@ -861,6 +861,36 @@ fn two_channels(
 /// SMS pauses SMS only (email is still delivered and the fleet is not paused), and a renewal on
 /// a channel the deployment does not declare is dead-lettered as `unknown_channel` without a
 /// provider call or a spent attempt.
+/// A channel's account refusal (the sender's answer for a channel whose token its cold start
+/// could not read) pauses that channel only, naming it, as a 401 does.
+#[tokio::test]
+async fn an_account_refusal_on_one_channel_pauses_that_channel_only() {
+    use punctual_core::ports::Control;
+    let clock = ManualClock::new(t0() + TimeDelta::seconds(5));
+    let detail = "channel sms: its token could not be read: AccessDenied".to_owned();
+    let sms = ScriptedProvider::new(
+        clock.clone(),
+        Duration::from_millis(100),
+        vec![ProviderOutcome::AccountBlocked { detail }],
+    );
+    let (sender, _queue, email, [fleet, sms_switch]) =
+        two_channels(&clock, MemoryLedger::new(), sms.clone(), punctual_core::sender::SenderSettings::default());
+    let deadline = clock.now() + TimeDelta::seconds(30);
+    let process = async |name: &str| {
+        let m = punctual_core::testing::message(name, t0(), t0() + TimeDelta::hours(2));
+        sender.process(Received { message_id: name, body: &m.encode() }, deadline).await.unwrap()
+    };
+    let d = process("sms-1").await.disposition;
+    assert!(matches!(d, Disposition::Defer { reason: ReasonCode::ProviderAccount, .. }), "{d:?}");
+    let tripped = sms_switch.pause().await.unwrap().expect("SMS is paused");
+    assert!(tripped.reason.contains("its token could not be read"), "{}", tripped.reason);
+    assert!(tripped.reason.ends_with("then `punctual resume --channel sms`"), "{}", tripped.reason);
+    assert!(fleet.pause().await.unwrap().is_none(), "the fleet is not paused");
+    let d = process("email-1").await.disposition;
+    assert!(matches!(d, Disposition::Delivered { attempt: 1, .. }), "email still delivers: {d:?}");
+    assert_eq!((email.calls().len(), sms.calls().len()), (1, 1));
+}
+
 #[tokio::test]
 async fn a_401_on_one_channel_pauses_that_channel_only() {
     use punctual_core::ports::Control;

@@ -21,6 +21,8 @@ use punctual_lambda::SystemClock;
 use punctual_provider::HttpProvider;
 use punctual_ses::SesProvider;
 
+use punctual_aws::secrets::Vars;
+
 use crate::config::{ProviderConfig, SenderConfig};
 use crate::handler::Deps;
 
@@ -45,6 +47,69 @@ pub enum AnyProvider {
     Http(HttpProvider),
     /// Amazon SES v2, addresses from the recipients table.
     Ses(SesProvider<DynamoRecipients>),
+    /// A channel's vendor whose token could not be read at cold start ([`PendingToken`]).
+    Pending(PendingToken),
+}
+
+/// How a [`PendingToken`] builds its vendor's client: reads the token, then builds.
+pub type BuildHttp = std::sync::Arc<
+    dyn Fn() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<HttpProvider, punctual_core::ports::BoxError>> + Send>,
+        > + Send
+        + Sync,
+>;
+
+/// A declared channel's HTTP vendor whose token could not be read at cold start (its secret
+/// missing, empty, or unreadable with the sender's grants). One channel's secret must not stop
+/// the others: the cold start goes on, and each call through this channel reads the token
+/// again first. Until a read succeeds, the call answers
+/// [`ProviderOutcome::AccountBlocked`] without reaching the vendor, so the sender trips that
+/// channel's own switch (which pages as `ChannelTrippedAlarm`, naming the channel) and defers
+/// the reminder; once an operator fixes the secret and resumes the channel, the next call
+/// builds the client and sends. While the channel is paused its messages are held before
+/// their claim, so no call (and no read) is made.
+#[derive(Clone)]
+pub struct PendingToken {
+    channel: String,
+    honours_keys: bool,
+    build: BuildHttp,
+    built: std::sync::Arc<tokio::sync::Mutex<Option<HttpProvider>>>,
+}
+
+impl std::fmt::Debug for PendingToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingToken").field("channel", &self.channel).finish_non_exhaustive()
+    }
+}
+
+impl PendingToken {
+    /// `channel`'s vendor, built by `build` at its first call that can read the token; its
+    /// profile is its dialect's (`honours_keys`: it sends an idempotency key).
+    pub fn new(channel: &str, honours_keys: bool, build: BuildHttp) -> Self {
+        Self { channel: channel.to_owned(), honours_keys, build, built: std::sync::Arc::default() }
+    }
+
+    async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
+        let provider = {
+            let mut built = self.built.lock().await;
+            if built.is_none() {
+                match (self.build)().await {
+                    Ok(p) => *built = Some(p),
+                    Err(e) => {
+                        tracing::error!(channel = %self.channel, error = %e, "the channel's token is still unreadable");
+                        return Ok(ProviderOutcome::AccountBlocked {
+                            detail: format!("channel {}: its token could not be read: {e}", self.channel),
+                        });
+                    }
+                }
+            }
+            built.clone()
+        };
+        match provider {
+            Some(p) => p.send(req).await,
+            None => Ok(ProviderOutcome::NotSent { detail: "the channel's client was not built".into() }),
+        }
+    }
 }
 
 impl Provider for AnyProvider {
@@ -52,6 +117,7 @@ impl Provider for AnyProvider {
         match self {
             Self::Http(p) => p.profile(),
             Self::Ses(p) => p.profile(),
+            Self::Pending(p) => ProviderProfile { honours_keys: p.honours_keys },
         }
     }
 
@@ -59,6 +125,7 @@ impl Provider for AnyProvider {
         match self {
             Self::Http(p) => p.send(req).await,
             Self::Ses(p) => p.send(req).await,
+            Self::Pending(p) => p.send(req).await,
         }
     }
 }
@@ -76,6 +143,7 @@ impl AnyProvider {
         match self {
             Self::Http(p) => p.warm_up().await,
             Self::Ses(_) => true,
+            Self::Pending(_) => false,
         }
     }
 }
@@ -158,6 +226,32 @@ pub fn ses_provider(
     AnyProvider::Ses(SesProvider::new(&aws_sdk_sesv2::config::Config::from(sdk), recipients, settings))
 }
 
+/// Whether a vendor of this dialect honours idempotency keys (it is sent one).
+fn vendor_honours_keys(vendor: &punctual_provider::VendorProfile) -> bool {
+    vendor.key_header.is_some()
+}
+
+/// The HTTP client of the vendor at `url`: its token (the variables under `prefix`, from the
+/// environment or Secrets Manager, re-read after a rotation) and dialect. A token that cannot
+/// be read is a [`punctual_aws::secrets::TokenError`].
+async fn http_provider(
+    url: &str,
+    vendor: &punctual_provider::VendorProfile,
+    prefix: &str,
+    sdk: &aws_config::SdkConfig,
+    vars: &Vars,
+) -> Result<AnyProvider, Box<dyn std::error::Error + Send + Sync>> {
+    let token = punctual_aws::secrets::provider_token_in(sdk, prefix, vars).await?;
+    let mut http =
+        HttpProvider::new(url, &token, std::time::Duration::from_secs(2))?.with_vendor(vendor.clone(), &token)?;
+    // A token from Secrets Manager is read again after a 401/403: a rotation must not
+    // dead-letter the morning on instances that started before it (docs/design.md#providers-and-idempotency-profiles).
+    if let Some(source) = punctual_aws::secrets::SecretsManagerToken::from_vars(sdk, prefix, vars) {
+        http = http.with_token_source(std::sync::Arc::new(source));
+    }
+    Ok(AnyProvider::Http(http))
+}
+
 /// Every provider `config` names, as a cold start builds them: the sender's own and each
 /// declared channel's (see [`provider_of`]).
 pub async fn providers(
@@ -165,17 +259,63 @@ pub async fn providers(
     sdk: &aws_config::SdkConfig,
     dynamodb: &DynamoClient,
 ) -> Result<(AnyProvider, Vec<AnyProvider>), Box<dyn std::error::Error + Send + Sync>> {
+    providers_in(config, sdk, dynamodb, &punctual_aws::secrets::process_vars()).await
+}
+
+/// [`providers`], each token read through `vars` (a test's map; the Lambda's is its
+/// environment).
+pub async fn providers_in(
+    config: &mut SenderConfig,
+    sdk: &aws_config::SdkConfig,
+    dynamodb: &DynamoClient,
+    vars: &Vars,
+) -> Result<(AnyProvider, Vec<AnyProvider>), Box<dyn std::error::Error + Send + Sync>> {
     let mut channels = Vec::with_capacity(config.channels.len());
     for c in &mut config.channels {
         let named = |e: Box<dyn std::error::Error + Send + Sync>| format!("channel {}: {e}", c.name);
-        channels.push(provider_of(&c.provider, &mut c.limiter, &c.prefix, sdk, dynamodb).await.map_err(named)?);
+        let provider = match &c.provider {
+            // A channel's unreadable token holds that channel only (PendingToken).
+            ProviderConfig::Http { url, vendor } => match http_provider(url, vendor, &c.prefix, sdk, vars).await {
+                Ok(p) => p,
+                // Its secret unreadable (missing, empty, refused): not a variable left unset,
+                // which is the deployment's mistake and fails the cold start as before.
+                Err(e)
+                    if e.downcast_ref::<punctual_aws::secrets::TokenError>().is_some_and(|t| {
+                        !matches!(
+                            t,
+                            punctual_aws::secrets::TokenError::NotConfigured
+                                | punctual_aws::secrets::TokenError::ChannelNotConfigured(_)
+                        )
+                    }) =>
+                {
+                    tracing::error!(channel = %c.name, error = %e, "the channel's token could not be read: its calls trip its own pause until it can");
+                    let honours_keys = vendor_honours_keys(vendor);
+                    let (url, vendor, prefix, sdk, vars) =
+                        (url.clone(), vendor.clone(), c.prefix.clone(), sdk.clone(), vars.clone());
+                    let build: BuildHttp = std::sync::Arc::new(move || {
+                        let (url, vendor, prefix, sdk, vars) =
+                            (url.clone(), vendor.clone(), prefix.clone(), sdk.clone(), vars.clone());
+                        Box::pin(async move {
+                            match http_provider(&url, &vendor, &prefix, &sdk, &vars).await? {
+                                AnyProvider::Http(p) => Ok(p),
+                                _ => Err("not an HTTP provider".into()),
+                            }
+                        })
+                    });
+                    AnyProvider::Pending(PendingToken::new(&c.name, honours_keys, build))
+                }
+                Err(e) => return Err(named(e).into()),
+            },
+            _ => provider_of(&c.provider, &mut c.limiter, &c.prefix, sdk, dynamodb, vars).await.map_err(named)?,
+        };
+        channels.push(provider);
     }
     let own = match (config.channels.first(), channels.first()) {
         (Some(first), Some(p)) => {
             config.limiter = first.limiter.clone();
             p.clone()
         }
-        _ => provider_of(&config.provider, &mut config.limiter, "", sdk, dynamodb).await?,
+        _ => provider_of(&config.provider, &mut config.limiter, "", sdk, dynamodb, vars).await?,
     };
     Ok((own, channels))
 }
@@ -192,19 +332,10 @@ pub async fn provider_of(
     prefix: &str,
     sdk: &aws_config::SdkConfig,
     dynamodb: &DynamoClient,
+    vars: &Vars,
 ) -> Result<AnyProvider, Box<dyn std::error::Error + Send + Sync>> {
     match kind {
-        ProviderConfig::Http { url, vendor } => {
-            let token = punctual_aws::secrets::provider_token_under(sdk, prefix).await?;
-            let mut http = HttpProvider::new(url, &token, std::time::Duration::from_secs(2))?
-                .with_vendor(vendor.clone(), &token)?;
-            // A token from Secrets Manager is read again after a 401/403: a rotation must not
-            // dead-letter the morning on instances that started before it (docs/design.md#providers-and-idempotency-profiles).
-            if let Some(source) = punctual_aws::secrets::SecretsManagerToken::from_env_under(sdk, prefix) {
-                http = http.with_token_source(std::sync::Arc::new(source));
-            }
-            Ok(AnyProvider::Http(http))
-        }
+        ProviderConfig::Http { url, vendor } => http_provider(url, vendor, prefix, sdk, vars).await,
         ProviderConfig::Ses { settings, recipients_table, rate_from_account } => {
             let provider = ses_provider(sdk, dynamodb.clone(), settings.clone(), recipients_table);
             if *rate_from_account && let AnyProvider::Ses(ses) = &provider {
@@ -230,5 +361,70 @@ pub async fn provider_of(
             }
             Ok(provider)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // tests state their preconditions by unwrapping
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use punctual_core::ports::{Provider, ProviderRequest};
+    use punctual_core::provider::ProviderOutcome;
+    use punctual_core::secret::Secret;
+    use punctual_provider::HttpProvider;
+
+    use super::{AnyProvider, BuildHttp, PendingToken};
+
+    /// A channel whose token cannot be read answers `AccountBlocked` (which trips the channel's
+    /// own switch) without reaching its vendor, reads again at each call, and sends once a read
+    /// succeeds; after that the client is built and never read for again.
+    #[tokio::test]
+    async fn an_unreadable_channel_token_blocks_that_channel_until_a_read_succeeds() {
+        let builds = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&builds);
+        let build: BuildHttp = Arc::new(move || {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                if n < 2 {
+                    return Err("could not read secret arn:…:sms-AbCdEf from Secrets Manager".into());
+                }
+                // Nothing listens on port 9: a sent call is refused, not blocked.
+                Ok(HttpProvider::new("http://127.0.0.1:9/v1/messages", &Secret::new("t"), Duration::from_secs(1))?)
+            })
+        });
+        let provider = AnyProvider::Pending(PendingToken::new("sms", true, build));
+        assert!(provider.profile().honours_keys, "its dialect's profile, before any read");
+        assert!(!provider.warm_up().await);
+        let m = punctual_core::testing::message(
+            "sms-1",
+            chrono::Utc::now(),
+            chrono::Utc::now() + chrono::TimeDelta::hours(2),
+        );
+        let req = ProviderRequest {
+            message: &m,
+            recipient_ref: Some("r-1"),
+            channel: Some("sms"),
+            timeout: Duration::from_secs(1),
+        };
+        for _ in 0..2 {
+            match provider.send(&req).await.unwrap() {
+                ProviderOutcome::AccountBlocked { detail } => {
+                    assert!(detail.starts_with("channel sms: its token could not be read"), "{detail}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        for _ in 0..2 {
+            let outcome = provider.send(&req).await.unwrap();
+            assert!(
+                matches!(outcome, ProviderOutcome::Transient { status: None, .. }),
+                "sent, and refused: {outcome:?}"
+            );
+        }
+        assert_eq!(builds.load(Ordering::SeqCst), 3, "read at each blocked call, then built once");
     }
 }

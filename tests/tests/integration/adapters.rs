@@ -313,3 +313,82 @@ async fn the_scheduler_reports_a_channel_the_sender_tripped_on_the_store() {
     assert!(scheduler.tick(deadline).await.unwrap().channels_tripped.is_empty(), "an operator's pause is no trip");
     stack.destroy().await;
 }
+
+/// The sender's cold start with two channels whose SMS secret cannot be read (it does not
+/// exist yet): the cold start goes on, email's client is built, SMS's calls answer
+/// `AccountBlocked` without reaching its vendor (which trips SMS's own switch); once the secret
+/// exists and the channel's variable names it, the next call reads it and is accepted by the
+/// vendor with that token. A channel whose token variables are unset is the deployment's
+/// mistake and still fails the cold start, naming the channel.
+#[tokio::test]
+async fn one_channels_unreadable_secret_blocks_that_channel_only_until_it_can_be_read() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use punctual_core::ports::{Provider, ProviderRequest};
+    use punctual_core::provider::ProviderOutcome;
+    use punctual_provider_double::{Config, Double};
+    use punctual_sender::app::{AnyProvider, providers_in};
+
+    let config = sdk_config().await;
+    let ddb = aws_sdk_dynamodb::Client::new(&config);
+    let sm = aws_sdk_secretsmanager::Client::new(&config);
+    let double = Double::start(Config { token: Some("tok-sms".into()), ..Config::default() }, 0).await.unwrap();
+    let missing = format!("arn:aws:secretsmanager:us-east-1:123456789012:secret:{}-AbCdEf", unique("sms"));
+    let mut vars: HashMap<String, String> = [
+        ("SEND_QUEUE_URL", "http://127.0.0.1:1/q"),
+        ("DLQ_URL", "http://127.0.0.1:1/dlq"),
+        ("LEDGER_TABLE", "ledger"),
+        ("RENEWALS_TABLE", "renewals"),
+        ("CHANNELS", "email,sms"),
+        ("CHANNEL_EMAIL_PROVIDER_URL", "http://127.0.0.1:9/v1/messages"),
+        ("CHANNEL_EMAIL_PROVIDER_TOKEN", "tok-email"),
+        ("CHANNEL_EMAIL_PROVIDER_KIND", "http"),
+        ("CHANNEL_EMAIL_PROVIDER_RATE_PER_SEC", "100"),
+        ("CHANNEL_SMS_PROVIDER_KIND", "http"),
+        ("CHANNEL_SMS_PROVIDER_RATE_PER_SEC", "10"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    vars.insert("CHANNEL_SMS_PROVIDER_URL".into(), double.url());
+    vars.insert("CHANNEL_SMS_PROVIDER_TOKEN_SECRET_ARN".into(), missing);
+    let read = vars.clone();
+    let mut sender =
+        punctual_sender::config::SenderConfig::from_env(&punctual_lambda::config::Env::new(move |k: &str| {
+            read.get(k).cloned()
+        }))
+        .unwrap();
+    let shared = Arc::new(Mutex::new(vars));
+    let view = Arc::clone(&shared);
+    let env: punctual_aws::secrets::Vars = Arc::new(move |k: &str| view.lock().unwrap().get(k).cloned());
+
+    let (_, channels) =
+        providers_in(&mut sender, &config, &ddb, &env).await.expect("one channel's secret fails nothing else");
+    assert!(matches!(channels[0], AnyProvider::Http(_)), "email is built");
+    assert!(matches!(channels[1], AnyProvider::Pending(_)), "SMS waits for its token");
+    let now = chrono::Utc::now();
+    let m = punctual_core::testing::message("sms-1", now, now + chrono::TimeDelta::hours(2));
+    let req = ProviderRequest {
+        message: &m,
+        recipient_ref: Some("r-1"),
+        channel: Some("sms"),
+        timeout: Duration::from_secs(2),
+    };
+    let blocked = channels[1].send(&req).await.unwrap();
+    assert!(
+        matches!(&blocked, ProviderOutcome::AccountBlocked { detail } if detail.contains("could not read secret")),
+        "{blocked:?}"
+    );
+    assert_eq!(double.stats().requests, 0, "the vendor is not called without a token");
+
+    let secret = sm.create_secret().name(unique("punctual-sms")).secret_string("tok-sms").send().await.unwrap();
+    shared.lock().unwrap().insert("CHANNEL_SMS_PROVIDER_TOKEN_SECRET_ARN".into(), secret.arn().unwrap().to_owned());
+    let sent = channels[1].send(&req).await.unwrap();
+    assert!(matches!(sent, ProviderOutcome::Accepted { .. }), "the vendor accepts the token read now: {sent:?}");
+    assert_eq!(double.stats().requests, 1);
+
+    shared.lock().unwrap().remove("CHANNEL_SMS_PROVIDER_TOKEN_SECRET_ARN");
+    let e = providers_in(&mut sender, &config, &ddb, &env).await.expect_err("a channel with no token variables");
+    assert!(e.to_string().contains("CHANNEL_SMS_PROVIDER_TOKEN"), "{e}");
+}
