@@ -233,11 +233,15 @@ pub enum Incident {
     /// (13,500 SMS with three-minute windows at 25/s), while the fleet's summed quota would
     /// carry it. It must page before SMS's first miss, and email must be unaffected.
     SmsOverload,
+    /// Two channels: SMS's own queue's event source mapping is disabled for 30 minutes. Nothing
+    /// of SMS reaches a sender, so no sender-side alarm can see it. It must page, and email must
+    /// deliver every reminder in its window.
+    SmsQueueNotPolled,
 }
 
 impl Incident {
     /// Every incident, in the runbook's order.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::ProviderOutage,
         Self::ProviderSlow,
         Self::CredentialsRevoked,
@@ -256,6 +260,7 @@ impl Incident {
         Self::SmsOutageEmailUnaffected,
         Self::SmsCredentialsRevoked,
         Self::SmsOverload,
+        Self::SmsQueueNotPolled,
     ];
 
     /// Its name.
@@ -279,6 +284,7 @@ impl Incident {
             Self::SmsOutageEmailUnaffected => "sms_outage_email_unaffected",
             Self::SmsCredentialsRevoked => "sms_credentials_revoked",
             Self::SmsOverload => "sms_overload",
+            Self::SmsQueueNotPolled => "sms_queue_not_polled",
         }
     }
 
@@ -310,13 +316,17 @@ impl Incident {
                 | Self::ProviderOutageAtNight
                 | Self::SmsOutageEmailUnaffected
                 | Self::SmsCredentialsRevoked
+                | Self::SmsQueueNotPolled
         )
     }
 
     /// Whether it runs two channels, and the other channel must be unaffected: email delivers
     /// every reminder in its window but those whose address bounces.
     pub const fn channels(self) -> bool {
-        matches!(self, Self::SmsOutageEmailUnaffected | Self::SmsCredentialsRevoked | Self::SmsOverload)
+        matches!(
+            self,
+            Self::SmsOutageEmailUnaffected | Self::SmsCredentialsRevoked | Self::SmsOverload | Self::SmsQueueNotPolled
+        )
     }
 
     /// Whether it is an overload the projection must page ahead of: before its first miss, and
@@ -495,6 +505,9 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
         )),
         Incident::SmsCredentialsRevoked => {
             two_channels(staged(vec![window(Trouble::ChannelStatus("sms", 401), nine, at(9, 45))], nine, at(9, 45)))
+        }
+        Incident::SmsQueueNotPolled => {
+            two_channels(staged(vec![window(Trouble::ChannelQueueNotPolled, nine, at(9, 30))], nine, at(9, 30)))
         }
         Incident::SmsOverload => {
             // The 09:00 wave as usual (one in five by SMS), and 13,500 more SMS with three-minute

@@ -372,10 +372,21 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
     } else {
         None
     };
+    // A world with SMS on its own queue is the template's sms channel (SmsProviderUrl): its
+    // queue's alarms exist there.
+    let sms_template = {
+        let mut p = opts.parameters.clone();
+        p.entry("SmsProviderUrl".into()).or_insert_with(|| "https://sms.vendor.example/v1/messages".into());
+        Template::load(path, &p)?
+    };
     let mut incidents = Vec::new();
     for incident in &opts.incidents {
         let staged = catalogue::stage(*incident, opts.seed);
-        let t = if staged.ses { ses_template.as_ref().unwrap_or(&template) } else { &template };
+        let t = match (staged.ses, staged.sms_queue) {
+            (true, _) => ses_template.as_ref().unwrap_or(&template),
+            (false, Some(_)) => &sms_template,
+            (false, None) => &template,
+        };
         let cfg = incident_world(&staged, opts.seed);
         let clock = std::time::Instant::now();
         let mut run = world::run(&cfg).map_err(DrillError::Run)?;
@@ -423,7 +434,8 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
             sms_queue: (shape == catalogue::Shape::Channels).then_some(catalogue::SMS_POLLERS),
         };
         let mut run = world::run(&cfg).map_err(DrillError::Run)?;
-        let timeline = template.evaluate(&mut run, cfg.start + WARMUP, cfg.end)?;
+        let t = if cfg.sms_queue.is_some() { &sms_template } else { &template };
+        let timeline = t.evaluate(&mut run, cfg.start + WARMUP, cfg.end)?;
         let day = format!("{}-{seed}", shape.name());
         for f in &timeline.fired {
             let fp = FalsePage {

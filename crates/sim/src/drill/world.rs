@@ -43,6 +43,8 @@ pub mod names {
     pub const SEND_QUEUE: &str = "SendQueue";
     /// The urgent lane.
     pub const URGENT_QUEUE: &str = "UrgentQueue";
+    /// SMS's own queue (the template's sms channel).
+    pub const SMS_QUEUE: &str = "SmsQueue";
     /// The dead-letter queue.
     pub const DLQ: &str = "DeadLetterQueue";
     /// The sender function.
@@ -109,6 +111,8 @@ pub enum Trouble {
     SchedulerNotInvoked,
     /// This lane's event source mapping is disabled.
     LaneNotPolled(QueueLane),
+    /// SMS's own queue's event source mapping is disabled.
+    ChannelQueueNotPolled,
     /// The sender's concurrency is 0: every invocation is throttled.
     SenderThrottled,
     /// A broken producer writes this many malformed messages per due reminder to the normal lane.
@@ -650,7 +654,12 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
                 if now >= end {
                     break;
                 }
-                if polls_a_lane && any(&windows, now, |t| *t == Trouble::LaneNotPolled(lane)) {
+                let stopped = if polls_a_lane {
+                    any(&windows, now, |t| *t == Trouble::LaneNotPolled(lane))
+                } else {
+                    any(&windows, now, |t| *t == Trouble::ChannelQueueNotPolled)
+                };
+                if stopped {
                     clock.sleep(Duration::from_secs(10)).await;
                     continue;
                 }
@@ -824,11 +833,15 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
                     break;
                 }
                 let dlq = lock(&dead).stats(now.timestamp_millis());
+                let own = lanes.channel.as_ref().map(|(_, q)| (names::SMS_QUEUE, q.stats(age_from)));
                 for (name, stats) in [
                     (names::SEND_QUEUE, lanes.normal.stats(age_from)),
                     (names::URGENT_QUEUE, lanes.urgent.stats(age_from)),
                     (names::DLQ, dlq),
-                ] {
+                ]
+                .into_iter()
+                .chain(own)
+                {
                     let (r0, s0) = before.insert(name, (stats.received, stats.sent)).unwrap_or((0, 0));
                     sink.queue(name, &stats, stats.received - r0, stats.sent - s0, now);
                 }
