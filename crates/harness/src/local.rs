@@ -278,6 +278,11 @@ pub struct DrainReport {
     /// The local pipeline's last 24 hours of due renewals, reconciled as `punctual reconcile`
     /// does (renewals the scheduler never released included), with their deadline SLO.
     pub window: Option<crate::count::WindowCheck>,
+    /// `local up --channels`: each channel's own figures, as `punctual run --channels` reports
+    /// them (its reminders are the ledger's records whose renewal's row names it; an SES channel's
+    /// provider count is not read: SES's is a 24-hour one).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub channels: std::collections::BTreeMap<String, crate::run::RunChannel>,
 }
 
 impl DrainReport {
@@ -302,6 +307,22 @@ impl DrainReport {
             self.handled
         ) + &self.requests.render(15)
             + &self.cpu.render(15)
+            + &self
+                .channels
+                .iter()
+                .map(|(name, c)| {
+                    format!(
+                        "channel {name:<6} {} of {} delivered, {} late, {} at {}/s ({}); provider {}\n",
+                        c.delivered,
+                        c.reminders,
+                        c.late,
+                        c.provider,
+                        c.quota,
+                        if c.delivered > 0 { format!("utilisation {:.3}", c.utilisation) } else { "none sent".into() },
+                        c.provider_effects.map_or_else(|| "not read".to_owned(), |n| format!("holds {n}")),
+                    )
+                })
+                .collect::<String>()
             + &self.window.as_ref().map_or_else(String::new, |w| w.render())
     }
 }
@@ -404,6 +425,22 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
     let m = metrics.lock().map(|m| m.clone()).unwrap_or_default();
     let calls = m.total(punctual_aws::emf::name::ATTEMPTS) as u64;
     let (counts, _) = count(&observed, as_of, None);
+    let mut channels = std::collections::BTreeMap::new();
+    if !r.channels.is_empty() {
+        let channel_of = reminder_channels(&ddb, &r.renewals_table, &r.ledger_table)
+            .await
+            .map_err(step("reading the renewals' channels"))?;
+        for c in &r.channels {
+            let on = |id: &punctual_core::ids::ReminderId| channel_of.get(id.as_str()) == Some(&c.name);
+            let reminders = observed.records.iter().filter(|rec| on(&rec.reminder_id)).count() as u64;
+            let double = if c.kind == "http" { provider_stats(&c.provider_url).await } else { None };
+            let ses = (c.kind == "ses").then_some(None);
+            channels.insert(
+                c.name.clone(),
+                crate::run::RunChannel::measure(&c.kind, c.quota, reminders, &observed.records, on, double, ses),
+            );
+        }
+    }
     // Not the ledger's span: a renewal that never reached the ledger is what this must catch.
     let window = Some(
         crate::count::check_window(
@@ -425,7 +462,60 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
         requests: pipeline.requests(handled, calls, None),
         handled,
         cpu,
+        channels,
     })
+}
+
+/// Each reminder's channel, as the sender routed it: its renewal's row's `channel`. Read by
+/// scanning the whole renewals table (tenant, renewal, channel) and the whole ledger (each
+/// `reminder:` record's tenant and renewal): local tables, where a `Scan` is cheap (a deployed
+/// table of millions would not want one, and the `by_day` index `reconcile` reads does not carry
+/// the channel).
+async fn reminder_channels(
+    ddb: &aws_sdk_dynamodb::Client,
+    renewals_table: &str,
+    ledger_table: &str,
+) -> Result<std::collections::HashMap<String, String>, aws_sdk_dynamodb::Error> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    type Item = std::collections::HashMap<String, AttributeValue>;
+    async fn scan(
+        ddb: &aws_sdk_dynamodb::Client,
+        table: &str,
+        projection: &str,
+    ) -> Result<Vec<Item>, aws_sdk_dynamodb::Error> {
+        let (mut items, mut start) = (Vec::new(), None);
+        loop {
+            let page = ddb
+                .scan()
+                .table_name(table)
+                .projection_expression(projection)
+                .expression_attribute_names("#c", "channel")
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await?;
+            items.extend(page.items.unwrap_or_default());
+            match page.last_evaluated_key.filter(|k| !k.is_empty()) {
+                Some(k) => start = Some(k),
+                None => return Ok(items),
+            }
+        }
+    }
+    let text = |item: &Item, k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+    let renewal = |item: &Item| text(item, "tenant_id").zip(text(item, "renewal_id"));
+    let channels: std::collections::HashMap<(String, String), String> =
+        scan(ddb, renewals_table, "tenant_id, renewal_id, #c")
+            .await?
+            .iter()
+            .filter_map(|item| renewal(item).zip(text(item, "channel")))
+            .collect();
+    Ok(scan(ddb, ledger_table, "pk, tenant_id, renewal_id, #c")
+        .await?
+        .iter()
+        .filter_map(|item| {
+            let id = text(item, "pk")?.strip_prefix("reminder:")?.to_owned();
+            Some((id, channels.get(&renewal(item)?)?.clone()))
+        })
+        .collect())
 }
 
 /// The provider double's own counters (`GET /stats`), `None` when it does not answer.

@@ -285,6 +285,52 @@ pub struct RunChannel {
     pub provider_effects: Option<u64>,
 }
 
+impl RunChannel {
+    /// A channel's figures: its `reminders`, and of the ledger's `records` those `on` it (by
+    /// reminder id) that were delivered; its provider's count from its double's `double` stats,
+    /// or SES's sends over the run (`ses`: `Some` for an SES channel, its count `None` when
+    /// unread).
+    pub fn measure(
+        kind: &str,
+        quota: f64,
+        reminders: u64,
+        records: &[punctual_core::ports::LedgerRecord],
+        on: impl Fn(&punctual_core::ids::ReminderId) -> bool,
+        double: Option<punctual_provider_double::Stats>,
+        ses: Option<Option<u64>>,
+    ) -> Self {
+        use punctual_core::ReminderState;
+        // Each of its delivered reminders: when it was delivered, and its deadline.
+        let at: Vec<(DateTime<Utc>, DateTime<Utc>)> = records
+            .iter()
+            .filter(|r| r.state == ReminderState::Delivered && on(&r.reminder_id))
+            .filter_map(|r| {
+                r.history.iter().rev().find(|h| h.state == ReminderState::Delivered).map(|h| (h.at, r.deliver_by))
+            })
+            .collect();
+        let drain_seconds = match (at.iter().map(|a| a.0).min(), at.iter().map(|a| a.0).max()) {
+            (Some(a), Some(b)) => (b - a).num_milliseconds() as f64 / 1000.0 + 1.0 / quota,
+            _ => 0.0,
+        };
+        let floor_seconds = reminders as f64 / quota;
+        Self {
+            provider: kind.to_owned(),
+            quota,
+            reminders,
+            delivered: at.len() as u64,
+            late: at.iter().filter(|(t, by)| t >= by).count() as u64,
+            drain_seconds,
+            floor_seconds,
+            utilisation: if drain_seconds > 0.0 { (floor_seconds / drain_seconds).min(1.0) } else { 0.0 },
+            provider_429: double.as_ref().map(|s| s.throttled),
+            provider_effects: match ses {
+                Some(sent) => sent,
+                None => double.map(|s| s.accepted),
+            },
+        }
+    }
+}
+
 /// `--channels` of `local up` and `run`: (name, kind, quota) of each channel, in order:
 /// `NAME=http|ses[:RATE]`, comma-separated, each name as `CHANNELS` takes it, one SES at most.
 pub fn parse_channel_spec(spec: &str, quota: f64) -> Result<Vec<(String, String, f64)>, String> {
@@ -766,7 +812,6 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     // `--channels`: each channel's deliveries beside what its own provider holds.
     let mut per_channel = BTreeMap::new();
     if let ProviderSide::Channels { ses: ses_side, doubles, .. } = &side {
-        use punctual_core::ReminderState;
         let channel_of: std::collections::HashMap<&punctual_core::ids::ReminderId, &str> =
             rows.iter().chain(&letters).map(|r| (&r.reminder_id, r.channel.as_str())).collect();
         let ses_sent = match ses_side {
@@ -777,39 +822,11 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
             None => None,
         };
         for (name, kind, q) in &channels {
-            // Each of its delivered reminders: when it was delivered, and its deadline.
-            let at: Vec<(DateTime<Utc>, DateTime<Utc>)> = records
-                .iter()
-                .filter(|r| {
-                    r.state == ReminderState::Delivered && channel_of.get(&r.reminder_id) == Some(&name.as_str())
-                })
-                .filter_map(|r| {
-                    r.history.iter().rev().find(|h| h.state == ReminderState::Delivered).map(|h| (h.at, r.deliver_by))
-                })
-                .collect();
             let double = doubles.iter().find(|(n, _)| n == name).map(|(_, d)| d.stats());
-            let provider_effects = if kind == "ses" { ses_sent } else { double.as_ref().map(|s| s.accepted) };
+            let ses = if kind == "ses" { Some(ses_sent) } else { None };
             let reminders = rows.iter().chain(&letters).filter(|r| &r.channel == name).count() as u64;
-            let drain_seconds = match (at.iter().map(|a| a.0).min(), at.iter().map(|a| a.0).max()) {
-                (Some(a), Some(b)) => (b - a).num_milliseconds() as f64 / 1000.0 + 1.0 / q,
-                _ => 0.0,
-            };
-            let floor_seconds = reminders as f64 / q;
-            per_channel.insert(
-                name.clone(),
-                RunChannel {
-                    provider: kind.clone(),
-                    quota: *q,
-                    reminders,
-                    delivered: at.len() as u64,
-                    late: at.iter().filter(|(t, by)| t >= by).count() as u64,
-                    drain_seconds,
-                    floor_seconds,
-                    utilisation: if drain_seconds > 0.0 { (floor_seconds / drain_seconds).min(1.0) } else { 0.0 },
-                    provider_429: double.map(|s| s.throttled),
-                    provider_effects,
-                },
-            );
+            let on = |id: &punctual_core::ids::ReminderId| channel_of.get(id) == Some(&name.as_str());
+            per_channel.insert(name.clone(), RunChannel::measure(kind, *q, reminders, &records, on, double, ses));
         }
     }
     let seen = if per_channel.is_empty() {

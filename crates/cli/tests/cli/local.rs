@@ -149,6 +149,16 @@ async fn local_up_with_channels_delivers_each_demo_reminder_through_its_own_chan
     assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
     let report: serde_json::Value = serde_json::from_slice(&drain.stdout).unwrap();
     assert_eq!(report["delivered"], 3, "{report}");
+    // The drain's report gives each channel's own figures, as `run --channels` does.
+    let per = &report["channels"];
+    assert_eq!(
+        (per["email"]["reminders"].as_u64(), per["email"]["delivered"].as_u64()),
+        (Some(2), Some(2)),
+        "{report}"
+    );
+    assert_eq!((per["sms"]["reminders"].as_u64(), per["sms"]["delivered"].as_u64()), (Some(1), Some(1)), "{report}");
+    assert_eq!(per["sms"]["provider_effects"].as_u64(), Some(1), "SMS's double holds its one: {report}");
+    assert_eq!((per["email"]["provider"].as_str(), per["sms"]["late"].as_u64()), (Some("ses"), Some(0)), "{report}");
     let ses_after = punctual_harness::ses::sent_last_24_hours(&endpoint, &region).await.unwrap_or(0);
     assert_eq!(ses_after - ses_before, 2, "SES sent the two email reminders: {report}");
     let stats = punctual_harness::local::provider_stats(&sms_url).await.unwrap();
