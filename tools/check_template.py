@@ -912,10 +912,15 @@ def within(lo, hi, b):
 # Every variable the template sets, from a parameter or a literal, lies within its parser's
 # range, and a parameter's bounds are the code's: the same inclusive bounds, and just inside
 # an exclusive one (the BOUNDS choice).
+def channel_prefix(name):
+    """Where a channel's variables are read: CHANNEL_{NAME}_ (crates/lambda/src/config.rs, channel_prefix)."""
+    return "CHANNEL_" + name.upper().replace("-", "_") + "_"
+
+
 def channel_prefixes(env):
     """CHANNEL_{NAME}_ of each channel the CHANNELS variable may declare."""
     names = {n for v in branches(env.get("CHANNELS", "")) if isinstance(v, str) for n in v.split(",") if n}
-    return ["CHANNEL_" + n.upper().replace("-", "_") + "_" for n in names]
+    return [channel_prefix(n) for n in names]
 
 
 for fname, f in sorted(functions.items()):
@@ -1265,7 +1270,7 @@ for ps in SCENARIOS:
     names = [n for n in str(senv.get("CHANNELS", "")).split(",") if n]
     channels_seen.add(tuple(names))
     for n in names:
-        pre = "CHANNEL_" + n.upper().replace("-", "_") + "_"
+        pre = channel_prefix(n)
         own = {k[len(pre):]: v for k, v in senv.items() if k.startswith(pre)}
         kind = own.get("PROVIDER_KIND")
         kind = ps.get("ProviderKind") if kind == {"Ref": "ProviderKind"} else kind
@@ -1289,7 +1294,7 @@ for ps in SCENARIOS:
             channel_wrong.add(f"{tag}: {other}'s channel queues {queues_of.get(other)} are not the sender's {queues_of.get('sender')}")
     sched = envs.get("scheduler", {})
     if names and "PROVIDER_RATE_PER_SEC" not in sched:
-        unrated = [n for n in names if f"CHANNEL_{n.upper().replace('-', '_')}_PROVIDER_RATE_PER_SEC" not in sched]
+        unrated = [n for n in names if channel_prefix(n) + "PROVIDER_RATE_PER_SEC" not in sched]
         if unrated:
             channel_wrong.add(f"{tag}: the scheduler has no fleet rate and no rate for {', '.join(unrated)} (it would run at 97/s)")
 check("the channels: each declared channel is given in full what its kind needs, email the provider's own values, "

@@ -233,9 +233,9 @@ impl ReminderMessage {
     }
 
     /// The common body — an object of the contract's fields only, each of the right type, no
-    /// escape in a string, no redrive stamp — decoded straight into fields borrowed from the body instead of
-    /// through a JSON tree (the tree costs a map and a string per field: a tenth of the
-    /// simulator's CPU at a million reminders). `None` for anything else, including every
+    /// escape in a string, no redrive stamp — decoded straight into fields borrowed from the
+    /// body instead of through a JSON tree (the tree costs a map and a string per field: a tenth
+    /// of the simulator's CPU at a million reminders). `None` for anything else, including every
     /// body `decode_tree` refuses: it then decodes the body and names the first problem, so
     /// which path read a body never changes what `decode` answers (a test compares the two).
     fn decode_plain(body: &str) -> Option<Self> {
@@ -471,8 +471,7 @@ mod tests {
     }
 
     /// The bodies the scheduler and the sender write go the short way: the body `encode`
-    /// writes, with a channel, with nulls where
-    /// a field is optional.
+    /// writes, with a channel, with nulls where a field is optional.
     #[test]
     fn the_common_bodies_skip_the_tree_and_decode_as_the_tree_does() {
         let mut bodies = vec![valid().to_string()];

@@ -90,6 +90,12 @@ impl Default for VendorProfile {
 }
 
 impl VendorProfile {
+    /// What a vendor of this dialect promises: it honours idempotency keys when it is sent one
+    /// (a key header is configured).
+    pub fn profile(&self) -> ProviderProfile {
+        ProviderProfile { honours_keys: self.key_header.is_some() }
+    }
+
     /// Parses the profile's textual settings (the sender's `PROVIDER_*` variables; `None`
     /// keeps the default): `auth` is `bearer` or `header:NAME`; `key_header` a header name or
     /// `none`; pointers are RFC 6901; `throttle_codes` comma-separated.
@@ -283,7 +289,7 @@ enum Refresh {
 
 impl Provider for HttpProvider {
     fn profile(&self) -> ProviderProfile {
-        ProviderProfile { honours_keys: self.vendor.key_header.is_some() }
+        self.vendor.profile()
     }
 
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {

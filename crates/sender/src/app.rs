@@ -71,7 +71,7 @@ pub type BuildHttp = std::sync::Arc<
 #[derive(Clone)]
 pub struct PendingToken {
     channel: String,
-    honours_keys: bool,
+    profile: ProviderProfile,
     build: BuildHttp,
     built: std::sync::Arc<tokio::sync::Mutex<Option<HttpProvider>>>,
 }
@@ -84,31 +84,28 @@ impl std::fmt::Debug for PendingToken {
 
 impl PendingToken {
     /// `channel`'s vendor, built by `build` at its first call that can read the token; its
-    /// profile is its dialect's (`honours_keys`: it sends an idempotency key).
-    pub fn new(channel: &str, honours_keys: bool, build: BuildHttp) -> Self {
-        Self { channel: channel.to_owned(), honours_keys, build, built: std::sync::Arc::default() }
+    /// `profile` is its dialect's ([`punctual_provider::VendorProfile::profile`]).
+    pub fn new(channel: &str, profile: ProviderProfile, build: BuildHttp) -> Self {
+        Self { channel: channel.to_owned(), profile, build, built: std::sync::Arc::default() }
     }
 
     async fn send(&self, req: &ProviderRequest<'_>) -> Result<ProviderOutcome, ProviderError> {
         let provider = {
             let mut built = self.built.lock().await;
-            if built.is_none() {
-                match (self.build)().await {
-                    Ok(p) => *built = Some(p),
+            match &*built {
+                Some(p) => p.clone(),
+                None => match (self.build)().await {
+                    Ok(p) => built.insert(p).clone(),
                     Err(e) => {
                         tracing::error!(channel = %self.channel, error = %e, "the channel's token is still unreadable");
                         return Ok(ProviderOutcome::AccountBlocked {
                             detail: format!("channel {}: its token could not be read: {e}", self.channel),
                         });
                     }
-                }
+                },
             }
-            built.clone()
         };
-        match provider {
-            Some(p) => p.send(req).await,
-            None => Ok(ProviderOutcome::NotSent { detail: "the channel's client was not built".into() }),
-        }
+        provider.send(req).await
     }
 }
 
@@ -117,7 +114,7 @@ impl Provider for AnyProvider {
         match self {
             Self::Http(p) => p.profile(),
             Self::Ses(p) => p.profile(),
-            Self::Pending(p) => ProviderProfile { honours_keys: p.honours_keys },
+            Self::Pending(p) => p.profile,
         }
     }
 
@@ -226,11 +223,6 @@ pub fn ses_provider(
     AnyProvider::Ses(SesProvider::new(&aws_sdk_sesv2::config::Config::from(sdk), recipients, settings))
 }
 
-/// Whether a vendor of this dialect honours idempotency keys (it is sent one).
-fn vendor_honours_keys(vendor: &punctual_provider::VendorProfile) -> bool {
-    vendor.key_header.is_some()
-}
-
 /// The HTTP client of the vendor at `url`: its token (the variables under `prefix`, from the
 /// environment or Secrets Manager, re-read after a rotation) and dialect. A token that cannot
 /// be read is a [`punctual_aws::secrets::TokenError`].
@@ -240,7 +232,7 @@ async fn http_provider(
     prefix: &str,
     sdk: &aws_config::SdkConfig,
     vars: &Vars,
-) -> Result<AnyProvider, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<HttpProvider, Box<dyn std::error::Error + Send + Sync>> {
     let token = punctual_aws::secrets::provider_token_in(sdk, prefix, vars).await?;
     let mut http =
         HttpProvider::new(url, &token, std::time::Duration::from_secs(2))?.with_vendor(vendor.clone(), &token)?;
@@ -249,7 +241,7 @@ async fn http_provider(
     if let Some(source) = punctual_aws::secrets::SecretsManagerToken::from_vars(sdk, prefix, vars) {
         http = http.with_token_source(std::sync::Arc::new(source));
     }
-    Ok(AnyProvider::Http(http))
+    Ok(http)
 }
 
 /// Every provider `config` names, as a cold start builds them: the sender's own and each
@@ -276,7 +268,7 @@ pub async fn providers_in(
         let provider = match &c.provider {
             // A channel's unreadable token holds that channel only (PendingToken).
             ProviderConfig::Http { url, vendor } => match http_provider(url, vendor, &c.prefix, sdk, vars).await {
-                Ok(p) => p,
+                Ok(p) => AnyProvider::Http(p),
                 // Its secret unreadable (missing, empty, refused): not a variable left unset,
                 // which is the deployment's mistake and fails the cold start as before.
                 Err(e)
@@ -289,20 +281,15 @@ pub async fn providers_in(
                     }) =>
                 {
                     tracing::error!(channel = %c.name, error = %e, "the channel's token could not be read: its calls trip its own pause until it can");
-                    let honours_keys = vendor_honours_keys(vendor);
+                    let profile = vendor.profile();
                     let (url, vendor, prefix, sdk, vars) =
                         (url.clone(), vendor.clone(), c.prefix.clone(), sdk.clone(), vars.clone());
                     let build: BuildHttp = std::sync::Arc::new(move || {
                         let (url, vendor, prefix, sdk, vars) =
                             (url.clone(), vendor.clone(), prefix.clone(), sdk.clone(), vars.clone());
-                        Box::pin(async move {
-                            match http_provider(&url, &vendor, &prefix, &sdk, &vars).await? {
-                                AnyProvider::Http(p) => Ok(p),
-                                _ => Err("not an HTTP provider".into()),
-                            }
-                        })
+                        Box::pin(async move { http_provider(&url, &vendor, &prefix, &sdk, &vars).await })
                     });
-                    AnyProvider::Pending(PendingToken::new(&c.name, honours_keys, build))
+                    AnyProvider::Pending(PendingToken::new(&c.name, profile, build))
                 }
                 Err(e) => return Err(named(e).into()),
             },
@@ -335,7 +322,9 @@ pub async fn provider_of(
     vars: &Vars,
 ) -> Result<AnyProvider, Box<dyn std::error::Error + Send + Sync>> {
     match kind {
-        ProviderConfig::Http { url, vendor } => http_provider(url, vendor, prefix, sdk, vars).await,
+        ProviderConfig::Http { url, vendor } => {
+            Ok(AnyProvider::Http(http_provider(url, vendor, prefix, sdk, vars).await?))
+        }
         ProviderConfig::Ses { settings, recipients_table, rate_from_account } => {
             let provider = ses_provider(sdk, dynamodb.clone(), settings.clone(), recipients_table);
             if *rate_from_account && let AnyProvider::Ses(ses) = &provider {

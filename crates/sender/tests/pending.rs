@@ -30,7 +30,11 @@ async fn an_unreadable_channel_token_blocks_that_channel_until_a_read_succeeds()
             Ok(HttpProvider::new("http://127.0.0.1:9/v1/messages", &Secret::new("t"), Duration::from_secs(1))?)
         })
     });
-    let provider = AnyProvider::Pending(PendingToken::new("sms", true, build));
+    let provider = AnyProvider::Pending(PendingToken::new(
+        "sms",
+        punctual_core::provider::ProviderProfile { honours_keys: true },
+        build,
+    ));
     assert!(provider.profile().honours_keys, "its dialect's profile, before any read");
     assert!(!provider.warm_up().await);
     let m =
