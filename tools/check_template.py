@@ -103,7 +103,10 @@ def resolve(node, params):
 
 # Every combination of the values the Conditions can tell apart: AllowedValues, or the Default
 # and one other value (the conditions compare with the Default, e.g. "" for "none").
-decided = sorted({m for c in conditions.values() for m in re.findall(r'"Ref": "(\w+)"', json.dumps(c))} & set(parameters))
+# KeepOldDayIndex decides one index of the renewals table and nothing else: section 16 checks
+# both of its values, the scenarios keep its default (each value would double them).
+TABLE_ONLY = {"KeepOldDayIndex"}
+decided = sorted({m for c in conditions.values() for m in re.findall(r'"Ref": "(\w+)"', json.dumps(c))} & set(parameters) - TABLE_ONLY)
 SCENARIOS = [{}]
 for pname in decided:
     p = parameters[pname]
@@ -1775,6 +1778,21 @@ check("DAY_INDEX and DAY_PROJECTION are read from crates/aws/src/renewals.rs",
       f"{day_name}, {day_projection}")
 renewals_props = tables.get("RenewalsTable", {}).get("Properties", {})
 by_day = [g for g in renewals_props.get("GlobalSecondaryIndexes", []) if g.get("IndexName") == day_name]
+# The upgrade from the old `by_day` (no `channel`): kept beside the new index only with
+# KeepOldDayIndex=true, so an upgrading stack adds one index in one deploy and removes the
+# other in the next (CloudFormation refuses two index changes in one update); nothing reads it.
+raw_renewals = template["Resources"].get("RenewalsTable", {}).get("Properties", {})
+def index_names(keep):
+    resolved = resolve(raw_renewals, scenario(KeepOldDayIndex=keep))
+    return [g.get("IndexName") for g in resolved.get("GlobalSecondaryIndexes", [])]
+check("KeepOldDayIndex: false has the new day index and not by_day; true has both (one index added, then one removed)",
+      "by_day" not in index_names("false") and day_name in index_names("false")
+      and {"by_day", day_name} <= set(index_names("true"))
+      and len(index_names("true")) == len(index_names("false")) + 1,
+      f"false {index_names('false')}, true {index_names('true')}")
+old_reads = sorted(str(p.relative_to(ROOT)) for f in ["crates", "tools", "tests"] for p in pathlib.Path(ROOT, f).rglob("*.rs")
+                   if re.search(r'"by_day"', p.read_text(errors="replace")))
+check("no code queries the old by_day index", not old_reads, ", ".join(old_reads))
 check(f"RenewalsTable has the index {day_name!r} (DAY_INDEX)", bool(day_name) and len(by_day) == 1, str(day_name))
 day_keys = [(k.get("AttributeName"), k.get("KeyType")) for k in (by_day[0].get("KeySchema", []) if by_day else [])]
 # Each key attribute must be named in a string literal of renewals.rs (the item it writes, the

@@ -10,7 +10,7 @@
 //! | `reminder_id`, `deliver_after_ms`, `deliver_by_ms` | S, N, N | computed with the DST policy |
 //! | `sched_state` | S | `scheduled` → `enqueued`, or `expired` (`sched_reason = missed_schedule_window`) |
 //! | `due_shard`, `due_after_ms` | S, N | **GSI `due`** keys, present only while `active` and `scheduled` |
-//! | `day_shard`, `deliver_after_ms` | S, N | **GSI `by_day`** keys, on every row: `{UTC date of deliver_after}#{shard}` |
+//! | `day_shard`, `deliver_after_ms` | S, N | **GSI `by_day_channel`** keys, on every row: `{UTC date of deliver_after}#{shard}` |
 //! | `sched_at_ms` | N | when the scheduler released or expired it |
 //!
 //! The `due` index is sparse (only renewals waiting for release) and sharded 16 ways by reminder
@@ -18,12 +18,17 @@
 //! scheduler's query `due_shard = S AND due_after_ms <= horizon` returns exactly what is
 //! pending and due, oldest first. The watermark lives in the item `pk = scheduler:watermark`.
 //!
-//! The `by_day` index is not sparse: every row, whatever its status, is under
+//! The `by_day_channel` index is not sparse: every row, whatever its status, is under
 //! `day_shard = {UTC date of deliver_after}#{00..15}`, sorted by `deliver_after_ms`, projecting
 //! the few attributes [`DAY_PROJECTION`] that `reconcile`, `status`, `forecast` and `explain` read. A
 //! window's due population is 16 queries per UTC day it touches, O(population) whatever the
 //! table holds. Its cost: every write of a row (import, the scheduler's mark) writes the index
-//! too, ~250 bytes, 1 WCU; storage ~250 bytes per renewal.
+//! too, ~250 bytes, 1 WCU; storage ~250 bytes per renewal. It projects each row's `channel`, so
+//! a window can be read and judged per channel (`reconcile --channel`, `forecast --channel`,
+//! `status`'s SLO per channel): a filter on the same queries, no index per channel. It replaces
+//! the older `by_day`, which did not project the channel: a deployed index's projection cannot
+//! change, so the new projection is a new index (the template's `KeepOldDayIndex` upgrades a
+//! stack in two deploys: CloudFormation adds or removes one index per update).
 
 use aws_sdk_dynamodb::Client;
 use punctual_core::decision::RenewalView;
@@ -48,10 +53,10 @@ use crate::dynamodb::{
 };
 
 /// The reconciliation index (see the module docs).
-pub const DAY_INDEX: &str = "by_day";
-/// The non-key attributes `by_day` projects (the template's `NonKeyAttributes`, checked by
+pub const DAY_INDEX: &str = "by_day_channel";
+/// The non-key attributes `by_day_channel` projects (the template's `NonKeyAttributes`, checked by
 /// `tools/check_template.py`).
-pub const DAY_PROJECTION: [&str; 9] = [
+pub const DAY_PROJECTION: [&str; 10] = [
     "tenant_id",
     "renewal_id",
     "reminder_id",
@@ -61,6 +66,7 @@ pub const DAY_PROJECTION: [&str; 9] = [
     "sched_reason",
     "sched_at_ms",
     "deliver_by_ms",
+    "channel",
 ];
 /// Shards of the `due` index.
 pub const DUE_SHARDS: u32 = 16;
@@ -165,7 +171,7 @@ fn shard_key(shard: u32) -> String {
     format!("due#{shard:02}")
 }
 
-/// The `by_day` partition of a reminder due at `deliver_after`.
+/// The `by_day_channel` partition of a reminder due at `deliver_after`.
 pub fn day_shard(deliver_after: DateTime<Utc>, reminder: &ReminderId) -> String {
     day_key(deliver_after.date_naive(), shard_of(reminder, DUE_SHARDS))
 }
@@ -265,7 +271,7 @@ enum RowWrite {
     /// times): re-armed as pending, only if still in the released state read and not updated
     /// since.
     Replace { item: Item, seen_state: String, seen_updated: Option<AttributeValue> },
-    /// A released renewal's status change (and its `by_day` key, for a row imported before
+    /// A released renewal's status change (and its `by_day_channel` key, for a row imported before
     /// the index): only if still in the released state read, and still at the `deliver_after`
     /// the key was computed from (a key on another day than the instant it sorts would hide the
     /// row from both days' queries).
@@ -400,7 +406,7 @@ pub enum RowOutcome {
     Conflict(String),
 }
 
-/// Creates the renewals table with its sparse `due` GSI and its `by_day` GSI (tests and `punctual local`; on AWS
+/// Creates the renewals table with its sparse `due` GSI and its `by_day_channel` GSI (tests and `punctual local`; on AWS
 /// the SAM template owns it).
 pub async fn create_table(client: &Client, table: &str) -> Result<(), DynamoError> {
     let attr = |name: &str, t: ScalarAttributeType| {
@@ -749,7 +755,7 @@ impl DueStore for DynamoRenewals {
     }
 }
 
-/// A renewal of the `by_day` index as reconcile reads it, or why it cannot be read.
+/// A renewal of the `by_day_channel` index as reconcile reads it, or why it cannot be read.
 fn due_row(item: &Item) -> Result<DueRow, String> {
     let text = |k: &str| get_s(item, k).ok_or_else(|| format!("{k} missing"));
     let at = |k: &str| {
@@ -774,6 +780,7 @@ fn due_row(item: &Item) -> Result<DueRow, String> {
         release,
         deliver_after: at("deliver_after_ms")?,
         deliver_by: at("deliver_by_ms")?,
+        channel: get_s(item, "channel").map(str::to_owned),
     })
 }
 
@@ -789,14 +796,14 @@ pub struct Population {
 }
 
 impl DynamoRenewals {
-    /// Reads the `by_day` partition `day`#`shard` for `deliver_after` in `[from, to)`, page by
+    /// Reads the `by_day_channel` partition `day`#`shard` for `deliver_after` in `[from, to)`, page by
     /// page, keeping only the items `filter` (an attribute and its value) names, handing each
     /// item to `each` until it answers false. Returns the pages read.
     async fn day_pages(
         &self,
         (day, shard): (chrono::NaiveDate, u32),
         (from, to): (DateTime<Utc>, DateTime<Utc>),
-        filter: Option<(&str, &str)>,
+        filter: &[(&str, &str)],
         mut each: impl FnMut(&Item) -> bool,
     ) -> Result<u64, DueStoreError> {
         let mut pages = 0;
@@ -812,11 +819,15 @@ impl DynamoRenewals {
                 .expression_attribute_values(":from", ms(from))
                 .expression_attribute_values(":last", n(to.timestamp_millis() - 1))
                 .set_exclusive_start_key(start.take());
-            if let Some((name, value)) = filter {
-                q = q
-                    .filter_expression("#filtered = :filtered")
-                    .expression_attribute_names("#filtered", name)
-                    .expression_attribute_values(":filtered", s(value));
+            if !filter.is_empty() {
+                let mut expression = Vec::new();
+                for (i, (name, value)) in filter.iter().enumerate() {
+                    expression.push(format!("#f{i} = :f{i}"));
+                    q = q
+                        .expression_attribute_names(format!("#f{i}"), *name)
+                        .expression_attribute_values(format!(":f{i}"), s(*value));
+                }
+                q = q.filter_expression(expression.join(" AND "));
             }
             let page = q.send().await.map_err(unknown)?;
             pages += 1;
@@ -832,16 +843,20 @@ impl DynamoRenewals {
         }
     }
 
-    /// Every renewal whose `deliver_after` is in `[from, to)` (of `tenant` only, when given):
-    /// 16 queries per UTC day the window touches on the `by_day` index, paged to the end.
+    /// Every renewal whose `deliver_after` is in `[from, to)` (of `tenant` only, of `channel`
+    /// only, when given; a filter on the same queries: it reads the whole day's items):
+    /// 16 queries per UTC day the window touches on the `by_day_channel` index, paged to the end.
     /// `progress` is told the rows read so far after each page.
     pub async fn population(
         &self,
         from: DateTime<Utc>,
         to: DateTime<Utc>,
         tenant: Option<&str>,
+        channel: Option<&str>,
         mut progress: impl FnMut(usize),
     ) -> Result<Population, DueStoreError> {
+        let filter: Vec<(&str, &str)> =
+            [tenant.map(|t| ("tenant_id", t)), channel.map(|c| ("channel", c))].into_iter().flatten().collect();
         let mut out = Population::default();
         if to <= from {
             return Ok(out);
@@ -852,7 +867,7 @@ impl DynamoRenewals {
             for shard in 0..DUE_SHARDS {
                 let Population { rows, unreadable, .. } = &mut out;
                 out.pages += self
-                    .day_pages((day, shard), (from, to), tenant.map(|t| ("tenant_id", t)), |item| {
+                    .day_pages((day, shard), (from, to), &filter, |item| {
                         match due_row(item) {
                             Ok(r) => rows.push(r),
                             Err(why) => unreadable.push((get_s(item, "pk").unwrap_or("?").to_owned(), why)),
@@ -868,7 +883,7 @@ impl DynamoRenewals {
         Ok(out)
     }
 
-    /// The renewal whose current reminder is `reminder`, looked for on the `by_day` index: one
+    /// The renewal whose current reminder is `reminder`, looked for on the `by_day_channel` index: one
     /// query of the reminder's own shard per day in `days`, in that order, filtered on
     /// `reminder_id` and paged (it reads that shard's renewals of the day, a sixteenth of the
     /// day, and returns the one), until found. `Ok(None)` when no day holds it; the pages read
@@ -887,7 +902,7 @@ impl DynamoRenewals {
                 .day_pages(
                     (day, shard),
                     (from, from + chrono::TimeDelta::days(1)),
-                    Some(("reminder_id", reminder.as_str())),
+                    &[("reminder_id", reminder.as_str())],
                     |item| {
                         found = Some(due_row(item));
                         false
@@ -950,7 +965,7 @@ mod tests {
         }
     }
 
-    /// The `by_day` key of `item` agrees with the instant it is sorted by: the UTC date of
+    /// The `by_day_channel` key of `item` agrees with the instant it is sorted by: the UTC date of
     /// `deliver_after_ms` (else a query of either day misses the row).
     fn day_key_agrees(item: &Item) -> bool {
         let after = get_i64(item, "deliver_after_ms").and_then(DateTime::<Utc>::from_timestamp_millis).unwrap();
@@ -975,7 +990,7 @@ mod tests {
     }
 
     /// `r`'s item as an older time-zone database computed it: the same columns, its instants
-    /// an hour later (a zone whose rules changed), its `by_day` key on that instant's day.
+    /// an hour later (a zone whose rules changed), its `by_day_channel` key on that instant's day.
     fn computed_an_hour_later(r: &Renewal, now: DateTime<Utc>) -> (Item, DateTime<Utc>) {
         let mut old = row_item(r, now);
         let stale = r.deliver_after + chrono::TimeDelta::hours(1);
@@ -1008,7 +1023,7 @@ mod tests {
     #[test]
     fn a_reimport_keeps_the_day_index_key_on_the_day_of_the_stored_instant() {
         // 23:30 in London in December is 23:30 UTC; an older computation put it at 00:30 the
-        // next UTC day, with the `by_day` key of that day. Released, then imported again.
+        // next UTC day, with the `by_day_channel` key of that day. Released, then imported again.
         let r = renewal_at("23:30");
         let now = r.deliver_after - chrono::TimeDelta::hours(12);
         let (mut old, stale) = computed_an_hour_later(&r, now);
@@ -1019,7 +1034,7 @@ mod tests {
         assert!(day_key_agrees(&old));
         let (_, write) = plan(&r, Some(&old), now);
         let stored = write.map_or_else(|| old.clone(), |w| apply(&old, &w));
-        assert!(day_key_agrees(&stored), "the row fell out of both days' by_day queries: {stored:?}");
+        assert!(day_key_agrees(&stored), "the row fell out of both days' by_day_channel queries: {stored:?}");
         assert_eq!(get_i64(&stored, "deliver_after_ms"), Some(r.deliver_after.timestamp_millis()));
         // A status change of a released row keeps its key on its own day too.
         let mut cancelled = r.clone();

@@ -530,10 +530,19 @@ impl SqsQueues {
     /// what they hold counts with the normal lane wherever a backlog is read.
     pub async fn channel_depth(&self) -> Result<Depth, QueueError> {
         let mut sum = Depth::default();
-        for (_, url) in &self.channel_urls {
-            sum += self.depth_of(url).await?;
+        for (_, depth) in self.channel_depths().await? {
+            sum += depth;
         }
         Ok(sum)
+    }
+
+    /// Each channel's own queue by the channel's name (one `GetQueueAttributes` each).
+    pub async fn channel_depths(&self) -> Result<Vec<(String, Depth)>, QueueError> {
+        let mut out = Vec::with_capacity(self.channel_urls.len());
+        for (name, url) in &self.channel_urls {
+            out.push((name.clone(), self.depth_of(url).await?));
+        }
+        Ok(out)
     }
 
     /// Messages on each lane (visible + in flight + delayed); one `GetQueueAttributes` per lane.

@@ -59,7 +59,7 @@ enum Command {
     Status(StatusArgs),
     /// Account for every renewal due in a window: delivered, late, expired, cancelled,
     /// dead-lettered by reason, waiting (with slack) or UNACCOUNTED (named), plus the window's
-    /// deadline SLO. Reads O(due population) through the renewals table's `by_day` index.
+    /// deadline SLO. Reads O(due population) through the renewals table's `by_day_channel` index.
     ///
     /// Exit status: 0 every renewal accounted for, 3 some unaccounted, 2 refused input.
     Reconcile(ReconcileArgs),
@@ -162,6 +162,10 @@ struct ReconcileArgs {
     /// One tenant only.
     #[arg(long)]
     tenant: Option<String>,
+    /// One declared channel only, judged against the queues that carry it (without it, each
+    /// declared channel's figures are given beside the totals).
+    #[arg(long)]
+    channel: Option<String>,
     /// Seconds a due renewal may stay unreleased before it counts as never released, and a
     /// released one may take to show in SQS's approximate counts (default 120: two scheduler
     /// ticks).
@@ -178,9 +182,14 @@ struct ForecastArgs {
     /// The UTC day whose due renewals to project (YYYY-MM-DD).
     #[arg(long)]
     date: String,
-    /// Provider quota, calls per second (default: PROVIDER_RATE_PER_SEC, else the target's).
+    /// Provider quota, calls per second (default: PROVIDER_RATE_PER_SEC, else the target's;
+    /// with --channel, that channel's own).
     #[arg(long)]
     quota: Option<f64>,
+    /// One declared channel only: its renewals of the day at its own quota (a channel's
+    /// limiter and pause are its own, so it drains on its own).
+    #[arg(long)]
+    channel: Option<String>,
     /// Concurrent senders on the normal lane (the mapping's MaximumConcurrency).
     #[arg(long, default_value_t = 10)]
     concurrency: usize,
@@ -508,7 +517,10 @@ async fn reconcile(a: ReconcileArgs) -> ExitCode {
     let json = a.json;
     on_target(None, json, |t| async move {
         let policy = punctual_ops::reconcile::slo_policy()?;
-        let window = punctual_ops::reconcile::Window::parse(&a.from, &a.to, a.tenant, a.grace)?;
+        let window = punctual_ops::reconcile::Window {
+            channel: a.channel,
+            ..punctual_ops::reconcile::Window::parse(&a.from, &a.to, a.tenant, a.grace)?
+        };
         let r = punctual_ops::reconcile::reconcile(&t, &window, &policy, !json).await?;
         let text = r.render();
         let ok = r.accounted;
@@ -536,9 +548,18 @@ async fn forecast(a: ForecastArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => return fail(&e),
     };
-    let rows = match punctual_ops::reconcile::day_population(&target, day, !a.json).await {
+    // With --channel, that channel's own quota unless --quota says otherwise.
+    let quota = match (a.quota, a.channel.as_deref()) {
+        (Some(q), _) => q,
+        (None, None) => target.quota,
+        (None, Some(c)) => match target.resources.channel_quota(c) {
+            Ok(q) => q,
+            Err(e) => return ops_out::<()>(Err(e), a.json),
+        },
+    };
+    let rows = match punctual_ops::reconcile::day_population(&target, day, a.channel.as_deref(), !a.json).await {
         Ok(r) => r,
-        Err(e) => return fail(&e),
+        Err(e) => return ops_out::<()>(Err(e), a.json),
     };
     // A temporary file of our own: a fresh name, created new (never through a link someone
     // left at a guessable path), removed after; `--save-population` writes where it is told.
@@ -561,9 +582,9 @@ async fn forecast(a: ForecastArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     if !a.json {
-        eprintln!("forecast: {} renewals due on {day} read from {}", rows.len(), target.resources.renewals_table);
+        let of = a.channel.as_deref().map_or_else(String::new, |c| format!(" on channel {c}"));
+        eprintln!("forecast: {} renewals due on {day}{of} read from {}", rows.len(), target.resources.renewals_table);
     }
-    let quota = a.quota.unwrap_or(target.quota);
     let mut args: Vec<String> = vec![
         "--population".into(),
         path.display().to_string(),
@@ -576,6 +597,9 @@ async fn forecast(a: ForecastArgs) -> ExitCode {
         "--urgent-concurrency".into(),
         a.urgent_concurrency.to_string(),
     ];
+    if let Some(c) = &a.channel {
+        args.extend(["--channel".into(), c.clone()]);
+    }
     if a.json {
         args.push("--json".into());
     }

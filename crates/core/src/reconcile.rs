@@ -83,6 +83,8 @@ pub struct DueRow {
     pub deliver_after: DateTime<Utc>,
     /// Business deadline.
     pub deliver_by: DateTime<Utc>,
+    /// Its channel, as the row gives it (`None`: a row without one; a population file).
+    pub channel: Option<String>,
 }
 
 /// Why a reminder is unaccounted.
@@ -161,6 +163,9 @@ pub struct Reconciliation {
     pub to: DateTime<Utc>,
     /// The tenant, when the window was narrowed to one.
     pub tenant: Option<String>,
+    /// The channel, when the window was narrowed to one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
     /// When it was taken.
     pub as_of: DateTime<Utc>,
     /// Renewals whose `deliver_after` falls in the window, every status.
@@ -195,6 +200,75 @@ pub struct Reconciliation {
     pub slo: SloSummary,
     /// True when every renewal of the window is in a bucket.
     pub accounted: bool,
+    /// Each channel's own account of the window, by the rows' channel (absent when the
+    /// deployment declares no channels, or the window was narrowed to one).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub channels: BTreeMap<String, ChannelAccount>,
+}
+
+/// One channel's account of a window: its rows reconciled on their own, against the messages
+/// of the queues that carry that channel (JSON keys are a contract).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChannelAccount {
+    /// Its renewals in the window, every status.
+    pub population: u64,
+    /// Its due population.
+    pub due: u64,
+    /// Delivered.
+    pub delivered: u64,
+    /// Delivered at or after `deliver_by`.
+    pub delivered_late: u64,
+    /// Expired.
+    pub expired: u64,
+    /// Dead-lettered, every reason.
+    pub dead_lettered: u64,
+    /// Still on the way (on a queue or not yet released).
+    pub waiting: u64,
+    /// Not accounted for.
+    pub unaccounted: u64,
+    /// The SLO over its due population.
+    pub slo: SloSummary,
+}
+
+impl From<&Reconciliation> for ChannelAccount {
+    fn from(r: &Reconciliation) -> Self {
+        Self {
+            population: r.population,
+            due: r.due,
+            delivered: r.delivered,
+            delivered_late: r.delivered_late,
+            expired: r.expired,
+            dead_lettered: r.dead_lettered.values().sum(),
+            waiting: r.waiting.on_queue + r.waiting.not_yet_released,
+            unaccounted: r.unaccounted,
+            slo: r.slo.clone(),
+        }
+    }
+}
+
+/// The key a row's channel is filed under in [`Reconciliation::channels`] (a row without one
+/// under `(none)`).
+pub fn channel_key(row: &DueRow) -> &str {
+    row.channel.as_deref().unwrap_or("(none)")
+}
+
+/// Each channel's own account of `input`'s window: its rows reconciled on their own, with
+/// `queued(channel)` the messages of the queues that carry it as the evidence (a channel with a
+/// queue of its own: that queue's; the others share the lanes and their count). The same
+/// judgement as [`reconcile`], so a channel's figures add up to the window's whenever the
+/// queued evidence is each channel's own.
+pub fn by_channel(input: &ReconcileInput<'_>, queued: impl Fn(&str) -> u64) -> BTreeMap<String, ChannelAccount> {
+    let mut groups: BTreeMap<&str, Vec<DueRow>> = BTreeMap::new();
+    for row in input.rows {
+        groups.entry(channel_key(row)).or_default().push(row.clone());
+    }
+    groups
+        .into_iter()
+        .map(|(name, rows)| {
+            let one = ReconcileInput { rows: &rows, queued: queued(name), channel: Some(name), ..*input };
+            (name.to_owned(), ChannelAccount::from(&reconcile(&one)))
+        })
+        .collect()
 }
 
 /// What a reconciliation reads.
@@ -206,6 +280,8 @@ pub struct ReconcileInput<'a> {
     pub to: DateTime<Utc>,
     /// The tenant filter applied to `rows`, for the report.
     pub tenant: Option<&'a str>,
+    /// The channel filter applied to `rows`, for the report.
+    pub channel: Option<&'a str>,
     /// The population.
     pub rows: &'a [DueRow],
     /// Ledger records of the population's reminders (absent: never claimed).
@@ -293,6 +369,7 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
         from: input.from,
         to: input.to,
         tenant: input.tenant.map(str::to_owned),
+        channel: input.channel.map(str::to_owned),
         as_of: now,
         population: input.rows.len() as u64,
         excluded: BTreeMap::new(),
@@ -310,6 +387,7 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
         queued_messages: input.queued,
         slo: SloTally::new().summary(input.policy),
         accounted: true,
+        channels: BTreeMap::new(),
     };
     let mut slo = SloTally::new();
     let mut candidates: Vec<(&DueRow, Option<&LedgerRecord>)> = Vec::new();
@@ -448,9 +526,10 @@ impl Reconciliation {
         use std::fmt::Write;
         let mut out = String::new();
         let tenant = self.tenant.as_ref().map_or_else(String::new, |t| format!(" tenant {t}"));
+        let channel = self.channel.as_ref().map_or_else(String::new, |c| format!(" channel {c}"));
         let _ = writeln!(
             out,
-            "reconcile {} → {}{tenant} (as of {})",
+            "reconcile {} → {}{tenant}{channel} (as of {})",
             self.from.to_rfc3339(),
             self.to.to_rfc3339(),
             self.as_of.to_rfc3339()
@@ -481,6 +560,20 @@ impl Reconciliation {
         );
         let _ = writeln!(out, "  unaccounted{:>8}", self.unaccounted);
         let _ = writeln!(out, "  {}", self.slo.line());
+        for (name, c) in &self.channels {
+            let _ = writeln!(
+                out,
+                "  channel {name:<8} due {} delivered {} (late {}) expired {} dead {} waiting {} unaccounted {}; {}",
+                c.due,
+                c.delivered,
+                c.delivered_late,
+                c.expired,
+                c.dead_lettered,
+                c.waiting,
+                c.unaccounted,
+                c.slo.line()
+            );
+        }
         for u in &self.unaccounted_reminders {
             let _ = writeln!(
                 out,
@@ -586,6 +679,7 @@ pub fn parse_population(text: &str) -> Result<Vec<DueRow>, String> {
             release: ReleaseState::Scheduled,
             deliver_after,
             deliver_by,
+            channel: None,
         });
     }
     Ok(rows)
@@ -611,6 +705,7 @@ mod tests {
             release,
             deliver_after: t(0),
             deliver_by: t(3600),
+            channel: None,
         }
     }
 
@@ -633,19 +728,69 @@ mod tests {
         }
     }
 
-    fn run(rows: &[DueRow], records: &HashMap<ReminderId, LedgerRecord>, queued: u64, now: i64) -> Reconciliation {
-        reconcile(&ReconcileInput {
+    /// The window around `t(0)` with nothing in the DLQ and the default SLO.
+    fn input<'a>(
+        rows: &'a [DueRow],
+        records: &'a HashMap<ReminderId, LedgerRecord>,
+        queued: u64,
+        now: i64,
+        (in_dlq, policy): (&'a HashMap<String, String>, &'a SloPolicy),
+    ) -> ReconcileInput<'a> {
+        ReconcileInput {
             from: t(-60),
             to: t(60),
             tenant: None,
+            channel: None,
             rows,
             records,
             queued,
-            in_dlq: &HashMap::new(),
+            in_dlq,
             now: t(now),
             grace: DEFAULT_GRACE,
-            policy: &SloPolicy::default(),
-        })
+            policy,
+        }
+    }
+
+    fn run(rows: &[DueRow], records: &HashMap<ReminderId, LedgerRecord>, queued: u64, now: i64) -> Reconciliation {
+        reconcile(&input(rows, records, queued, now, (&HashMap::new(), &SloPolicy::default())))
+    }
+
+    /// Each channel is reconciled against its own queues' evidence: SMS's queue empty names its
+    /// released reminder lost, while email's is covered by the lanes' message (the fleet-wide
+    /// count only knows that one of the three open reminders is missing).
+    #[test]
+    fn each_channel_is_judged_on_its_own_rows_against_its_own_queues() {
+        let sent = ReleaseState::Enqueued(Some(t(-600)));
+        let mut rows = vec![
+            row(1, RenewalStatus::Active, sent),
+            row(2, RenewalStatus::Active, sent),
+            row(3, RenewalStatus::Active, sent),
+            row(4, RenewalStatus::Paid, ReleaseState::Scheduled),
+        ];
+        for (r, c) in rows.iter_mut().zip(["email", "email", "sms", "sms"]) {
+            r.channel = Some(c.to_owned());
+        }
+        rows.push(row(5, RenewalStatus::Active, sent));
+        let mut recs = HashMap::new();
+        recs.insert(rows[0].reminder_id.clone(), record(&rows[0], ReminderState::Delivered, None, 10));
+        let whole = run(&rows, &recs, 2, 30);
+        // The fleet's count knows one of three open reminders is missing, not which.
+        assert_eq!((whole.missing_among_suspects, whole.suspects.len()), (1, 3), "{whole:?}");
+        let (no_letters, policy) = (HashMap::new(), SloPolicy::default());
+        let input = input(&rows, &recs, 2, 30, (&no_letters, &policy));
+        let per = by_channel(&input, |c| u64::from(c != "sms"));
+        assert_eq!(per.keys().map(String::as_str).collect::<Vec<_>>(), ["(none)", "email", "sms"]);
+        let (email, sms) = (&per["email"], &per["sms"]);
+        assert_eq!((email.population, email.due, email.delivered, email.waiting, email.unaccounted), (2, 2, 1, 1, 0));
+        assert_eq!((sms.population, sms.due, sms.delivered, sms.unaccounted), (2, 1, 0, 1), "{sms:?}");
+        let sms_only = reconcile(&ReconcileInput { rows: &rows[2..4], queued: 0, ..input });
+        assert_eq!(sms_only.unaccounted_reminders[0].renewal_id, "r3", "named: {sms_only:?}");
+        assert_eq!(per["(none)"].unaccounted, 0);
+        // The channels' populations add up to the window's.
+        assert_eq!(per.values().map(|c| c.population).sum::<u64>(), whole.population);
+        // A window narrowed to a channel says so in its report.
+        let narrowed = reconcile(&ReconcileInput { channel: Some("sms"), ..input });
+        assert!(narrowed.render().contains(" channel sms "), "{}", narrowed.render());
     }
 
     #[test]
@@ -755,6 +900,7 @@ mod tests {
             from: t(-60),
             to: t(60),
             tenant: None,
+            channel: None,
             rows: &rows,
             records: &recs,
             queued: 0,
@@ -816,6 +962,7 @@ mod tests {
                 from: t(-60),
                 to: t(60),
                 tenant: None,
+                channel: None,
                 rows: &rows,
                 records: &recs,
                 queued,

@@ -159,8 +159,13 @@ pub async fn check_window(
     let policy =
         punctual_ops::reconcile::slo_policy().map_err(crate::step("reading SLO_TARGET and SLO_WITHIN_SECS"))?;
     let target = punctual_ops::Target { resources: resources.clone(), dynamodb_endpoint, quota: 1.0 };
-    let window =
-        punctual_ops::reconcile::Window { from, to, tenant: None, grace: punctual_core::reconcile::DEFAULT_GRACE };
+    let window = punctual_ops::reconcile::Window {
+        from,
+        to,
+        tenant: None,
+        channel: None,
+        grace: punctual_core::reconcile::DEFAULT_GRACE,
+    };
     let (r, _) = punctual_ops::reconcile::reconcile_with(&target, ddb, queues, &window, &policy, false, true)
         .await
         .map_err(crate::step("reconciling the window"))?;

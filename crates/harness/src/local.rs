@@ -468,9 +468,9 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
 
 /// Each reminder's channel, as the sender routed it: its renewal's row's `channel`. Read by
 /// scanning the whole renewals table (tenant, renewal, channel) and the whole ledger (each
-/// `reminder:` record's tenant and renewal): local tables, where a `Scan` is cheap (a deployed
-/// table of millions would not want one, and the `by_day` index `reconcile` reads does not carry
-/// the channel).
+/// `reminder:` record's tenant and renewal): local tables, where a `Scan` is cheap and needs no
+/// window (a deployed table of millions would not want one: `reconcile` reads a window's rows,
+/// with their channel, through the `by_day_channel` index).
 async fn reminder_channels(
     ddb: &aws_sdk_dynamodb::Client,
     renewals_table: &str,

@@ -25,16 +25,7 @@ use crate::{OpsError, step};
 fn switch(target: &Target, ddb: aws_sdk_dynamodb::Client, channel: Option<&str>) -> Result<DynamoControl, OpsError> {
     let table = &target.resources.ledger_table;
     let Some(name) = channel else { return Ok(DynamoControl::new(ddb, table)) };
-    let declared: Vec<&str> = target.resources.channels.iter().map(|c| c.name.as_str()).collect();
-    if !declared.contains(&name) {
-        return Err(OpsError::Invalid(vec![if declared.is_empty() {
-            format!(
-                "--channel {name}: this deployment declares no channels (CHANNELS is unset), so no sender reads a channel's switch; pause the fleet instead"
-            )
-        } else {
-            format!("--channel {name}: not a declared channel (declared: {})", declared.join(", "))
-        }]));
-    }
+    target.resources.declared_channel(name, "no sender reads a channel's switch: pause the fleet instead")?;
     Ok(DynamoControl::for_channel(ddb, table, name))
 }
 
@@ -115,9 +106,13 @@ pub struct Status {
     pub channels_paused: BTreeMap<String, Option<Pause>>,
     /// The deadline SLO of today's due population (00:00 UTC to now: `reconcile`'s judgement
     /// of it), with the worst tenants. `None` with `--no-slo`, when the renewals table has no
-    /// `by_day` index (a stack from before it) or the SLO settings are invalid
-    /// (`slo_unavailable` says why).
+    /// `by_day_channel` index (a stack from before it: the upgrade adds it) or the SLO settings
+    /// are invalid (`slo_unavailable` says why).
     pub slo_today: Option<punctual_core::slo::SloSummary>,
+    /// The same SLO per channel (the renewals' `channel`; absent when the deployment declares
+    /// no channels), from the same read.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub slo_today_by_channel: BTreeMap<String, punctual_core::slo::SloSummary>,
     /// Why `slo_today` is absent.
     pub slo_unavailable: Option<String>,
     /// AWS requests this status made (none of them a Scan).
@@ -182,11 +177,14 @@ impl Status {
                     .iter()
                     .map(|t| format!("{} ({} breached)", t.tenant_id, t.counts.breached))
                     .collect();
-                if worst.is_empty() {
-                    s.line()
-                } else {
-                    format!("{}\n                  worst tenants: {}", s.line(), worst.join(", "))
+                let mut line = s.line();
+                if !worst.is_empty() {
+                    line += &format!("\n                  worst tenants: {}", worst.join(", "));
                 }
+                for (c, s) in &self.slo_today_by_channel {
+                    line += &format!("\n  channel {c:<8} {}", s.line());
+                }
+                line
             }
             (None, why) => format!("unavailable: {}", why.as_deref().unwrap_or("unknown")),
         }
@@ -202,7 +200,7 @@ pub const DLQ_RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(14);
 /// grow with the tables (docs/commands.md#punctual-status).
 ///
 /// With `slo`, also today's deadline SLO: `reconcile`'s judgement of 00:00 UTC → now, which
-/// reads today's due population (16 `Query`s on the `by_day` index plus one page per ~4,000
+/// reads today's due population (16 `Query`s on the `by_day_channel` index plus one page per ~4,000
 /// renewals, one `BatchGetItem` per 100 released ones, and the DLQ only when a released
 /// reminder is in no terminal state): O(today's due population), 13 s for 200,000 on DynamoDB
 /// Local. `--no-slo` leaves it out for the constant-cost status.
@@ -252,6 +250,7 @@ pub async fn status_with(
         channels_paused.insert(c.name.clone(), p);
     }
     // Today's SLO: reconcile's judgement of 00:00 UTC → now, O(today's due population).
+    let mut slo_today_by_channel = BTreeMap::new();
     let (slo_today, slo_unavailable) = match crate::reconcile::slo_policy() {
         _ if !slo => (None, Some("not read (--no-slo)".to_owned())),
         Err(e) => (None, Some(e.to_string())),
@@ -260,11 +259,13 @@ pub async fn status_with(
                 from: now.date_naive().and_hms_opt(0, 0, 0).map_or(now, |t| t.and_utc()),
                 to: now + TimeDelta::milliseconds(1),
                 tenant: None,
+                channel: None,
                 grace: punctual_core::reconcile::DEFAULT_GRACE,
             };
             match crate::reconcile::reconcile_with(target, ddb.clone(), queues, &window, &policy, false, false).await {
                 Ok((r, n)) => {
                     requests += n;
+                    slo_today_by_channel = r.channels.into_iter().map(|(c, a)| (c, a.slo)).collect();
                     (Some(r.slo), None)
                 }
                 Err(e) => (
@@ -288,6 +289,7 @@ pub async fn status_with(
         paused,
         channels_paused,
         slo_today,
+        slo_today_by_channel,
         slo_unavailable,
         requests,
     })
@@ -395,7 +397,7 @@ pub const EXPLAIN_DAYS_BACK: u64 = 31;
 /// How far ahead: the longest window, a week.
 pub const EXPLAIN_DAYS_AHEAD: u64 = 7;
 
-/// The UTC days whose `by_day` partitions may hold `rec`'s renewal: the day of its
+/// The UTC days whose `by_day_channel` partitions may hold `rec`'s renewal: the day of its
 /// `deliver_after` and its neighbours (a move to another send time keeps the reminder id and may
 /// cross midnight) when the ledger knows it; otherwise today, then each day back to
 /// [`EXPLAIN_DAYS_BACK`] days ago, then each day ahead to [`EXPLAIN_DAYS_AHEAD`].
@@ -433,7 +435,7 @@ pub async fn explain(target: &Target, id: &str) -> Result<Explanation, OpsError>
     let (row, _) = renewals
         .find_reminder(&rid, days.iter().copied())
         .await
-        .map_err(step("reading the renewals table's by_day index"))?;
+        .map_err(step("reading the renewals table's by_day_channel index"))?;
     let (seen, letter) = match &row {
         Some(row) => {
             let (seen, letter) = reconcile_one(&queues, row, rec.as_ref(), now).await?;
@@ -482,7 +484,7 @@ async fn reconcile_one(
     let records: std::collections::HashMap<ReminderId, LedgerRecord> =
         rec.map(|r| (r.reminder_id.clone(), r.clone())).into_iter().collect();
     let rows = std::slice::from_ref(row);
-    let queued = crate::reconcile::lanes_hold(queues).await?;
+    let queued = crate::reconcile::lanes_hold(queues).await?.of(punctual_core::reconcile::channel_key(row));
     let mut letter = None;
     if open_releases(rows, &records) > 0 {
         letter = crate::dlq::letter_of(queues, row.reminder_id.as_str(), crate::reconcile::DLQ_READ_MAX)
@@ -495,6 +497,7 @@ async fn reconcile_one(
         from: row.deliver_after,
         to: row.deliver_after + TimeDelta::milliseconds(1),
         tenant: None,
+        channel: None,
         rows,
         records: &records,
         queued,

@@ -1,7 +1,7 @@
 //! `punctual reconcile` (docs/design.md#the-deadline-slo-and-reconciliation): a window's due population joined with the ledger and the
 //! queues, every renewal in a bucket or named as unaccounted (the buckets and the evidence:
 //! [`punctual_core::reconcile`]). Reads, in this order so a reminder settling meanwhile is not
-//! mistaken for a lost one: the population (the renewals table's `by_day` index: 16 queries
+//! mistaken for a lost one: the population (the renewals table's `by_day_channel` index: 16 queries
 //! per UTC day), the lanes' depths (2 requests), then the ledger records of the population
 //! (one strongly consistent `BatchGetItem` per 100), and — only when some released reminder
 //! is in no terminal state — the DLQ, read without taking anything (at most
@@ -29,6 +29,8 @@ pub struct Window {
     pub to: DateTime<Utc>,
     /// One tenant only.
     pub tenant: Option<String>,
+    /// One declared channel only (checked against the target when reconciled).
+    pub channel: Option<String>,
     /// How long a due renewal may stay unreleased before it is unaccounted.
     pub grace: Duration,
 }
@@ -96,9 +98,13 @@ impl Window {
             problems.push(format!("--tenant {t:?} is not a tenant id"));
         }
         match (from, to, problems.is_empty()) {
-            (Some(from), Some(to), true) => {
-                Ok(Self { from, to, tenant, grace: grace_secs.map_or(DEFAULT_GRACE, Duration::from_secs) })
-            }
+            (Some(from), Some(to), true) => Ok(Self {
+                from,
+                to,
+                tenant,
+                channel: None,
+                grace: grace_secs.map_or(DEFAULT_GRACE, Duration::from_secs),
+            }),
             _ => Err(OpsError::Invalid(problems)),
         }
     }
@@ -143,6 +149,9 @@ pub async fn reconcile_with(
     progress: bool,
     read_dlq: bool,
 ) -> Result<(Reconciliation, u32), OpsError> {
+    if let Some(c) = &window.channel {
+        target.resources.declared_channel(c, "every renewal goes through the one provider: leave out --channel")?;
+    }
     let bar = spinner(progress);
     // The window is judged as of when its population was read, not after the reads that
     // follow (a 10,000-letter DLQ peek takes minutes): a renewal inside its grace when the
@@ -150,11 +159,11 @@ pub async fn reconcile_with(
     let read_at = Utc::now();
     let renewals = DynamoRenewals::new(ddb.clone(), target.resources.renewals_table.clone());
     let population = renewals
-        .population(window.from, window.to, window.tenant.as_deref(), |n| {
+        .population(window.from, window.to, window.tenant.as_deref(), window.channel.as_deref(), |n| {
             bar.set_message(format!("reading the due population: {n} renewals"));
         })
         .await
-        .map_err(step("reading the renewals table's by_day index"))?;
+        .map_err(step("reading the renewals table's by_day_channel index"))?;
     if !population.unreadable.is_empty() {
         let (pk, why) = &population.unreadable[0];
         return Err(OpsError::NotFound(format!(
@@ -189,27 +198,61 @@ pub async fn reconcile_with(
     }
     bar.finish_and_clear();
     let requests = u32::try_from(
-        population.pages + 1 + u64::from(queues.has_urgent_lane()) + total.div_ceil(100) as u64 + dlq_reads,
+        population.pages
+            + 1
+            + u64::from(queues.has_urgent_lane())
+            + queued.own.len() as u64
+            + total.div_ceil(100) as u64
+            + dlq_reads,
     )
     .unwrap_or(u32::MAX);
-    let r = judge_window(&ReconcileInput {
+    let input = ReconcileInput {
         from: window.from,
         to: window.to,
         tenant: window.tenant.as_deref(),
+        channel: window.channel.as_deref(),
         rows: &population.rows,
         records: &records,
-        queued,
+        // Narrowed to a channel: the messages of the queues that carry it only.
+        queued: window.channel.as_deref().map_or_else(|| queued.total(), |c| queued.of(c)),
         in_dlq: &in_dlq,
         now: read_at,
         grace: window.grace,
         policy,
-    });
+    };
+    let mut r = judge_window(&input);
+    if window.channel.is_none() && !target.resources.channels.is_empty() {
+        r.channels = punctual_core::reconcile::by_channel(&input, |c| queued.of(c));
+    }
     Ok((r, requests))
 }
 
-/// Messages both lanes hold, visible, in flight or delayed: reconcile's evidence that a
-/// released reminder is still on a queue (2 requests, 1 with one lane).
-pub(crate) async fn lanes_hold(queues: &punctual_aws::sqs::SqsQueues) -> Result<u64, OpsError> {
+/// Messages the queues hold (visible, in flight or delayed): reconcile's evidence that a
+/// released reminder is still on a queue.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Queued {
+    /// Both lanes together.
+    pub lanes: u64,
+    /// Each channel's own queue, by the channel's name.
+    pub own: std::collections::BTreeMap<String, u64>,
+}
+
+impl Queued {
+    /// Every queue.
+    pub fn total(&self) -> u64 {
+        self.lanes + self.own.values().sum::<u64>()
+    }
+
+    /// The queues that carry `channel`'s messages: its own queue, else the lanes (which it
+    /// shares with every other channel without one).
+    pub fn of(&self, channel: &str) -> u64 {
+        self.own.get(channel).copied().unwrap_or(self.lanes)
+    }
+}
+
+/// What the lanes and each channel's own queue hold (2 requests, 1 with one lane, plus one
+/// per channel queue).
+pub(crate) async fn lanes_hold(queues: &punctual_aws::sqs::SqsQueues) -> Result<Queued, OpsError> {
     let send = queues.depth_of(queues.send_url()).await.map_err(step("reading the send queue"))?;
     let urgent = if queues.has_urgent_lane() {
         queues.depth_of(queues.urgent_url()).await.map_err(step("reading the urgent lane"))?
@@ -217,28 +260,33 @@ pub(crate) async fn lanes_hold(queues: &punctual_aws::sqs::SqsQueues) -> Result<
         punctual_aws::sqs::Depth::default()
     };
     // A channel's own queue holds its reminders as the lanes do.
-    let own = queues.channel_depth().await.map_err(step("reading a channel's queue"))?;
-    Ok(send.total() + urgent.total() + own.total())
+    let own = queues.channel_depths().await.map_err(step("reading a channel's queue"))?;
+    Ok(Queued { lanes: send.total() + urgent.total(), own: own.into_iter().map(|(c, d)| (c, d.total())).collect() })
 }
 
-/// `punctual forecast`'s read: every renewal whose `deliver_after` falls on the UTC `day`,
-/// from the `by_day` index (16 queries, paged), with a live count on stderr.
+/// `punctual forecast`'s read: every renewal whose `deliver_after` falls on the UTC `day` (of
+/// the declared `channel` only, when given), from the `by_day_channel` index (16 queries,
+/// paged), with a live count on stderr.
 pub async fn day_population(
     target: &Target,
     day: NaiveDate,
+    channel: Option<&str>,
     progress: bool,
 ) -> Result<Vec<punctual_core::reconcile::DueRow>, OpsError> {
+    if let Some(c) = channel {
+        target.resources.declared_channel(c, "every renewal goes through the one provider: leave out --channel")?;
+    }
     let (ddb, _) = target.clients().await;
     let bar = spinner(progress);
     let from =
         day.and_hms_opt(0, 0, 0).map(|t| t.and_utc()).ok_or_else(|| OpsError::Invalid(vec![format!("{day}")]))?;
     let renewals = DynamoRenewals::new(ddb, target.resources.renewals_table.clone());
     let population = renewals
-        .population(from, from + chrono::TimeDelta::days(1), None, |n| {
+        .population(from, from + chrono::TimeDelta::days(1), None, channel, |n| {
             bar.set_message(format!("reading the renewals due on {day}: {n}"));
         })
         .await
-        .map_err(step("reading the renewals table's by_day index"))?;
+        .map_err(step("reading the renewals table's by_day_channel index"))?;
     bar.finish_and_clear();
     if let Some((pk, why)) = population.unreadable.first() {
         return Err(OpsError::NotFound(format!(

@@ -69,6 +69,32 @@ impl Resources {
 }
 
 impl Resources {
+    /// The declared channel `name`, or why a `--channel` naming it is refused (`otherwise`: what
+    /// to do instead when the deployment declares no channels).
+    pub fn declared_channel(&self, name: &str, otherwise: &str) -> Result<&ChannelResources, OpsError> {
+        self.channels.iter().find(|c| c.name == name).ok_or_else(|| {
+            let declared: Vec<&str> = self.channels.iter().map(|c| c.name.as_str()).collect();
+            OpsError::Invalid(vec![if declared.is_empty() {
+                format!("--channel {name}: this deployment declares no channels (CHANNELS is unset); {otherwise}")
+            } else {
+                format!("--channel {name}: not a declared channel (declared: {})", declared.join(", "))
+            }])
+        })
+    }
+
+    /// The declared channel `name`'s quota, or why it is not known here (read from the
+    /// environment without its `CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC`).
+    pub fn channel_quota(&self, name: &str) -> Result<f64, OpsError> {
+        let c = self.declared_channel(name, "every renewal goes through the one provider: leave out --channel")?;
+        if c.quota > 0.0 {
+            return Ok(c.quota);
+        }
+        Err(OpsError::Invalid(vec![format!(
+            "--channel {name}: its quota is not known here (set {}PROVIDER_RATE_PER_SEC, or give --quota)",
+            punctual_lambda::config::channel_prefix(name)
+        )]))
+    }
+
     /// The urgent lane's URL, when it has a queue of its own.
     pub fn urgent_url(&self) -> Option<&str> {
         Some(self.urgent_queue_url.as_str()).filter(|u| !u.is_empty())
@@ -206,10 +232,9 @@ impl Target {
                     provider_url: env("PROVIDER_URL").unwrap_or_default(),
                     recipients_table: env("RECIPIENTS_TABLE").unwrap_or_default(),
                     provider_kind: env("PROVIDER_KIND").unwrap_or_default(),
-                    // The names only: what import checks rows against (the senders read each
-                    // channel's own provider and rate).
-                    // Names and own queues (what `import`, `pause --channel`, `status` and
-                    // `reconcile` need); the senders read each channel's provider and rate.
+                    // Names, own queues and quotas (what `import`, `pause --channel`,
+                    // `status`, `reconcile` and `forecast` need); the senders read each
+                    // channel's provider.
                     channels: {
                         let env = punctual_lambda::config::process_env();
                         let names = punctual_lambda::config::channel_names(&env)
@@ -220,6 +245,12 @@ impl Target {
                         names
                             .into_iter()
                             .map(|name| ChannelResources {
+                                // Its quota (`forecast --channel`'s default; 0: not set here).
+                                quota: env
+                                    .under(&punctual_lambda::config::channel_prefix(&name), &[])
+                                    .optional("PROVIDER_RATE_PER_SEC")
+                                    .and_then(|q| q.parse().ok())
+                                    .unwrap_or(0.0),
                                 queue_url: queues
                                     .iter()
                                     .find(|(n, _)| *n == name)

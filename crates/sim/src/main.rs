@@ -177,6 +177,9 @@ struct ForecastArgs {
     /// The day (for the report).
     #[arg(long)]
     date: String,
+    /// The channel the population is of (for the report).
+    #[arg(long)]
+    channel: Option<String>,
     #[command(flatten)]
     capacity: Capacity,
     /// Seed.
@@ -577,6 +580,9 @@ fn load_population(path: &std::path::Path) -> Result<punctual_sim::SimPopulation
 #[derive(serde::Serialize)]
 struct Forecast {
     date: String,
+    /// The one channel projected (absent: the whole day).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    channel: Option<String>,
     /// Renewals of the day in the file, every status.
     population: u64,
     /// Not simulated: cancelled or paid.
@@ -636,6 +642,7 @@ fn forecast_command(a: ForecastArgs) -> ExitCode {
     late_by_tenant.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
     let f = Forecast {
         date: a.date.clone(),
+        channel: a.channel.clone(),
         population: (pop.rows.len() as u64) + pop.excluded.values().sum::<u64>(),
         excluded: pop.excluded.clone(),
         quota: a.capacity.quota,
@@ -656,8 +663,9 @@ fn forecast_command(a: ForecastArgs) -> ExitCode {
     } else {
         let at = |t: Option<chrono::DateTime<chrono::Utc>>| t.map_or_else(|| "none".to_owned(), |t| t.to_rfc3339());
         println!(
-            "forecast {}: {} renewals ({} excluded), quota {}/s, concurrency {} + {} urgent",
+            "forecast {}{}: {} renewals ({} excluded), quota {}/s, concurrency {} + {} urgent",
             f.date,
+            f.channel.as_deref().map_or_else(String::new, |c| format!(" channel {c}")),
             f.population,
             f.excluded.values().sum::<u64>(),
             f.quota,

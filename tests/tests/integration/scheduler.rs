@@ -458,7 +458,7 @@ async fn a_reimport_corrects_stale_instants_and_the_day_index_finds_the_row_on_i
     assert_eq!(out, [RowOutcome::Rescheduled], "stale instants kept");
     let on = |from: DateTime<Utc>| {
         let renewals = r.renewals.clone();
-        async move { renewals.population(from, from + TimeDelta::hours(1), None, |_| {}).await.unwrap().rows }
+        async move { renewals.population(from, from + TimeDelta::hours(1), None, None, |_| {}).await.unwrap().rows }
     };
     let found = on(row.deliver_after - TimeDelta::minutes(30)).await;
     assert_eq!(found.len(), 1, "the row is not on its day in the by_day index");

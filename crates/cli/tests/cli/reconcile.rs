@@ -41,6 +41,14 @@ fn csv(at: DateTime<Utc>, rows: &[(&str, &str)]) -> String {
     out
 }
 
+/// Imports `file` with the real import and drains the local pipeline.
+fn import_and_drain(state: &std::path::Path, file: &std::path::Path) {
+    let import = punctual(state, &["import", file.to_str().unwrap(), "--json"]);
+    assert!(import.status.success(), "{}", String::from_utf8_lossy(&import.stderr));
+    let drain = punctual(state, &["local", "drain", "--json"]);
+    assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
+}
+
 #[tokio::test]
 async fn a_drained_mix_reconciles_and_a_message_lost_behind_the_pipeline_is_named() {
     let state = std::env::temp_dir().join(unique("punctual-reconcile"));
@@ -58,10 +66,7 @@ async fn a_drained_mix_reconciles_and_a_message_lost_behind_the_pipeline_is_name
     let rows: Vec<(&str, &str)> = rows.iter().map(|(a, b)| (a.as_str(), *b)).collect();
     let file = state.join("mix.csv");
     std::fs::write(&file, csv(due, &rows)).unwrap();
-    let import = punctual(&state, &["import", file.to_str().unwrap(), "--json"]);
-    assert!(import.status.success(), "{}", String::from_utf8_lossy(&import.stderr));
-    let drain = punctual(&state, &["local", "drain", "--json"]);
-    assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
+    import_and_drain(&state, &file);
 
     let from = (due - TimeDelta::minutes(5)).to_rfc3339();
     let to = (due + TimeDelta::minutes(1)).to_rfc3339();
@@ -232,6 +237,86 @@ async fn a_forecast_reads_the_days_exact_population_and_agrees_with_simulate() {
     assert_eq!(json(&empty)["population"], 0);
     // A bad date is refused.
     assert_eq!(punctual(&state, &["forecast", "--date", "tomorrow"]).status.code(), Some(2));
+
+    assert!(punctual(&state, &["local", "down"]).status.success());
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// With two channels declared, `reconcile` gives each channel's own account beside the totals,
+/// `--channel` narrows the window to one channel, `status` gives today's SLO per channel and
+/// `forecast --channel` projects one channel's renewals at that channel's own quota. A channel
+/// the deployment does not declare is refused (exit 2), naming the declared ones.
+#[tokio::test]
+async fn two_channels_are_reconciled_and_forecast_each_on_its_own() {
+    let state = std::env::temp_dir().join(unique("punctual-reconcile-channels"));
+    let up = punctual(&state, &["local", "up", "--channels", "email=ses,sms=http:20", "--json"]);
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let now = Utc::now();
+    let due = now.with_second(0).unwrap().with_nanosecond(0).unwrap() - TimeDelta::minutes(1);
+    let mut text =
+        "tenant_id,renewal_id,recipient_ref,email,channel,zone,local_due_date,local_send_time,window_minutes,status\n"
+            .to_owned();
+    let rows = [("e", "email", 4, "active"), ("s", "sms", 3, "active"), ("p", "sms", 1, "paid")];
+    for (prefix, channel, n, status) in rows {
+        for i in 0..n {
+            text.push_str(&format!(
+                "acme,ren-{prefix}-{i},cust-{prefix}-{i},c{prefix}{i}@example.com,{channel},UTC,{},{},240,{status}\n",
+                due.format("%Y-%m-%d"),
+                due.format("%H:%M")
+            ));
+        }
+    }
+    let file = state.join("channels.csv");
+    std::fs::write(&file, text).unwrap();
+    import_and_drain(&state, &file);
+
+    let from = (due - TimeDelta::minutes(5)).to_rfc3339();
+    let to = (due + TimeDelta::minutes(1)).to_rfc3339();
+    let window = ["reconcile", "--from", &from, "--to", &to];
+    let whole = punctual(&state, &[&window[..], &["--json"]].concat());
+    let r = json(&whole);
+    assert_eq!(whole.status.code(), Some(0), "{r:#}");
+    assert_eq!((r["population"].as_u64(), r["delivered"].as_u64()), (Some(8), Some(7)), "{r:#}");
+    let (email, sms) = (&r["channels"]["email"], &r["channels"]["sms"]);
+    assert_eq!((email["population"].as_u64(), email["delivered"].as_u64()), (Some(4), Some(4)), "{r:#}");
+    assert_eq!(
+        (sms["population"].as_u64(), sms["due"].as_u64(), sms["delivered"].as_u64()),
+        (Some(4), Some(3), Some(3)),
+        "{r:#}"
+    );
+    assert_eq!(sms["slo"]["excluded"], 1, "the paid SMS renewal: {r:#}");
+    let text = punctual(&state, &window);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("channel sms "), "{text:?}");
+
+    // One channel only: its rows, no per-channel breakdown.
+    let one = json(&punctual(&state, &[&window[..], &["--channel", "sms", "--json"]].concat()));
+    assert_eq!((one["population"].as_u64(), one["delivered"].as_u64()), (Some(4), Some(3)), "{one:#}");
+    assert_eq!(one["channel"], "sms");
+    assert!(one.get("channels").is_none(), "{one:#}");
+    let fax = punctual(&state, &[&window[..], &["--channel", "fax"]].concat());
+    assert_eq!(fax.status.code(), Some(2), "{fax:?}");
+    assert!(String::from_utf8_lossy(&fax.stderr).contains("declared: email, sms"), "{fax:?}");
+
+    // Today's SLO per channel (when the renewals were due today, UTC).
+    if due.date_naive() == Utc::now().date_naive() {
+        let s = json(&punctual(&state, &["status", "--json"]));
+        let per = &s["slo_today_by_channel"];
+        let judged = |c: &str| per[c]["met"].as_u64().unwrap() + per[c]["breached"].as_u64().unwrap();
+        assert_eq!((judged("email"), judged("sms")), (4, 3), "{s:#}");
+    }
+
+    // The day's SMS renewals projected at SMS's own quota.
+    let date = due.date_naive().to_string();
+    let f = punctual(&state, &["forecast", "--date", &date, "--channel", "sms", "--json"]);
+    let forecast = json(&f);
+    assert_eq!(f.status.code(), Some(0), "{forecast:#}");
+    assert_eq!(
+        (forecast["population"].as_u64(), forecast["quota"].as_f64(), forecast["channel"].as_str()),
+        (Some(4), Some(20.0), Some("sms")),
+        "{forecast:#}"
+    );
+    assert_eq!(forecast["excluded"]["paid"], 1, "{forecast:#}");
+    assert_eq!(punctual(&state, &["forecast", "--date", &date, "--channel", "fax"]).status.code(), Some(2));
 
     assert!(punctual(&state, &["local", "down"]).status.success());
     let _ = std::fs::remove_dir_all(&state);
