@@ -28,28 +28,35 @@ What happens, in order (state and logs under target/e2e/, emptied at each run):
     minutes cold: too slow for `make test`; `make build` stays the release path. The binaries
     are copied out of the target directory at once (it may be shared with other builds), each
     zipped as `bootstrap` (mode 0755) while LocalStack boots.
- 3. The provider double (`punctual provider-double`) starts on loopback with a bearer token;
-    the token goes into a Secrets Manager secret whose full ARN (with Secrets Manager's
-    6-character suffix) is the ProviderTokenSecretArn parameter; two SNS topics are
-    AlarmTopicArn and TicketTopicArn; ProviderUrl is the double's /v1/messages.
+ 3. Two provider doubles (`punctual provider-double`) start on loopback, each with its own
+    bearer token: the stack's provider (the email channel) and the sms channel's. Each token
+    goes into a Secrets Manager secret whose full ARN (with Secrets Manager's 6-character
+    suffix) is ProviderTokenSecretArn or SmsProviderTokenSecretArn; two SNS topics are
+    AlarmTopicArn and TicketTopicArn; ProviderUrl and SmsProviderUrl are the doubles'
+    /v1/messages. So the deployed stack is the two-channel one (CHANNELS=email,sms, the sms
+    queue and its mapping); the one-provider stack is the same template without SmsProviderUrl
+    (tests/tests/integration/template.rs hands each variant's environment to the functions'
+    own parsers).
  4. The template is deployed through LocalStack's CloudFormation WITH the SAM transform: each
     function's CodeUri rewritten to its zip in LocalStack S3 and `Metadata.BuildMethod`
     dropped, as `sam package` would, nothing else. At 98 KB it is over CreateStack's
     51,200-byte TemplateBody limit (AWS's too), so it goes by TemplateURL from S3, as `sam
     deploy` does. Checked: CREATE_COMPLETE; the queue, table and function Outputs resolve to
-    live resources; the sender has two event source mappings, one per lane, each with its
-    MaximumConcurrency; every function has URGENT_QUEUE_URL = the UrgentQueueUrl output.
+    live resources; the sender has three event source mappings, one per lane and one for the
+    sms queue, each with its MaximumConcurrency; every function has URGENT_QUEUE_URL = the
+    UrgentQueueUrl output, CHANNELS=email,sms and CHANNEL_SMS_QUEUE_URL = the SmsQueueUrl output.
  5. The checks, each bounded by a timeout, printed as they pass (c, e and d while the rule's
     first tick is awaited):
-    a. two renewals imported with `punctual import` into the stack's renewals table, due at the
-       first minute boundary at least 10 s ahead, are released by a real tick of the stack's
-       `rate(1 minute)` EventBridge rule (its first firing comes ≈ 60 s after it is created):
-       the scheduler invoked with source `aws.events`, both rows `enqueued`;
-    b. the sender is invoked by BOTH lanes' event source mappings: an invocation whose records
+    a. three renewals imported with `punctual import` into the stack's renewals table (two
+       email, one sms), due at the first minute boundary at least 10 s ahead, are released by a
+       real tick of the stack's `rate(1 minute)` EventBridge rule (its first firing comes ≈ 60 s
+       after it is created): the scheduler invoked with source `aws.events`, the rows `enqueued`;
+    b. the sender is invoked by all three event source mappings: an invocation whose records
        all come from the urgent queue delivers the 5-minute-window renewal, one from the send
-       queue the 2-hour one (the host executor's journal says which queue invoked it, the
-       sender's own log line which reminder it delivered), both `delivered` in the stack's
-       ledger, and the provider double accepted them;
+       queue the 2-hour one, one from the sms queue the sms renewal (the host executor's
+       journal says which queue invoked it, the sender's own log line which reminder it
+       delivered), all `delivered` in the stack's ledger; the email double accepted the two
+       (and e's), the sms double the one;
     c. a malformed message sent to the send queue reaches the DLQ (reason `malformed`);
     d. an alarm on the DLQ goes to ALARM in LocalStack's CloudWatch (which one: below);
     e. `punctual redrive --function <RedriveFunctionName>` through lambda:Invoke: a request at
@@ -61,8 +68,8 @@ What happens, in order (state and logs under target/e2e/, emptied at each run):
        its renewal is imported for tomorrow, so no tick releases it too. The double is then
        reset (it would replay the 400 for that Idempotency-Key: "the provider fixed it");
     f. `punctual status` (DLQ 1 — the malformed letter —, lanes empty, not paused) and
-       `punctual reconcile --from … --to now` (both renewals delivered, none unaccounted, exit
-       0) read the deployed stack, given its Outputs as the variables the operator commands
+       `punctual reconcile --from … --to now` (the three renewals delivered, email 2 and sms 1
+       in its per-channel accounts, none unaccounted, exit 0) read the deployed stack, given its Outputs as the variables the operator commands
        read (crates/ops/src/target.rs);
     g. what LocalStack can show of the template's own promises, reported: a second stack whose
        functions' code is missing from S3 (the likeliest failed first deploy) and what it leaves
@@ -133,6 +140,8 @@ WORK = ROOT / "target" / "e2e"
 REGION = "us-east-1"
 STACK = "punctual-e2e"
 TOKEN = "e2e-provider-token"
+# The sms channel's own double and secret (SmsProviderUrl, SmsProviderTokenSecretArn).
+SMS_TOKEN = "e2e-sms-token"
 FUNCTIONS = {"SenderFunction": "sender", "SchedulerFunction": "scheduler", "RedriveFunction": "redrive"}
 T0 = time.monotonic()
 CURRENT = "setup"  # the step running, named when something unexpected fails
@@ -385,24 +394,31 @@ class Run:
 
     # -- 3. parameters -------------------------------------------------------------------------
     def start_double(self):
+        """Two doubles: the stack's provider (the email channel) and the sms channel's own,
+        each with its own token, so a reminder can only be accepted by its own channel's."""
+        self.double_base = self.one_double("provider double", TOKEN, "100", WORK / "provider-double.log")
+        self.double_url = f"{self.double_base}/v1/messages"
+        self.sms_base = self.one_double("sms double", SMS_TOKEN, "10", WORK / "sms-double.log")
+        self.sms_url = f"{self.sms_base}/v1/messages"
+
+    def one_double(self, name: str, token: str, quota: str, log: Path) -> str:
         port = free_port()
-        self.double = self.procs.start("provider double", [str(self.bins["punctual"]), "provider-double", "--port", str(port),
-                                       "--token", TOKEN, "--quota", "100", "--burst", "10"],
-                                       WORK / "provider-double.log", self.env, group=False)
-        self.double_base = f"http://127.0.0.1:{port}"
+        proc = self.procs.start(name, [str(self.bins["punctual"]), "provider-double", "--port", str(port),
+                                       "--token", token, "--quota", quota, "--burst", "10"], log, self.env, group=False)
+        base = f"http://127.0.0.1:{port}"
 
         def probe():
-            if self.double.poll() is not None:
-                raise StepFailed("provider double", f"exited with {self.double.returncode}")
+            if proc.poll() is not None:
+                raise StepFailed("provider double", f"{name} exited with {proc.returncode}")
             try:
-                return self.double_stats() is not None
+                return self.double_stats(base) is not None
             except (urllib.error.URLError, OSError) as e:
                 return (False, str(e))
-        wait_for("provider double", "its /stats", probe, timeout=20, interval=0.1)
-        self.double_url = f"{self.double_base}/v1/messages"
+        wait_for("provider double", f"the {name}'s /stats", probe, timeout=20, interval=0.1)
+        return base
 
-    def double_stats(self) -> dict:
-        with urllib.request.urlopen(f"{self.double_base}/stats", timeout=5) as r:
+    def double_stats(self, base: str | None = None) -> dict:
+        with urllib.request.urlopen(f"{base or self.double_base}/stats", timeout=5) as r:
             return json.load(r)
 
     def double_post(self, path: str, body) -> None:
@@ -426,6 +442,7 @@ class Run:
         self.code_keys, self.bucket = keys, bucket
         uploaded = time.monotonic() - started
         secret_arn = sm.create_secret(Name=f"{STACK}/provider-token", SecretString=json.dumps({"token": TOKEN}))["ARN"]
+        sms_secret_arn = sm.create_secret(Name=f"{STACK}/sms-token", SecretString=json.dumps({"token": SMS_TOKEN}))["ARN"]
         self.alarm_topic = sns.create_topic(Name=f"{STACK}-page")["TopicArn"]
         self.ticket_topic = sns.create_topic(Name=f"{STACK}-ticket")["TopicArn"]
         self.params = {
@@ -433,6 +450,10 @@ class Run:
             "ProviderTokenSecretArn": secret_arn,
             "AlarmTopicArn": self.alarm_topic,
             "TicketTopicArn": self.ticket_topic,
+            # The two-channel stack: email through the stack's provider, sms through its own
+            # double, secret, queue and mapping (the one-provider stack is this without them).
+            "SmsProviderUrl": self.sms_url,
+            "SmsProviderTokenSecretArn": sms_secret_arn,
         }
         # 98 KB of YAML: over CreateStack's 51,200-byte TemplateBody limit (AWS's and
         # LocalStack's), so it goes through S3 as `sam deploy` does it.
@@ -485,13 +506,13 @@ class Run:
         started = time.monotonic()
         o = self.outputs
         want = ["SendQueueUrl", "UrgentQueueUrl", "DeadLetterQueueUrl", "LedgerTableName", "RenewalsTableName",
-                "RecipientsTableName", "RedriveFunctionName", "DashboardName", "MetricsNamespace"]
+                "RecipientsTableName", "RedriveFunctionName", "DashboardName", "MetricsNamespace", "SmsQueueUrl"]
         missing = [k for k in want if not o.get(k)]
         if missing:
             raise StepFailed("outputs", f"missing {missing}: {o}")
         sqs, ddb, lam, cw = self.aws("sqs"), self.aws("dynamodb"), self.aws("lambda"), self.aws("cloudwatch")
         self.queue_arn = {}
-        for k in ("SendQueueUrl", "UrgentQueueUrl", "DeadLetterQueueUrl"):
+        for k in ("SendQueueUrl", "UrgentQueueUrl", "DeadLetterQueueUrl", "SmsQueueUrl"):
             self.queue_arn[k] = sqs.get_queue_attributes(QueueUrl=o[k], AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         for k in ("LedgerTableName", "RenewalsTableName", "RecipientsTableName"):
             ddb.describe_table(TableName=o[k])
@@ -509,15 +530,19 @@ class Run:
         sender = self.physical["SenderFunction"]
         mappings = lam.list_event_source_mappings(FunctionName=sender)["EventSourceMappings"]
         polled = {m["EventSourceArn"]: (m.get("ScalingConfig") or {}).get("MaximumConcurrency") for m in mappings}
-        lanes = {self.queue_arn["SendQueueUrl"], self.queue_arn["UrgentQueueUrl"]}
+        lanes = {self.queue_arn["SendQueueUrl"], self.queue_arn["UrgentQueueUrl"], self.queue_arn["SmsQueueUrl"]}
         if set(polled) != lanes or not all(polled.values()):
-            raise StepFailed("mappings", f"the sender's mappings poll {polled}, want both lanes {sorted(lanes)} with MaximumConcurrency")
+            raise StepFailed("mappings", f"the sender's mappings poll {polled}, want both lanes and the sms queue {sorted(lanes)} with MaximumConcurrency")
         for logical in FUNCTIONS:
             env = lam.get_function_configuration(FunctionName=self.physical[logical]).get("Environment", {}).get("Variables", {})
             if env.get("URGENT_QUEUE_URL") != o["UrgentQueueUrl"]:
                 raise StepFailed("function config", f"{logical} has URGENT_QUEUE_URL={env.get('URGENT_QUEUE_URL')!r}")
-        ok("outputs", f"the queue, table and function outputs resolve ({dashboard}); sender polls both lanes (MaximumConcurrency {sorted(polled.values())}); "
-           "URGENT_QUEUE_URL on all three functions", started)
+            if env.get("CHANNELS") != "email,sms" or env.get("CHANNEL_SMS_QUEUE_URL") != o["SmsQueueUrl"]:
+                raise StepFailed("function config", f"{logical} has CHANNELS={env.get('CHANNELS')!r}, "
+                                 f"CHANNEL_SMS_QUEUE_URL={env.get('CHANNEL_SMS_QUEUE_URL')!r}")
+        ok("outputs", f"the queue, table and function outputs resolve ({dashboard}); sender polls both lanes and the sms queue "
+           f"(MaximumConcurrency {sorted(polled.values())}); URGENT_QUEUE_URL, CHANNELS=email,sms and the sms queue on all three functions",
+           started)
 
     # -- 5. checks ----------------------------------------------------------------------------
     def ops_env(self) -> dict:
@@ -529,6 +554,8 @@ class Run:
             "DLQ_URL": o["DeadLetterQueueUrl"], "LEDGER_TABLE": o["LedgerTableName"],
             "RENEWALS_TABLE": o["RenewalsTableName"], "RECIPIENTS_TABLE": o["RecipientsTableName"],
             "PROVIDER_URL": self.double_url,
+            # The channels, as the functions are given them: what reconcile and status read.
+            "CHANNELS": "email,sms", "CHANNEL_SMS_QUEUE_URL": o["SmsQueueUrl"],
             # Never fall back to a `punctual local up` left running in this tree.
             "PUNCTUAL_STATE_DIR": str(WORK / "no-local-state"),
         })
@@ -548,16 +575,19 @@ class Run:
         tomorrow = (now + dt.timedelta(days=1)).date().isoformat()
         rows = [
             # (renewal_id, local date, HH:MM, window minutes)
-            ("e2e-normal", due.date().isoformat(), due.strftime("%H:%M"), 120),
-            ("e2e-urgent", due.date().isoformat(), due.strftime("%H:%M"), 5),
+            # (renewal_id, channel, local date, HH:MM, window minutes)
+            ("e2e-normal", "email", due.date().isoformat(), due.strftime("%H:%M"), 120),
+            ("e2e-urgent", "email", due.date().isoformat(), due.strftime("%H:%M"), 5),
+            # Routed by its channel to the sms queue, sent through the sms double.
+            ("e2e-sms", "sms", due.date().isoformat(), due.strftime("%H:%M"), 120),
             # Never released by a tick during the run: its message is sent by hand (step e).
-            ("e2e-dead", tomorrow, "09:00", 120),
+            ("e2e-dead", "email", tomorrow, "09:00", 120),
         ]
         path = WORK / "renewals.csv"
         with open(path, "w") as f:
             f.write("tenant_id,renewal_id,recipient_ref,channel,zone,local_due_date,local_send_time,window_minutes\n")
-            for rid, date, hhmm, window in rows:
-                f.write(f"e2e,{rid},cust-{rid},email,UTC,{date},{hhmm},{window}\n")
+            for rid, channel, date, hhmm, window in rows:
+                f.write(f"e2e,{rid},cust-{rid},{channel},UTC,{date},{hhmm},{window}\n")
         r = self.punctual("import", str(path), "--json")
         if r.returncode != 0:
             raise StepFailed("import", f"punctual import exited {r.returncode}: {r.stdout}{r.stderr}")
@@ -582,8 +612,8 @@ class Run:
             ExpressionAttributeValues={":a": {"N": str(after_ms)}, ":b": {"N": str(by_ms)}, ":s": {"S": "enqueued"}},
         )
         self.renewal["e2e-dead"].update(deliver_after_ms=str(after_ms), deliver_by_ms=str(by_ms))
-        ok("import", f"3 renewals into {self.outputs['RenewalsTableName']}: e2e-normal (120 min) and e2e-urgent "
-           f"(5 min) due {due:%H:%M:%S}Z; e2e-dead imported for tomorrow, then released by hand (due now)", started)
+        ok("import", f"4 renewals into {self.outputs['RenewalsTableName']}: e2e-normal (120 min), e2e-urgent "
+           f"(5 min) and e2e-sms (sms, 120 min) due {due:%H:%M:%S}Z; e2e-dead imported for tomorrow, then released by hand (due now)", started)
 
     def send_reminder_body(self, rid: str) -> str:
         r = self.renewal[rid]
@@ -748,14 +778,14 @@ class Run:
 
         def released():
             states = {}
-            for rid in ("e2e-normal", "e2e-urgent"):
+            for rid in ("e2e-normal", "e2e-urgent", "e2e-sms"):
                 item = ddb.get_item(TableName=self.outputs["RenewalsTableName"], Key={"pk": {"S": f"renewal:e2e:{rid}"}},
                                     ConsistentRead=True)["Item"]
                 states[rid] = item.get("sched_state", {}).get("S")
             return all(s == "enqueued" for s in states.values()) and states or (False, states)
         # The rule's first firing comes ≈ 1 minute after it is created, then every minute:
         # two periods and a margin.
-        wait_for(step, "both renewals released (sched_state enqueued)", released,
+        wait_for(step, "the three renewals released (sched_state enqueued)", released,
                  timeout=max(10.0, 150 - (time.monotonic() - self.t_deployed)), interval=1)
         scheduler = self.physical["SchedulerFunction"]
 
@@ -771,11 +801,12 @@ class Run:
             raise StepFailed(step, f"a scheduler invocation by the EventBridge rule failed: {ticks}")
         first = by_rule[0]["at"] - self.deployed_at
         ok(step, f"the rule invoked {scheduler} {len(by_rule)}× (first {first:.0f} s after the stack was created); "
-           f"it released e2e-normal and e2e-urgent", self.t_deployed)
+           f"it released e2e-normal, e2e-urgent and e2e-sms", self.t_deployed)
 
     def check_lanes(self):
-        step = "b. both lanes' mappings → sender → provider"
-        want = {"e2e-normal": self.queue_arn["SendQueueUrl"], "e2e-urgent": self.queue_arn["UrgentQueueUrl"]}
+        step = "b. each queue's mapping → sender → its provider"
+        want = {"e2e-normal": self.queue_arn["SendQueueUrl"], "e2e-urgent": self.queue_arn["UrgentQueueUrl"],
+                "e2e-sms": self.queue_arn["SmsQueueUrl"]}
         sender = self.physical["SenderFunction"]
 
         def delivered():
@@ -788,14 +819,15 @@ class Run:
                     if j["event_sources"] == [arn] and any(rem in line and '"delivered"' in line for line in j["logs"]):
                         found[rid] = arn.rsplit(":", 1)[-1]
             states = {rid: self.ledger_state(self.renewal[rid]["reminder_id"]).get("state") for rid in want}
-            done = len(found) == 2 and all(s == "delivered" for s in states.values())
+            done = len(found) == len(want) and all(s == "delivered" for s in states.values())
             return done and found or (False, {"invocations": found, "ledger": states})
-        found = wait_for(step, "both renewals delivered, each by its own lane's mapping", delivered, timeout=90, interval=1)
-        accepted = self.accepted()
-        if accepted != 3:
-            raise StepFailed(step, f"the provider double accepted {accepted} deliveries, want 3 (e2e-dead, e2e-normal, e2e-urgent)")
-        ok(step, f"e2e-urgent via {found['e2e-urgent']}, e2e-normal via {found['e2e-normal']}; "
-           f"the double accepted {accepted} (with e2e-dead)", self.t_deployed)
+        found = wait_for(step, "the three renewals delivered, each by its own queue's mapping", delivered, timeout=90, interval=1)
+        accepted, sms = self.accepted(), self.double_stats(self.sms_base)["accepted"]
+        if (accepted, sms) != (3, 1):
+            raise StepFailed(step, f"the provider double accepted {accepted} deliveries and the sms double {sms}, "
+                             "want 3 (e2e-dead, e2e-normal, e2e-urgent) and 1 (e2e-sms)")
+        ok(step, f"e2e-urgent via {found['e2e-urgent']}, e2e-normal via {found['e2e-normal']}, e2e-sms via {found['e2e-sms']}; "
+           f"the email double accepted {accepted} (with e2e-dead), the sms double {sms}", self.t_deployed)
 
     def check_ops(self):
         step = "f. status + reconcile"
@@ -822,11 +854,12 @@ class Run:
             rec = None
         if r.returncode != 0 or not isinstance(rec, dict):
             raise StepFailed(step, f"punctual reconcile exited {r.returncode}: {r.stdout[:800]} {r.stderr[:500]}")
-        if rec.get("population") != 2 or rec.get("delivered") != 2 or rec.get("unaccounted"):
-            raise StepFailed(step, f"reconcile does not account for e2e-normal and e2e-urgent as delivered: {r.stdout[:800]}")
+        per = {c: (a.get("population"), a.get("delivered")) for c, a in (rec.get("channels") or {}).items()}
+        if rec.get("population") != 3 or rec.get("delivered") != 3 or rec.get("unaccounted") or per != {"email": (2, 2), "sms": (1, 1)}:
+            raise StepFailed(step, f"reconcile does not account for e2e-normal, e2e-urgent (email) and e2e-sms (sms) as delivered: {r.stdout[:1200]}")
         ok(step, f"status: DLQ {status['dlq']}, lanes empty, not paused ({status.get('requests')} requests); "
-           f"reconcile {frm} → now: population {rec['population']}, delivered {rec['delivered']}, unaccounted 0 (exit 0)",
-           started)
+           f"reconcile {frm} → now: population {rec['population']}, delivered {rec['delivered']} (email {per['email'][1]}, "
+           f"sms {per['sms'][1]}), unaccounted 0 (exit 0)", started)
 
     def start_failed_create(self):
         """g's failed create: the same template, every function's code missing from S3 (a
@@ -935,7 +968,7 @@ class Run:
         self.check_alarm()
         begin("a. rule → scheduler tick")
         self.check_tick()
-        begin("b. both lanes' mappings → sender → provider")
+        begin("b. each queue's mapping → sender → its provider")
         self.check_lanes()
         begin("f. status + reconcile")
         self.check_ops()
@@ -975,7 +1008,7 @@ def main():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stopping = time.monotonic()
         procs.stop_all()
-        say(f"stopped LocalStack and the provider double ({time.monotonic() - stopping:.1f} s)")
+        say(f"stopped LocalStack and the provider doubles ({time.monotonic() - stopping:.1f} s)")
     sys.exit(code)
 
 
