@@ -164,7 +164,6 @@ pub struct Reconciliation {
     /// The tenant, when the window was narrowed to one.
     pub tenant: Option<String>,
     /// The channel, when the window was narrowed to one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub channel: Option<String>,
     /// When it was taken.
     pub as_of: DateTime<Utc>,
@@ -194,14 +193,16 @@ pub struct Reconciliation {
     pub suspects: Vec<Unaccounted>,
     /// How many of `suspects` are missing (counted in `unaccounted`).
     pub missing_among_suspects: u64,
-    /// Messages the lanes held (visible + in flight + delayed), the evidence for step 5.
+    /// Messages the queues that carry the window's reminders held (visible + in flight +
+    /// delayed): the lanes and every channel's own queue, or with `channel` that channel's.
     pub queued_messages: u64,
     /// The SLO over the window's due population.
     pub slo: SloSummary,
     /// True when every renewal of the window is in a bucket.
     pub accounted: bool,
-    /// Each channel's own account of the window, by the rows' channel (absent when the
-    /// deployment declares no channels, or the window was narrowed to one).
+    /// Each channel's own account of the window, by the rows' channel, whether the deployment
+    /// declares channels or not (so the channels renewals use can be read before declaring
+    /// them); absent for a window narrowed to one channel, or with no renewals.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub channels: BTreeMap<String, ChannelAccount>,
 }
@@ -212,7 +213,11 @@ pub struct Reconciliation {
 pub struct ChannelAccount {
     /// Its renewals in the window, every status.
     pub population: u64,
-    /// Its due population.
+    /// Excluded by the renewal's status (cancelled or paid before release).
+    pub excluded: u64,
+    /// Cancelled at send.
+    pub cancelled: u64,
+    /// Its due population: `population` minus `excluded` and `cancelled`.
     pub due: u64,
     /// Delivered.
     pub delivered: u64,
@@ -224,16 +229,31 @@ pub struct ChannelAccount {
     pub dead_lettered: u64,
     /// Still on the way (on a queue or not yet released).
     pub waiting: u64,
-    /// Not accounted for.
+    /// Not accounted for (a lower bound when it `shares_lanes`).
     pub unaccounted: u64,
+    /// The unaccounted reminders known by name (at most [`LIST_MAX`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unaccounted_reminders: Vec<Unaccounted>,
+    /// It has no queue of its own and another channel shares the lanes with it: the lanes'
+    /// count is its evidence and theirs, so their messages can cover a loss of its own (the
+    /// window's totals, judged against every queue together, are the check then).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shares_lanes: bool,
     /// The SLO over its due population.
     pub slo: SloSummary,
+    /// The deployment declares channels and not this one: the sender dead-letters its
+    /// reminders as `unknown_channel` (a renewal imported before the channels were declared,
+    /// or under another name).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub undeclared: bool,
 }
 
 impl From<&Reconciliation> for ChannelAccount {
     fn from(r: &Reconciliation) -> Self {
         Self {
             population: r.population,
+            excluded: r.excluded.values().sum(),
+            cancelled: r.cancelled,
             due: r.due,
             delivered: r.delivered,
             delivered_late: r.delivered_late,
@@ -241,7 +261,10 @@ impl From<&Reconciliation> for ChannelAccount {
             dead_lettered: r.dead_lettered.values().sum(),
             waiting: r.waiting.on_queue + r.waiting.not_yet_released,
             unaccounted: r.unaccounted,
+            unaccounted_reminders: r.unaccounted_reminders.clone(),
+            shares_lanes: false,
             slo: r.slo.clone(),
+            undeclared: false,
         }
     }
 }
@@ -252,21 +275,41 @@ pub fn channel_key(row: &DueRow) -> &str {
     row.channel.as_deref().unwrap_or("(none)")
 }
 
-/// Each channel's own account of `input`'s window: its rows reconciled on their own, with
-/// `queued(channel)` the messages of the queues that carry it as the evidence (a channel with a
-/// queue of its own: that queue's; the others share the lanes and their count). The same
-/// judgement as [`reconcile`], so a channel's figures add up to the window's whenever the
-/// queued evidence is each channel's own.
-pub fn by_channel(input: &ReconcileInput<'_>, queued: impl Fn(&str) -> u64) -> BTreeMap<String, ChannelAccount> {
-    let mut groups: BTreeMap<&str, Vec<DueRow>> = BTreeMap::new();
-    for row in input.rows {
-        groups.entry(channel_key(row)).or_default().push(row.clone());
-    }
-    groups
+/// Each channel's own account of `input`'s window, by the rows' channel: its rows reconciled on
+/// their own, with `queued(channel)` the messages of the queues that carry it as the evidence
+/// (`Some`: a queue of its own; `None`: it shares the lanes, whose count is `input.queued`
+/// less the channels' own queues' — the caller's `lanes`). The same judgement as
+/// [`reconcile`], so a channel's figures add up to the window's whenever the queued evidence
+/// is each channel's own; channels that share the lanes are marked
+/// [`ChannelAccount::shares_lanes`] when more than one of them has renewals in the window. With
+/// `declared` channels, one the rows use and the deployment does not declare is marked
+/// [`ChannelAccount::undeclared`].
+pub fn by_channel(
+    input: &ReconcileInput<'_>,
+    (own_queue, lanes): (impl Fn(&str) -> Option<u64>, u64),
+    declared: &[String],
+) -> BTreeMap<String, ChannelAccount> {
+    let mut names: Vec<&str> = input.rows.iter().map(channel_key).collect();
+    names.sort_unstable();
+    names.dedup();
+    let on_lanes = names.iter().filter(|n| own_queue(n).is_none()).count();
+    names
         .into_iter()
-        .map(|(name, rows)| {
-            let one = ReconcileInput { rows: &rows, queued: queued(name), channel: Some(name), ..*input };
-            (name.to_owned(), ChannelAccount::from(&reconcile(&one)))
+        .map(|name| {
+            // One channel in the window: its rows are the window's, no copy.
+            let own: Vec<DueRow>;
+            let rows = if input.rows.iter().all(|r| channel_key(r) == name) {
+                input.rows
+            } else {
+                own = input.rows.iter().filter(|r| channel_key(r) == name).cloned().collect();
+                &own
+            };
+            let queued = own_queue(name);
+            let one = ReconcileInput { rows, queued: queued.unwrap_or(lanes), channel: Some(name), ..*input };
+            let mut account = ChannelAccount::from(&reconcile(&one));
+            account.shares_lanes = queued.is_none() && on_lanes > 1;
+            account.undeclared = !declared.is_empty() && !declared.iter().any(|d| d == name);
+            (name.to_owned(), account)
         })
         .collect()
 }
@@ -521,6 +564,19 @@ pub fn reconcile(input: &ReconcileInput<'_>) -> Reconciliation {
 }
 
 impl Reconciliation {
+    /// With each channel's own account ([`by_channel`]): a loss one channel's queue shows and
+    /// the window's count does not (another channel's messages covered it) counts too —
+    /// `unaccounted` is the larger of the window's count and the channels' sum, and the window
+    /// is accounted for only when both are 0.
+    #[must_use]
+    pub fn with_channels(mut self, channels: BTreeMap<String, ChannelAccount>) -> Self {
+        let by_channel: u64 = channels.values().map(|c| c.unaccounted).sum();
+        self.unaccounted = self.unaccounted.max(by_channel);
+        self.accounted = self.unaccounted == 0;
+        self.channels = channels;
+        self
+    }
+
     /// The human report: one line per bucket, then the unaccounted by name.
     pub fn render(&self) -> String {
         use std::fmt::Write;
@@ -551,7 +607,7 @@ impl Reconciliation {
         let slack = self.waiting.min_slack_seconds.map_or_else(String::new, |s| format!(", least slack {s:.0} s"));
         let _ = writeln!(
             out,
-            "  waiting    {:>8}   {} on a queue ({} past deadline), {} not yet released{slack}; lanes hold {}",
+            "  waiting    {:>8}   {} on a queue ({} past deadline), {} not yet released{slack}; queues hold {}",
             self.waiting.on_queue + self.waiting.not_yet_released,
             self.waiting.on_queue,
             self.waiting.past_deadline,
@@ -563,7 +619,7 @@ impl Reconciliation {
         for (name, c) in &self.channels {
             let _ = writeln!(
                 out,
-                "  channel {name:<8} due {} delivered {} (late {}) expired {} dead {} waiting {} unaccounted {}; {}",
+                "  channel {name:<8} due {} delivered {} (late {}) expired {} dead {} waiting {} unaccounted {}{}; {}{}",
                 c.due,
                 c.delivered,
                 c.delivered_late,
@@ -571,13 +627,25 @@ impl Reconciliation {
                 c.dead_lettered,
                 c.waiting,
                 c.unaccounted,
-                c.slo.line()
+                if c.shares_lanes { " (at least: it shares the lanes)" } else { "" },
+                c.slo.line(),
+                if c.undeclared {
+                    " — NOT DECLARED by this deployment: the sender dead-letters its reminders (unknown_channel)"
+                } else {
+                    ""
+                }
             );
         }
-        for u in &self.unaccounted_reminders {
+        // The window's named ones, then those only a channel's own account names (another
+        // channel's messages covered them in the window's count).
+        let named = |u: &&Unaccounted| self.unaccounted_reminders.iter().all(|n| n.reminder_id != u.reminder_id);
+        let by_channel = self.channels.iter().flat_map(|(name, c)| {
+            c.unaccounted_reminders.iter().filter(named).map(move |u| (u, format!(" (on channel {name}'s queue)")))
+        });
+        for (u, on) in self.unaccounted_reminders.iter().map(|u| (u, String::new())).chain(by_channel) {
             let _ = writeln!(
                 out,
-                "  UNACCOUNTED {} {} tenant {} renewal {} due {} by {} released {} ledger {} {}",
+                "  UNACCOUNTED {} {}{on} tenant {} renewal {} due {} by {} released {} ledger {} {}",
                 u.reminder_id,
                 u.problem.as_str(),
                 u.tenant_id,
@@ -778,7 +846,8 @@ mod tests {
         assert_eq!((whole.missing_among_suspects, whole.suspects.len()), (1, 3), "{whole:?}");
         let (no_letters, policy) = (HashMap::new(), SloPolicy::default());
         let input = input(&rows, &recs, 2, 30, (&no_letters, &policy));
-        let per = by_channel(&input, |c| u64::from(c != "sms"));
+        let own = |c: &str| (c == "sms").then_some(0);
+        let per = by_channel(&input, (own, 1), &["email".to_owned(), "sms".to_owned()]);
         assert_eq!(per.keys().map(String::as_str).collect::<Vec<_>>(), ["(none)", "email", "sms"]);
         let (email, sms) = (&per["email"], &per["sms"]);
         assert_eq!((email.population, email.due, email.delivered, email.waiting, email.unaccounted), (2, 2, 1, 1, 0));
@@ -786,6 +855,19 @@ mod tests {
         let sms_only = reconcile(&ReconcileInput { rows: &rows[2..4], queued: 0, ..input });
         assert_eq!(sms_only.unaccounted_reminders[0].renewal_id, "r3", "named: {sms_only:?}");
         assert_eq!(per["(none)"].unaccounted, 0);
+        // A row without a declared channel is marked: its reminders will be dead-lettered.
+        assert!(per["(none)"].undeclared && !per["sms"].undeclared && !per["email"].undeclared);
+        assert!(
+            by_channel(&input, (|_: &str| None, 2), &[]).values().all(|c| !c.undeclared),
+            "nothing declared: unmarked"
+        );
+        // Email and the row without a channel share the lanes: each is marked, its count a lower bound.
+        assert!(per["email"].shares_lanes && per["(none)"].shares_lanes && !per["sms"].shares_lanes);
+        // The window is not accounted for: SMS's loss counts though the fleet's count could not
+        // tell it from the others, and it is named on SMS's line.
+        let judged = whole.clone().with_channels(per.clone());
+        assert_eq!((judged.unaccounted, judged.accounted), (1, false));
+        assert!(judged.render().contains("(on channel sms's queue) tenant t1 renewal r3"), "{}", judged.render());
         // The channels' populations add up to the window's.
         assert_eq!(per.values().map(|c| c.population).sum::<u64>(), whole.population);
         // A window narrowed to a channel says so in its report.

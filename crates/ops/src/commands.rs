@@ -265,7 +265,11 @@ pub async fn status_with(
             match crate::reconcile::reconcile_with(target, ddb.clone(), queues, &window, &policy, false, false).await {
                 Ok((r, n)) => {
                     requests += n;
-                    slo_today_by_channel = r.channels.into_iter().map(|(c, a)| (c, a.slo)).collect();
+                    // Per channel when the deployment declares them (with one provider the
+                    // rows' single channel would repeat the line above).
+                    if !target.resources.channels.is_empty() {
+                        slo_today_by_channel = r.channels.into_iter().map(|(c, a)| (c, a.slo)).collect();
+                    }
                     (Some(r.slo), None)
                 }
                 Err(e) => (

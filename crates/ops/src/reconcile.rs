@@ -221,8 +221,10 @@ pub async fn reconcile_with(
         policy,
     };
     let mut r = judge_window(&input);
-    if window.channel.is_none() && !target.resources.channels.is_empty() {
-        r.channels = punctual_core::reconcile::by_channel(&input, |c| queued.of(c));
+    if window.channel.is_none() {
+        let declared: Vec<String> = target.resources.channels.iter().map(|c| c.name.clone()).collect();
+        let own = |c: &str| queued.own.get(c).copied();
+        r = r.with_channels(punctual_core::reconcile::by_channel(&input, (own, queued.lanes), &declared));
     }
     Ok((r, requests))
 }

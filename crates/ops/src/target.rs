@@ -83,14 +83,14 @@ impl Resources {
     }
 
     /// The declared channel `name`'s quota, or why it is not known here (read from the
-    /// environment without its `CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC`).
+    /// environment without a positive `CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC`).
     pub fn channel_quota(&self, name: &str) -> Result<f64, OpsError> {
         let c = self.declared_channel(name, "every renewal goes through the one provider: leave out --channel")?;
         if c.quota > 0.0 {
             return Ok(c.quota);
         }
         Err(OpsError::Invalid(vec![format!(
-            "--channel {name}: its quota is not known here (set {}PROVIDER_RATE_PER_SEC, or give --quota)",
+            "--channel {name}: its quota is not known here (set {}PROVIDER_RATE_PER_SEC to its calls per second, or give --quota)",
             punctual_lambda::config::channel_prefix(name)
         )]))
     }
@@ -249,7 +249,8 @@ impl Target {
                                 quota: env
                                     .under(&punctual_lambda::config::channel_prefix(&name), &[])
                                     .optional("PROVIDER_RATE_PER_SEC")
-                                    .and_then(|q| q.parse().ok())
+                                    .and_then(|q| q.trim().parse::<f64>().ok())
+                                    .filter(|q| q.is_finite() && *q > 0.0)
                                     .unwrap_or(0.0),
                                 queue_url: queues
                                     .iter()
