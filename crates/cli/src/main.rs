@@ -264,6 +264,10 @@ struct RedriveArgs {
     /// Only these reminders.
     #[arg(long = "reminder")]
     reminders: Vec<String>,
+    /// Only these channels' letters (a channel at a time goes at its own redrive cap; a mixed
+    /// run is paced letter by letter, so a slower channel's letters hold the others).
+    #[arg(long = "channel")]
+    channels: Vec<String>,
     /// Move this many first and watch them.
     #[arg(long)]
     canary: Option<u64>,
@@ -656,6 +660,7 @@ impl RedriveArgs {
                 failure_reasons: strings(&self.failure_reasons),
                 tenants: strings(&self.tenants),
                 reminder_ids: strings(&self.reminders),
+                channels: strings(&self.channels),
                 ..SelectionWire::default()
             }),
             max_messages: Field::Given(self.max_messages),

@@ -129,6 +129,14 @@ slug_id!(
     64
 );
 
+/// A channel's name as a deployment declares it (`CHANNELS`) and a redrive selects it: 1 to 32
+/// characters, a lowercase ASCII letter first, then lowercase letters, digits and `-`.
+pub fn is_channel_name(name: &str) -> bool {
+    name.len() <= 32
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
 /// The kind of reminder (`renewal_7d`, `renewal_due`, ...): lowercase letters, digits, `_`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]

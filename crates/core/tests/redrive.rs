@@ -32,6 +32,9 @@ struct Dlq {
     handed_out: Arc<Mutex<Vec<DeadLetter>>>,
     sent_back: Arc<Mutex<Vec<(String, QueueLane)>>>,
     released: Arc<Mutex<Vec<String>>>,
+    /// When given, the time of each send back.
+    clock: Option<ManualClock>,
+    sent_at: Arc<Mutex<Vec<DateTime<Utc>>>>,
 }
 
 impl Dlq {
@@ -55,6 +58,9 @@ impl DeadLetters for Dlq {
     }
     async fn send_back(&self, body: &str, lane: QueueLane) -> Result<(), DeadLettersError> {
         self.sent_back.lock().unwrap().push((body.to_owned(), lane));
+        if let Some(c) = &self.clock {
+            self.sent_at.lock().unwrap().push(c.now());
+        }
         Ok(())
     }
     async fn delete(&self, handle: &str) -> Result<(), DeadLettersError> {
@@ -243,6 +249,62 @@ async fn a_redriven_letter_goes_back_to_the_lane_its_slack_calls_for() {
         .collect();
     assert!(routed.contains(&(tight.reminder_id.to_string(), QueueLane::Urgent)), "{routed:?}");
     assert!(routed.contains(&(roomy.reminder_id.to_string(), QueueLane::Normal)), "{routed:?}");
+}
+
+/// A DLQ of 20 email and 20 SMS letters, interleaved, and a redriver with SMS capped at 2/s.
+async fn two_channel_letters() -> (ManualClock, Dlq, Redriver<MemoryLedger, Dlq, MemoryControl, ManualClock>) {
+    let clock = ManualClock::new(t0());
+    let ledger = MemoryLedger::new();
+    let mut letters = Vec::new();
+    for i in 0..40 {
+        let channel = if i % 2 == 0 { "email" } else { "sms" };
+        let m = ReminderMessage {
+            channel: Some(channel.to_owned()),
+            ..punctual_core::testing::message(&format!("{channel}-{i}"), t0(), t0() + TimeDelta::hours(5))
+        };
+        dead_lettered(&ledger, &m, 1, clock.now()).await;
+        letters.push(DeadLetter { handle: format!("h-{i}"), ..letter(m.encode(), ReasonCode::AttemptLimit) });
+    }
+    let dlq = Dlq { clock: Some(clock.clone()), ..Dlq::holding(letters) };
+    let mut redriver = Redriver::new(ledger, dlq.clone(), MemoryControl::default(), clock.clone());
+    redriver.channel_caps = vec![("sms".to_owned(), 2.0)];
+    (clock, dlq, redriver)
+}
+
+/// Each channel's letters go at the lower of the request's rate and that channel's own cap:
+/// 20 SMS letters at SMS's 2/s take ~10 s where the request asked 10/s (one pace for all let
+/// them reach SMS's queue five times faster than its share). Letters are paced one by one, so
+/// in a mixed run email's wait behind SMS's; a run of email's letters alone
+/// (`selection.channels`) goes at the request's rate and leaves SMS's in the DLQ.
+#[tokio::test]
+async fn each_channels_letters_go_at_that_channels_own_cap() {
+    let (_, dlq, redriver) = two_channel_letters().await;
+    let req = RedriveRequest { max_messages: 40, max_per_second: 10.0, ..request() };
+    let sum = redriver.run(&req, t0() + TimeDelta::minutes(5)).await.unwrap();
+    assert_eq!(sum.moved, 40, "{sum:?}");
+    let span = |dlq: &Dlq, channel: &str| {
+        let times = dlq.sent_at.lock().unwrap().clone();
+        let at: Vec<f64> = dlq
+            .sent_back()
+            .iter()
+            .zip(&times)
+            .filter(|(b, _)| ReminderMessage::decode(b).unwrap().channel.as_deref() == Some(channel))
+            .map(|(_, t)| (*t - t0()).num_milliseconds() as f64 / 1000.0)
+            .collect();
+        (at.len(), at.first().copied().unwrap_or(0.0), at.last().copied().unwrap_or(0.0))
+    };
+    let sms = span(&dlq, "sms");
+    assert_eq!(sms.0, 20);
+    // 20 at 2/s: groups of 2 every second, the last 9 s or more after the first.
+    assert!(sms.2 - sms.1 >= 9.0, "SMS's letters went faster than its 2/s: {sms:?}");
+
+    let (_, dlq, redriver) = two_channel_letters().await;
+    let mut email_only = RedriveRequest { max_messages: 40, max_per_second: 10.0, ..request() };
+    email_only.selection.channels = vec!["email".to_owned()];
+    let sum = redriver.run(&email_only, t0() + TimeDelta::minutes(5)).await.unwrap();
+    assert_eq!((sum.moved, sum.left), (20, 20), "{sum:?}");
+    let email = span(&dlq, "email");
+    assert!(email.0 == 20 && email.2 - email.1 <= 2.0, "email alone at the request's 10/s: {email:?}");
 }
 
 /// `n` reminders (5 h of slack) dead-lettered after one attempt, their letters in a DLQ, and a

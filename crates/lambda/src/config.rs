@@ -119,10 +119,8 @@ pub fn channel_names<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<
     let Some(list) = env.optional("CHANNELS") else { return Ok(Vec::new()) };
     let mut names: Vec<String> = Vec::new();
     for name in list.split(',').map(str::trim) {
-        let valid = name.len() <= 32
-            && name.starts_with(|c: char| c.is_ascii_lowercase())
-            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if !valid || names.iter().any(|n| channel_prefix(n) == channel_prefix(name)) {
+        if !punctual_core::ids::is_channel_name(name) || names.iter().any(|n| channel_prefix(n) == channel_prefix(name))
+        {
             return Err(ConfigError::Invalid {
                 name: "CHANNELS",
                 value: list.clone(),
@@ -132,6 +130,31 @@ pub fn channel_names<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<
         names.push(name.to_owned());
     }
     Ok(names)
+}
+
+/// The quota of each of `channels` that sets `CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC` (calls per
+/// second in (0, 100000], the sender's own bounds), in `channels`' order; a channel without it
+/// is left out. What the scheduler projects each channel at, and what the redrive caps each
+/// channel's letters by.
+pub fn channel_quotas<F: Fn(&str) -> Option<String>>(
+    env: &Env<F>,
+    channels: &[String],
+) -> Result<Vec<(String, f64)>, ConfigError> {
+    let mut quotas = Vec::new();
+    for name in channels {
+        let prefix = channel_prefix(name);
+        let under = env.under(&prefix, &[]);
+        if under.optional("PROVIDER_RATE_PER_SEC").is_none() {
+            continue;
+        }
+        let quota = under
+            .parse("PROVIDER_RATE_PER_SEC", 0.0, "calls per second in (0, 100000]", |v: &f64| {
+                *v > 0.0 && *v <= 100_000.0
+            })
+            .map_err(|e| e.under(&prefix))?;
+        quotas.push((name.clone(), quota));
+    }
+    Ok(quotas)
 }
 
 /// Where `channel`'s own variables are read: `sms` → `CHANNEL_SMS_`, `push-eu` → `CHANNEL_PUSH_EU_`.

@@ -27,5 +27,6 @@ pub fn build(config: &RedriveConfig, dynamodb: &DynamoClient, sqs: &SqsClient) -
         SystemClock,
     );
     redriver.urgent_below = config.lanes.deadline_near;
+    redriver.channel_caps = config.channel_caps.clone();
     redriver
 }

@@ -1,7 +1,9 @@
 //! The redrive function's environment (docs/configuration.md#redrive).
 
 use punctual_core::redrive::RedriveCaps;
-use punctual_lambda::config::{ConfigError, Env, LaneConfig, lane_config, limiter_settings};
+use punctual_lambda::config::{
+    ConfigError, Env, LaneConfig, channel_names, channel_quotas, lane_config, limiter_settings,
+};
 
 /// Everything the redrive function reads from its environment.
 #[derive(Debug, Clone)]
@@ -18,6 +20,9 @@ pub struct RedriveConfig {
     /// `REDRIVE_MAX_MESSAGES` (default 1000) and `REDRIVE_MAX_PER_SECOND` (default 20, never
     /// above `REDRIVE_SHARE × PROVIDER_RATE_PER_SEC`).
     pub caps: RedriveCaps,
+    /// Each declared channel's own cap, `REDRIVE_SHARE × CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC`
+    /// (channels without that variable: none; their letters go at the request's rate).
+    pub channel_caps: Vec<(String, f64)>,
 }
 
 impl RedriveConfig {
@@ -40,6 +45,10 @@ impl RedriveConfig {
             dlq_url: env.required("DLQ_URL")?,
             ledger_table: env.required("LEDGER_TABLE")?,
             caps: RedriveCaps::within_share(max_messages, max_rate, &limiter),
+            channel_caps: channel_quotas(env, &channel_names(env)?)?
+                .into_iter()
+                .map(|(name, quota)| (name, limiter.redrive_share * quota))
+                .collect(),
         })
     }
 }
@@ -56,6 +65,24 @@ mod tests {
 
     const BASE: &[(&str, &str)] =
         &[("SEND_QUEUE_URL", "http://127.0.0.1:1/q"), ("DLQ_URL", "http://127.0.0.1:1/dlq"), ("LEDGER_TABLE", "l")];
+
+    /// Each channel with a quota gets its own cap, the same share of its own quota; a bad quota
+    /// is named under its channel's prefix.
+    #[test]
+    fn each_channel_is_capped_at_the_redrive_share_of_its_own_quota() {
+        let mut pairs = BASE.to_vec();
+        pairs.extend([
+            ("CHANNELS", "email,sms"),
+            ("CHANNEL_SMS_PROVIDER_RATE_PER_SEC", "10"),
+            ("CHANNEL_SMS_QUEUE_URL", "http://127.0.0.1:1/sms"),
+        ]);
+        let c = RedriveConfig::from_env(&env(&pairs)).unwrap();
+        assert_eq!(c.channel_caps, [("sms".to_owned(), 2.0)], "email has no quota of its own here");
+        pairs.push(("CHANNEL_EMAIL_PROVIDER_RATE_PER_SEC", "0"));
+        let Err(e) = RedriveConfig::from_env(&env(&pairs)) else { panic!("a zero quota was taken") };
+        assert!(e.to_string().contains("CHANNEL_EMAIL_PROVIDER_RATE_PER_SEC"), "{e}");
+        assert!(RedriveConfig::from_env(&env(BASE)).unwrap().channel_caps.is_empty());
+    }
 
     #[test]
     fn the_rate_cap_never_exceeds_the_redrive_share() {

@@ -106,21 +106,10 @@ fn channel_rates<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
     channels: &[String],
 ) -> Result<Vec<(String, f64)>, ConfigError> {
-    let mut rates = Vec::new();
-    for name in channels {
-        let prefix = punctual_lambda::config::channel_prefix(name);
-        let under = env.under(&prefix, &[]);
-        if under.optional("PROVIDER_RATE_PER_SEC").is_none() {
-            continue;
-        }
-        let quota = under
-            .parse("PROVIDER_RATE_PER_SEC", 0.0, "calls per second in (0, 100000]", |v: &f64| {
-                *v > 0.0 && *v <= 100_000.0
-            })
-            .map_err(|e| e.under(&prefix))?;
-        rates.push((name.clone(), punctual_core::scheduler::SUSTAINABLE_SHARE * quota));
-    }
-    Ok(rates)
+    Ok(punctual_lambda::config::channel_quotas(env, channels)?
+        .into_iter()
+        .map(|(name, quota)| (name, punctual_core::scheduler::SUSTAINABLE_SHARE * quota))
+        .collect())
 }
 
 #[cfg(test)]

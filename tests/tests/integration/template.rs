@@ -118,5 +118,7 @@ fn with_the_sms_channel_every_function_reads_both_channels_each_with_its_own_pro
 
         let redrive = RedriveConfig::from_env(&env(&envs["RedriveFunction"])).unwrap();
         assert_eq!(redrive.lanes.channel_queues, sms_queue, "SMS letters go back to its own queue");
+        let caps: Vec<(&str, f64)> = redrive.channel_caps.iter().map(|(c, r)| (c.as_str(), *r)).collect();
+        assert_eq!(caps, [("email", 20.0), ("sms", 2.0)], "each channel's letters at 20 % of its own quota");
     }
 }

@@ -116,6 +116,11 @@ pub struct Redriver<L, D, K, C> {
     pub margin: Duration,
     /// A letter with less slack than this goes back to the urgent lane (`DEADLINE_NEAR_SECS`).
     pub urgent_below: Duration,
+    /// Each declared channel's own redrive cap (`REDRIVE_SHARE` × its quota): a letter of that
+    /// channel is paced at the lower of it and the request's `max_per_second`, on a pace of
+    /// its own, so redriven SMS letters do not arrive faster than SMS's share while email's
+    /// go at theirs. A letter of no listed channel is paced at the request's rate.
+    pub channel_caps: Vec<(String, f64)>,
 }
 
 impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
@@ -129,6 +134,15 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
             canary_timeout: Duration::from_secs(60),
             margin: Duration::from_secs(5),
             urgent_below: crate::lanes::URGENT_BELOW,
+            channel_caps: Vec::new(),
+        }
+    }
+
+    /// The pace key and rate of a letter of `channel`: its channel's own when it has a cap.
+    fn pace_of(&self, channel: Option<&str>, requested: f64) -> (Option<String>, f64) {
+        match channel.and_then(|c| self.channel_caps.iter().find(|(n, _)| n == c)) {
+            Some((name, cap)) => (Some(name.clone()), cap.min(requested)),
+            None => (None, requested),
         }
     }
 
@@ -164,7 +178,8 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
         let mut sum = RedriveSummary { redrive_id: id.to_string(), dry_run: req.dry_run, ..RedriveSummary::default() };
         let mut held: Vec<String> = Vec::new();
         let stop_at = deadline - TimeDelta::from_std(self.margin).unwrap_or_default();
-        let mut pace = Pace::new(req.max_per_second, self.clock.now());
+        // One pace per channel with a cap of its own, one for every other letter.
+        let mut paces: HashMap<Option<String>, Pace> = HashMap::new();
         let (mut first_send, mut last_send) = (None, None);
         let mut canary_checked = req.canary == 0;
         let mut checked_at = 0u64;
@@ -261,9 +276,11 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                         sum.moved += 1;
                         continue;
                     }
-                    // Pace: never faster than max_per_second, in groups (see `Pace`).
+                    // Pace: never faster than max_per_second (nor the letter's channel's cap), in
+                    // groups (see `Pace`).
                     let now = self.clock.now();
-                    let at = pace.next(now);
+                    let (key, rate) = self.pace_of(msg.channel.as_deref(), req.max_per_second);
+                    let at = paces.entry(key).or_insert_with(|| Pace::new(rate, now)).next(now);
                     if at >= stop_at {
                         // The next send would fall after the run's stop time.
                         sum.left += 1;

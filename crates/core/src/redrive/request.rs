@@ -52,6 +52,9 @@ pub struct Selection {
     pub tenants: Vec<TenantId>,
     /// Reminders.
     pub reminder_ids: Vec<ReminderId>,
+    /// Channels (a letter's message `channel`): a redrive of one channel at a time goes at
+    /// that channel's own cap, not held behind a slower channel's letters.
+    pub channels: Vec<String>,
     /// First enqueued strictly before.
     pub enqueued_before: Option<DateTime<Utc>>,
     /// First enqueued at or after.
@@ -163,6 +166,9 @@ pub struct SelectionWire {
     /// Reminder ids.
     #[serde(default, skip_serializing_if = "Field::is_absent")]
     pub reminder_ids: Field<Vec<Value>>,
+    /// Channel names.
+    #[serde(default, skip_serializing_if = "Field::is_absent")]
+    pub channels: Field<Vec<Value>>,
     /// RFC 3339.
     #[serde(default, skip_serializing_if = "Field::is_absent")]
     pub enqueued_before: Field<String>,
@@ -335,6 +341,16 @@ impl RedriveRequestWire {
                 |s| ReminderId::parse(s).map_err(|e| e.to_string()),
                 &mut p,
             ),
+            channels: list(
+                sel.channels,
+                "channels",
+                |s| {
+                    crate::ids::is_channel_name(s)
+                        .then(|| s.to_owned())
+                        .ok_or_else(|| format!("{s:?} is not a channel name ([a-z][a-z0-9-]*, at most 32)"))
+                },
+                &mut p,
+            ),
             enqueued_before: instant(sel.enqueued_before, "enqueued_before", &mut p),
             enqueued_after: instant(sel.enqueued_after, "enqueued_after", &mut p),
         };
@@ -460,6 +476,7 @@ impl Selection {
         any(self.failure_reasons.is_empty(), reason.is_some_and(|r| self.failure_reasons.contains(&r)))
             && any(self.tenants.is_empty(), self.tenants.contains(&msg.tenant_id))
             && any(self.reminder_ids.is_empty(), self.reminder_ids.contains(&msg.reminder_id))
+            && any(self.channels.is_empty(), msg.channel.as_ref().is_some_and(|c| self.channels.contains(c)))
             && self.enqueued_before.is_none_or(|b| first_enqueued.is_some_and(|t| t < b))
             && self.enqueued_after.is_none_or(|a| first_enqueued.is_some_and(|t| t >= a))
     }
@@ -470,6 +487,33 @@ mod tests {
     use super::*;
 
     const CAPS: RedriveCaps = RedriveCaps { max_messages: 1000, max_per_second: 20.0 };
+
+    /// A selection by channel: names checked, letters matched on their message's channel.
+    #[test]
+    fn a_selection_by_channel_matches_the_letters_channel() {
+        let r = RedriveRequest::parse(
+            r#"{"reason":"sms outage over","owner":"oncall","max_messages":5,"max_per_second":1,
+                "selection":{"channels":["sms"]}}"#,
+            CAPS,
+        )
+        .unwrap();
+        let at = DateTime::parse_from_rfc3339("2026-12-01T14:00:00Z").unwrap().with_timezone(&Utc);
+        let base = crate::testing::message("r1", at, at + chrono::TimeDelta::hours(2));
+        let sms = ReminderMessage { channel: Some("sms".into()), ..base };
+        let email = ReminderMessage { channel: Some("email".into()), ..sms.clone() };
+        let none = ReminderMessage { channel: None, ..sms.clone() };
+        let m = |msg: &ReminderMessage| r.selection.matches(msg, None, None);
+        assert_eq!((m(&sms), m(&email), m(&none)), (true, false, false));
+        let e = RedriveRequest::parse(
+            r#"{"reason":"r","owner":"o","max_messages":1,"max_per_second":1,"selection":{"channels":["SMS",3]}}"#,
+            CAPS,
+        )
+        .unwrap_err();
+        assert!(
+            e[0].contains("selection.channels[0]") && e[1].contains("selection.channels[1] must be a string"),
+            "{e:?}"
+        );
+    }
 
     #[test]
     fn a_valid_request_parses_with_defaults() {
