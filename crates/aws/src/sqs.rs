@@ -128,6 +128,8 @@ pub struct SqsQueues {
     dlq_url: String,
     /// (channel, URL) of each channel with a queue of its own.
     channel_urls: Vec<(String, String)>,
+    /// (channel, URL) of each of those with an urgent lane of its own too.
+    channel_urgent_urls: Vec<(String, String)>,
 }
 
 impl SqsQueues {
@@ -135,7 +137,14 @@ impl SqsQueues {
     /// [`SqsQueues::with_urgent`].
     pub fn new(client: Client, send_url: impl Into<String>, dlq_url: impl Into<String>) -> Self {
         let send_url = send_url.into();
-        Self { client, urgent_url: send_url.clone(), send_url, dlq_url: dlq_url.into(), channel_urls: Vec::new() }
+        Self {
+            client,
+            urgent_url: send_url.clone(),
+            send_url,
+            dlq_url: dlq_url.into(),
+            channel_urls: Vec::new(),
+            channel_urgent_urls: Vec::new(),
+        }
     }
 
     /// The channels with a queue of their own (`CHANNEL_{NAME}_QUEUE_URL`): a message whose
@@ -145,11 +154,21 @@ impl SqsQueues {
         self
     }
 
-    /// Where `msg` goes on `lane`: its channel's own queue if it has one, else the lane's.
+    /// The urgent lanes of channels with a queue of their own (`CHANNEL_{NAME}_URGENT_QUEUE_URL`):
+    /// such a channel's urgent messages go there instead of its queue.
+    pub fn with_channel_urgent_queues(mut self, queues: &[(String, String)]) -> Self {
+        self.channel_urgent_urls = queues.to_vec();
+        self
+    }
+
+    /// Where `msg` goes on `lane`: its channel's own urgent lane (urgent, when it has one) or
+    /// own queue if it has one, else the lane's.
     pub fn url_for(&self, msg: &ReminderMessage, lane: QueueLane) -> &str {
-        msg.channel
-            .as_deref()
-            .and_then(|c| self.channel_urls.iter().find(|(n, _)| n == c))
+        let Some(c) = msg.channel.as_deref() else { return self.lane_url(lane) };
+        let urgent = self.channel_urgent_urls.iter().filter(|_| lane == QueueLane::Urgent);
+        urgent
+            .chain(&self.channel_urls)
+            .find(|(n, _)| n == c)
             .map_or_else(|| self.lane_url(lane), |(_, url)| url.as_str())
     }
 
@@ -536,11 +555,29 @@ impl SqsQueues {
         Ok(sum)
     }
 
-    /// Each channel's own queue by the channel's name (one `GetQueueAttributes` each).
+    /// Each channel's own queues (its queue and its urgent lane, together) by the channel's
+    /// name (one `GetQueueAttributes` each).
     pub async fn channel_depths(&self) -> Result<Vec<(String, Depth)>, QueueError> {
+        Ok(self
+            .own_depths()
+            .await?
+            .into_iter()
+            .map(|(name, mut normal, urgent)| {
+                normal += urgent;
+                (name, normal)
+            })
+            .collect())
+    }
+
+    /// Each channel's own queue and its own urgent lane (empty without one), by name.
+    async fn own_depths(&self) -> Result<Vec<(String, Depth, Depth)>, QueueError> {
         let mut out = Vec::with_capacity(self.channel_urls.len());
         for (name, url) in &self.channel_urls {
-            out.push((name.clone(), self.depth_of(url).await?));
+            let urgent = match self.channel_urgent_urls.iter().find(|(n, _)| n == name) {
+                Some((_, u)) => self.depth_of(u).await?,
+                None => Depth::default(),
+            };
+            out.push((name.clone(), self.depth_of(url).await?, urgent));
         }
         Ok(out)
     }
@@ -548,10 +585,13 @@ impl SqsQueues {
     /// Messages on each lane (visible + in flight + delayed); one `GetQueueAttributes` per lane.
     pub async fn lane_depths(&self) -> Result<LaneDepths, QueueError> {
         let mut normal = self.depth_of(&self.send_url).await?;
-        let urgent = if self.has_urgent_lane() { self.depth_of(&self.urgent_url).await? } else { Depth::default() };
+        let mut urgent = if self.has_urgent_lane() { self.depth_of(&self.urgent_url).await? } else { Depth::default() };
         // A channel's own queue is backlog too (the scheduler's projection and pacing count
-        // it with the normal lane's).
-        normal += self.channel_depth().await?;
+        // it with the normal lane's), and its own urgent lane with the urgent lane's.
+        for (_, own, own_urgent) in self.own_depths().await? {
+            normal += own;
+            urgent += own_urgent;
+        }
         Ok(LaneDepths {
             normal: normal.total(),
             urgent: urgent.total(),

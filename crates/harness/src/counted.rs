@@ -104,9 +104,11 @@ impl CountedPipeline {
         let sqs = queues.client();
         let normal = local_senders(&sender, &sender_ddb, sqs, &provider, shape.seed, shape.concurrency);
         let urgent = local_senders(&sender, &sender_ddb, sqs, &provider, shape.seed ^ 0xa5a5, shape.urgent_concurrency);
+        // Each channel's own queue and its own urgent lane, each drained by its own senders.
         let channels = sender
             .channel_queues
             .iter()
+            .chain(&sender.channel_urgent_queues)
             .zip(1u64..)
             .map(|((_, url), i)| {
                 let seed = shape.seed ^ (0x5a5a_0000 + i);

@@ -294,6 +294,9 @@ fn channel_vars(r: &Resources) -> std::collections::HashMap<String, String> {
         if !c.queue_url.is_empty() {
             own.insert(format!("{p}QUEUE_URL"), c.queue_url.clone());
         }
+        if !c.urgent_queue_url.is_empty() {
+            own.insert(format!("{p}URGENT_QUEUE_URL"), c.urgent_queue_url.clone());
+        }
     }
     own
 }
@@ -454,14 +457,21 @@ pub const VISIBILITY_TIMEOUT_SECS: u32 = 30;
 /// `maxReceiveCount` of the send queue's redrive policy (crash backstop).
 pub const MAX_RECEIVE_COUNT: u32 = 5;
 
-/// Creates a channel's own queue, `{prefix}-{channel}` beside the lanes, redriving to the DLQ
-/// as they do, and returns its URL.
-pub async fn provision_channel_queue(config: &SdkConfig, res: &Resources, channel: &str) -> Result<String, EnvError> {
+/// Creates a channel's own queue and its own urgent lane, `{prefix}-{channel}` and
+/// `{prefix}-{channel}-urgent` beside the lanes, redriving to the DLQ as they do, and returns
+/// their URLs.
+pub async fn provision_channel_queue(
+    config: &SdkConfig,
+    res: &Resources,
+    channel: &str,
+) -> Result<(String, String), EnvError> {
     let sqs = aws_sdk_sqs::Client::new(config);
     let dlq_arn = queue_arn(&sqs, &res.dlq_url).await?;
     let send = res.send_queue_url.rsplit('/').next().unwrap_or_default();
-    lane_queue(&sqs, format!("{}-{channel}", send.strip_suffix("-send").unwrap_or(send)), &dlq_arn, "a channel's queue")
-        .await
+    let base = format!("{}-{channel}", send.strip_suffix("-send").unwrap_or(send));
+    let queue = lane_queue(&sqs, base.clone(), &dlq_arn, "a channel's queue").await?;
+    let urgent = lane_queue(&sqs, format!("{base}-urgent"), &dlq_arn, "a channel's urgent lane").await?;
+    Ok((queue, urgent))
 }
 
 /// The ARN of the queue at `url`.

@@ -135,6 +135,7 @@ async fn up_on(
             quota: *rate,
             provider_url: url,
             queue_url: String::new(),
+            urgent_queue_url: String::new(),
         });
     }
     // The pid too: two `local up`s started together (parallel tests) once got the same
@@ -145,8 +146,9 @@ async fn up_on(
     // Every channel after the first on a queue of its own, as `run --channels` has them.
     resources.channels = declared;
     for i in 1..resources.channels.len() {
-        let url = crate::env::provision_channel_queue(&config, &resources, &resources.channels[i].name).await?;
-        resources.channels[i].queue_url = url;
+        let (url, urgent) =
+            crate::env::provision_channel_queue(&config, &resources, &resources.channels[i].name).await?;
+        (resources.channels[i].queue_url, resources.channels[i].urgent_queue_url) = (url, urgent);
     }
     if provider == "ses" {
         // SES on the emulator; the double keeps running beside it (harmless, and `--provider`
@@ -239,7 +241,11 @@ pub fn describe(s: &LocalState) -> String {
     );
     for c in &r.channels {
         let provider = if c.kind == "ses" { "Amazon SES on the emulator".to_owned() } else { c.provider_url.clone() };
-        let queue = if c.queue_url.is_empty() { "the lanes".to_owned() } else { c.queue_url.clone() };
+        let queue = if c.queue_url.is_empty() {
+            "the lanes".to_owned()
+        } else {
+            format!("{} (urgent: {})", c.queue_url, c.urgent_queue_url)
+        };
         out.push_str(&format!("channel {:<9} {provider} (quota {}/s), on {queue}\n", c.name, c.quota));
     }
     out.push_str(&format!(

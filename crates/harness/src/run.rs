@@ -483,6 +483,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
                 quota: *quota,
                 provider_url: url,
                 queue_url: String::new(),
+                urgent_queue_url: String::new(),
             });
         }
         ProviderSide::Channels { ses: ses_side, doubles, started: Instant::now() }
@@ -515,8 +516,8 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     res.channels = declared;
     if opts.channel_concurrency > 0 {
         for i in 1..res.channels.len() {
-            let url = crate::env::provision_channel_queue(&config, &res, &res.channels[i].name).await?;
-            res.channels[i].queue_url = url;
+            let (url, urgent) = crate::env::provision_channel_queue(&config, &res, &res.channels[i].name).await?;
+            (res.channels[i].queue_url, res.channels[i].urgent_queue_url) = (url, urgent);
         }
     }
     // The channels' quotas summed: what the scheduler releases at and the run is measured by.

@@ -165,6 +165,8 @@ pub fn channel_prefix(channel: &str) -> String {
 /// A channel's own queue, read under its prefix: `CHANNEL_{NAME}_QUEUE_URL` (listed with the
 /// other per-channel variables in docs/configuration.md#channels).
 const CHANNEL_QUEUE_URL: &str = "QUEUE_URL";
+/// A channel's own urgent lane, read under its prefix: `CHANNEL_{NAME}_URGENT_QUEUE_URL`.
+const CHANNEL_URGENT_QUEUE_URL: &str = "URGENT_QUEUE_URL";
 
 /// The lanes (docs/design.md#lanes-and-pacing), read the same way by scheduler, sender and redrive:
 /// `URGENT_QUEUE_URL` (unset: one lane, urgent work stays on the send queue — a deployment
@@ -180,6 +182,11 @@ pub struct LaneConfig {
     /// own: (channel, URL). Its messages are released, requeued and redriven there, whatever
     /// their lane, and drained by its own event source mapping (docs/design.md#channels).
     pub channel_queues: Vec<(String, String)>,
+    /// `CHANNEL_{NAME}_URGENT_QUEUE_URL` of each channel with a queue of its own that has an
+    /// urgent lane of its own too: (channel, URL). That channel's urgent messages go there, its
+    /// normal ones to its queue, each drained by its own mapping, so its deadline-near work is
+    /// never behind its normal work waiting for tokens (as the two lanes keep the fleet's).
+    pub channel_urgent_queues: Vec<(String, String)>,
 }
 
 /// Reads [`LaneConfig`].
@@ -188,17 +195,33 @@ pub fn lane_config<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<LaneCo
         env.parse("DEADLINE_NEAR_SECS", punctual_core::lanes::URGENT_BELOW.as_secs(), "seconds in 0..=86400", |v| {
             *v <= 86_400
         })?;
-    let mut channel_queues = Vec::new();
+    let (mut channel_queues, mut channel_urgent_queues) = (Vec::new(), Vec::new());
     for name in channel_names(env)? {
         let prefix = channel_prefix(&name);
-        if let Some(url) = env.under(&prefix, &[]).optional(CHANNEL_QUEUE_URL) {
-            channel_queues.push((name, url));
+        let own = env.under(&prefix, &[]);
+        match (own.optional(CHANNEL_QUEUE_URL), own.optional(CHANNEL_URGENT_QUEUE_URL)) {
+            (Some(url), urgent) => {
+                if let Some(u) = urgent {
+                    channel_urgent_queues.push((name.clone(), u));
+                }
+                channel_queues.push((name, url));
+            }
+            // An urgent lane without the queue it is the urgent lane of: its normal work would
+            // go to the fleet's lanes and its urgent work to a queue of its own, which no
+            // deployment means.
+            (None, Some(_)) => {
+                return Err(ConfigError::Channel(format!(
+                    "environment variable {prefix}{CHANNEL_URGENT_QUEUE_URL} is set without {prefix}{CHANNEL_QUEUE_URL}: a channel's urgent lane is the urgent lane of its own queue"
+                )));
+            }
+            (None, None) => {}
         }
     }
     Ok(LaneConfig {
         urgent_queue_url: env.optional("URGENT_QUEUE_URL").filter(|u| !u.is_empty()),
         deadline_near: Duration::from_secs(secs),
         channel_queues,
+        channel_urgent_queues,
     })
 }
 
@@ -242,6 +265,30 @@ mod tests {
     fn env(pairs: &[(&str, &str)]) -> Env<impl Fn(&str) -> Option<String>> {
         let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         Env::new(move |k: &str| map.get(k).cloned())
+    }
+
+    /// A channel's own urgent lane is read beside its queue; one without the queue is refused,
+    /// naming both variables.
+    #[test]
+    fn a_channels_urgent_lane_is_read_only_beside_its_queue() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            Env::new(move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned()))
+        };
+        let lanes = lane_config(&vars(&[
+            ("CHANNELS", "email,sms"),
+            ("CHANNEL_SMS_QUEUE_URL", "http://127.0.0.1:1/sms"),
+            ("CHANNEL_SMS_URGENT_QUEUE_URL", "http://127.0.0.1:1/sms-urgent"),
+        ]))
+        .unwrap();
+        assert_eq!(lanes.channel_queues, [("sms".to_owned(), "http://127.0.0.1:1/sms".to_owned())]);
+        assert_eq!(lanes.channel_urgent_queues, [("sms".to_owned(), "http://127.0.0.1:1/sms-urgent".to_owned())]);
+        let Err(e) =
+            lane_config(&vars(&[("CHANNELS", "sms"), ("CHANNEL_SMS_URGENT_QUEUE_URL", "http://127.0.0.1:1/u")]))
+        else {
+            panic!("an urgent lane without its queue was taken")
+        };
+        let e = e.to_string();
+        assert!(e.contains("CHANNEL_SMS_URGENT_QUEUE_URL") && e.contains("CHANNEL_SMS_QUEUE_URL"), "{e}");
     }
 
     #[test]

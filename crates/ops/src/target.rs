@@ -30,6 +30,9 @@ pub struct ChannelResources {
     /// Its own queue (empty: it shares the lanes).
     #[serde(default)]
     pub queue_url: String,
+    /// Its own urgent lane (empty: none; its urgent work goes to its own queue, or the lanes).
+    #[serde(default)]
+    pub urgent_queue_url: String,
 }
 
 /// Queues, tables and endpoints of one deployment (or of `punctual local up`).
@@ -108,9 +111,16 @@ impl Resources {
             .filter(|c| !c.queue_url.is_empty())
             .map(|c| (c.name.clone(), c.queue_url.clone()))
             .collect();
+        let own_urgent: Vec<(String, String)> = self
+            .channels
+            .iter()
+            .filter(|c| !c.urgent_queue_url.is_empty())
+            .map(|c| (c.name.clone(), c.urgent_queue_url.clone()))
+            .collect();
         SqsQueues::new(client, &self.send_queue_url, &self.dlq_url)
             .with_urgent(self.urgent_url())
             .with_channel_queues(&own)
+            .with_channel_urgent_queues(&own_urgent)
     }
 }
 
@@ -239,9 +249,11 @@ impl Target {
                         let env = punctual_lambda::config::process_env();
                         let names = punctual_lambda::config::channel_names(&env)
                             .map_err(|e| OpsError::Invalid(vec![e.to_string()]))?;
-                        let queues = punctual_lambda::config::lane_config(&env)
-                            .map_err(|e| OpsError::Invalid(vec![e.to_string()]))?
-                            .channel_queues;
+                        let lanes = punctual_lambda::config::lane_config(&env)
+                            .map_err(|e| OpsError::Invalid(vec![e.to_string()]))?;
+                        let url_of = |list: &[(String, String)], name: &str| {
+                            list.iter().find(|(n, _)| n == name).map(|(_, u)| u.clone()).unwrap_or_default()
+                        };
                         names
                             .into_iter()
                             .map(|name| ChannelResources {
@@ -252,11 +264,8 @@ impl Target {
                                     .and_then(|q| q.trim().parse::<f64>().ok())
                                     .filter(|q| q.is_finite() && *q > 0.0)
                                     .unwrap_or(0.0),
-                                queue_url: queues
-                                    .iter()
-                                    .find(|(n, _)| *n == name)
-                                    .map(|(_, u)| u.clone())
-                                    .unwrap_or_default(),
+                                queue_url: url_of(&lanes.channel_queues, &name),
+                                urgent_queue_url: url_of(&lanes.channel_urgent_queues, &name),
                                 name,
                                 ..ChannelResources::default()
                             })

@@ -19,7 +19,8 @@ pub type App = Redriver<DynamoLedger, SqsDeadLetters, DynamoControl, SystemClock
 pub fn build(config: &RedriveConfig, dynamodb: &DynamoClient, sqs: &SqsClient) -> App {
     let queues = SqsQueues::new(sqs.clone(), &config.send_queue_url, &config.dlq_url)
         .with_urgent(config.lanes.urgent_queue_url.as_deref())
-        .with_channel_queues(&config.lanes.channel_queues);
+        .with_channel_queues(&config.lanes.channel_queues)
+        .with_channel_urgent_queues(&config.lanes.channel_urgent_queues);
     let mut redriver = Redriver::new(
         DynamoLedger::new(dynamodb.clone(), &config.ledger_table),
         SqsDeadLetters::new(queues),

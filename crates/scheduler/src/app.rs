@@ -26,7 +26,8 @@ pub fn build(config: &SchedulerConfig, dynamodb: &DynamoClient, sqs: &SqsClient)
     // The scheduler never quarantines; it has no DLQ.
     let queues = SqsQueues::new(sqs.clone(), &config.send_queue_url, "")
         .with_urgent(config.urgent_queue_url.as_deref())
-        .with_channel_queues(&config.channel_queues);
+        .with_channel_queues(&config.channel_queues)
+        .with_channel_urgent_queues(&config.channel_urgent_queues);
     Scheduler::new(DynamoRenewals::new(dynamodb.clone(), &config.renewals_table), queues, SystemClock, config.settings)
         .with_pause(PauseGate::new(
             DynamoControl::new(dynamodb.clone(), &config.ledger_table),

@@ -16,6 +16,8 @@ pub struct SchedulerConfig {
     pub urgent_queue_url: Option<String>,
     /// Each declared channel's own queue (`CHANNELS`, `CHANNEL_{NAME}_QUEUE_URL`).
     pub channel_queues: Vec<(String, String)>,
+    /// Their own urgent lanes (`CHANNEL_{NAME}_URGENT_QUEUE_URL`).
+    pub channel_urgent_queues: Vec<(String, String)>,
     /// The declared channels (`CHANNELS`): each tick reads their own pause switches and reports
     /// the ones the sender tripped (`ChannelsTripped`).
     pub channels: Vec<String>,
@@ -53,6 +55,7 @@ impl SchedulerConfig {
             send_queue_url: env.required("SEND_QUEUE_URL")?,
             urgent_queue_url: lanes.urgent_queue_url,
             channel_queues: lanes.channel_queues,
+            channel_urgent_queues: lanes.channel_urgent_queues,
             channel_rates,
             channels,
             ledger_table: env.required("LEDGER_TABLE")?,

@@ -178,7 +178,8 @@ pub fn build(config: &SenderConfig, clients: Clients, seed: u64) -> App {
         clients.provider,
         SqsQueues::new(clients.sqs, &config.send_queue_url, &config.dlq_url)
             .with_urgent(config.urgent_queue_url.as_deref())
-            .with_channel_queues(&config.channel_queues),
+            .with_channel_queues(&config.channel_queues)
+            .with_channel_urgent_queues(&config.channel_urgent_queues),
         clock,
         config.settings,
         seed.rotate_left(32),

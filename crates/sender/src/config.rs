@@ -59,6 +59,8 @@ pub struct SenderConfig {
     /// Each declared channel's own queue (`CHANNEL_{NAME}_QUEUE_URL`): where its deferred
     /// copies are requeued.
     pub channel_queues: Vec<(String, String)>,
+    /// Their own urgent lanes (`CHANNEL_{NAME}_URGENT_QUEUE_URL`): where their urgent copies are.
+    pub channel_urgent_queues: Vec<(String, String)>,
     /// `SEND_QUEUE_URL`: where deferred copies are requeued.
     pub send_queue_url: String,
     /// `DLQ_URL`: where quarantined messages go.
@@ -188,6 +190,7 @@ impl SenderConfig {
             send_queue_url: env.required("SEND_QUEUE_URL")?,
             urgent_queue_url: lanes.urgent_queue_url.clone(),
             channel_queues: lanes.channel_queues.clone(),
+            channel_urgent_queues: lanes.channel_urgent_queues.clone(),
             dlq_url: env.required("DLQ_URL")?,
             ledger_table: env.required("LEDGER_TABLE")?,
             renewals_table: env.required("RENEWALS_TABLE")?,

@@ -151,6 +151,15 @@ async fn every_send_to_a_send_queue_names_its_tenant_as_the_message_group() {
     stack.destroy().await;
 }
 
+/// A message due now for an hour, on `channel` (`None`: a body from before channels).
+fn on_channel(name: &str, channel: Option<&str>) -> punctual_core::ReminderMessage {
+    let now = chrono::Utc::now();
+    punctual_core::ReminderMessage {
+        channel: channel.map(str::to_owned),
+        ..punctual_core::testing::message(name, now, now + chrono::TimeDelta::hours(1))
+    }
+}
+
 /// A channel with a queue of its own: the scheduler's release, the sender's requeue (whatever
 /// its lane) and the redrive's send-back of an SMS message all land on the SMS queue, an email
 /// message and an older body without a channel on the lanes, and the depth the scheduler
@@ -164,11 +173,7 @@ async fn a_channel_with_its_own_queue_gets_every_send_of_its_messages() {
     let stack = Stack::create(&config, "chq").await.unwrap();
     let sms_url = stack.sqs.create_queue().queue_name(unique("punctual-sms")).send().await.unwrap().queue_url.unwrap();
     let q = stack.queues.clone().with_channel_queues(&[("sms".to_owned(), sms_url.clone())]);
-    let now = chrono::Utc::now();
-    let msg = |name: &str, channel: Option<&str>| punctual_core::ReminderMessage {
-        channel: channel.map(str::to_owned),
-        ..punctual_core::testing::message(name, now, now + chrono::TimeDelta::hours(1))
-    };
+    let msg = on_channel;
     let release = |m, lane| Release { message: m, delay: Duration::ZERO, lane };
     q.release(&[
         release(msg("sms-1", Some("sms")), QueueLane::Normal),
@@ -391,4 +396,60 @@ async fn one_channels_unreadable_secret_blocks_that_channel_only_until_it_can_be
     shared.lock().unwrap().remove("CHANNEL_SMS_PROVIDER_TOKEN_SECRET_ARN");
     let e = providers_in(&mut sender, &config, &ddb, &env).await.expect_err("a channel with no token variables");
     assert!(e.to_string().contains("CHANNEL_SMS_PROVIDER_TOKEN"), "{e}");
+}
+
+/// A channel with its own queue and its own urgent lane: its urgent release, urgent requeue
+/// and urgent send-back land on its urgent lane, its normal ones on its queue, the fleet's
+/// urgent work on the fleet's urgent lane; the depth the scheduler paces by counts the
+/// channel's urgent lane with the urgent lane and its queue with the normal lane.
+#[tokio::test]
+async fn a_channels_urgent_work_goes_to_its_own_urgent_lane() {
+    use punctual_aws::control::SqsDeadLetters;
+    use punctual_core::lanes::QueueLane;
+    use punctual_core::ports::{DeadLetters, Release, ReleaseQueue, SendQueue};
+    let config = sdk_config().await;
+    let stack = Stack::create(&config, "chu").await.unwrap();
+    let new_queue = |name: &str| {
+        let sqs = stack.sqs.clone();
+        let name = unique(name);
+        async move { sqs.create_queue().queue_name(name).send().await.unwrap().queue_url.unwrap() }
+    };
+    let (sms_url, sms_urgent) = (new_queue("punctual-sms").await, new_queue("punctual-sms-urgent").await);
+    let q = stack
+        .queues
+        .clone()
+        .with_channel_queues(&[("sms".to_owned(), sms_url.clone())])
+        .with_channel_urgent_queues(&[("sms".to_owned(), sms_urgent.clone())]);
+    let msg = on_channel;
+    let release = |m, lane| Release { message: m, delay: Duration::ZERO, lane };
+    q.release(&[
+        release(msg("sms-n", Some("sms")), QueueLane::Normal),
+        release(msg("sms-u", Some("sms")), QueueLane::Urgent),
+        release(msg("mail-u", Some("email")), QueueLane::Urgent),
+    ])
+    .await
+    .unwrap();
+    q.requeue(&msg("sms-u2", Some("sms")), Duration::ZERO, QueueLane::Urgent).await.unwrap();
+    SqsDeadLetters::new(q.clone()).send_back(&msg("sms-u3", Some("sms")).encode(), QueueLane::Urgent).await.unwrap();
+    let depths = punctual_core::ports::ReleaseQueue::depth(&q).await.unwrap();
+    assert_eq!((depths.normal, depths.urgent), (1, 4), "SMS's urgent lane counts as urgent: {depths:?}");
+    let names = |url: String| {
+        let sqs = stack.sqs.clone();
+        async move {
+            let out = sqs.receive_message().queue_url(&url).max_number_of_messages(10).send().await.unwrap();
+            let mut got: Vec<String> = out
+                .messages()
+                .iter()
+                .map(|m| punctual_core::ReminderMessage::decode(m.body().unwrap()).unwrap().renewal_id.to_string())
+                .collect();
+            got.sort();
+            got
+        }
+    };
+    assert_eq!(names(sms_urgent).await, ["ren-sms-u", "ren-sms-u2", "ren-sms-u3"]);
+    assert_eq!(names(sms_url).await, ["ren-sms-n"]);
+    assert_eq!(names(q.urgent_url().to_owned()).await, ["ren-mail-u"]);
+    let per_channel = q.channel_depths().await.unwrap();
+    assert_eq!(per_channel.len(), 1, "{per_channel:?}");
+    stack.destroy().await;
 }
