@@ -181,7 +181,7 @@ dlq = queues.get("DeadLetterQueue", {}).get("Properties", {})
 LANES = {"SendQueue": "normal lane", "UrgentQueue": "urgent lane"}
 # A channel's own queue (docs/configuration.md#channels), with the condition that declares the
 # channel: the sms channel's (SmsProviderUrl).
-CHANNEL_QUEUES = {"SmsQueue": ("sms", "HasSms")}
+CHANNEL_QUEUES = {"SmsQueue": ("sms", "HasSms"), "SmsUrgentQueue": ("sms", "HasSms")}
 check("the queues are the two lanes, the channels' own and the DLQ",
       set(queues) == set(LANES) | set(CHANNEL_QUEUES) | {"DeadLetterQueue"}, str(sorted(queues)))
 
@@ -321,18 +321,21 @@ SQS_NEEDS = {
         "SendQueue": POLL + ["sqs:SendMessage"],
         "UrgentQueue": POLL + ["sqs:SendMessage"],
         "SmsQueue": POLL + ["sqs:SendMessage"],  # the sms channel's: polled by its mapping, requeued to
+        "SmsUrgentQueue": POLL + ["sqs:SendMessage"],  # and its urgent lane's
         "DeadLetterQueue": ["sqs:SendMessage"],
     },
     "scheduler": {  # releases to either lane, reads both depths for the backlog
         "SendQueue": ["sqs:SendMessage", "sqs:GetQueueAttributes"],
         "UrgentQueue": ["sqs:SendMessage", "sqs:GetQueueAttributes"],
         "SmsQueue": ["sqs:SendMessage", "sqs:GetQueueAttributes"],
+        "SmsUrgentQueue": ["sqs:SendMessage", "sqs:GetQueueAttributes"],
     },
     "redrive": {  # reads the DLQ, sends each letter back to its lane
         "DeadLetterQueue": ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"],
         "SendQueue": ["sqs:SendMessage"],
         "UrgentQueue": ["sqs:SendMessage"],
         "SmsQueue": ["sqs:SendMessage"],
+        "SmsUrgentQueue": ["sqs:SendMessage"],
     },
 }
 for name, f in functions.items():
@@ -620,6 +623,7 @@ MISSING_DATA = {
     "OldestMessageAgeAlarm": ("notBreaching", SENDER_STOPPED + HEARTBEAT),
     "UrgentOldestMessageAgeAlarm": ("notBreaching", SENDER_STOPPED + HEARTBEAT),
     "SmsOldestMessageAgeAlarm": ("notBreaching", ["SmsQueueStalledAlarm", "SenderErrorsAlarm"] + HEARTBEAT),
+    "SmsUrgentOldestMessageAgeAlarm": ("notBreaching", ["SmsUrgentQueueStalledAlarm", "SenderErrorsAlarm"] + HEARTBEAT),
     "DlqNotEmptyAlarm": ("notBreaching", []),  # SQS keeps a queue with messages active
     "DlqOldestLetterAlarm": ("notBreaching", []),
     "DlqNewLettersAlarm": ("notBreaching", SENDER_STOPPED),  # FILL(records, 0): backstop letters still count
@@ -643,6 +647,7 @@ MISSING_DATA = {
     "NormalLaneStalledAlarm": ("notBreaching", []),  # SQS keeps a queue with messages active
     "UrgentLaneStalledAlarm": ("notBreaching", []),
     "SmsQueueStalledAlarm": ("notBreaching", []),
+    "SmsUrgentQueueStalledAlarm": ("notBreaching", []),
     "SesBounceRateAlarm": ("notBreaching", ["FleetPausedAlarm"]),  # SES's own metric; a paused account pauses the fleet
     "SesComplaintRateAlarm": ("notBreaching", ["FleetPausedAlarm"]),
     # Emitted only for an active fair queue; dashboard-only.

@@ -42,21 +42,22 @@ What happens, in order (state and logs under target/e2e/, emptied at each run):
     dropped, as `sam package` would, nothing else. At 98 KB it is over CreateStack's
     51,200-byte TemplateBody limit (AWS's too), so it goes by TemplateURL from S3, as `sam
     deploy` does. Checked: CREATE_COMPLETE; the queue, table and function Outputs resolve to
-    live resources; the sender has three event source mappings, one per lane and one for the
-    sms queue, each with its MaximumConcurrency; every function has URGENT_QUEUE_URL = the
-    UrgentQueueUrl output, CHANNELS=email,sms and CHANNEL_SMS_QUEUE_URL = the SmsQueueUrl output.
+    live resources; the sender has four event source mappings, one per lane, one for the sms
+    queue and one for its urgent lane, each with its MaximumConcurrency; every function has
+    URGENT_QUEUE_URL = the UrgentQueueUrl output, CHANNELS=email,sms, CHANNEL_SMS_QUEUE_URL and
+    CHANNEL_SMS_URGENT_QUEUE_URL = the SmsQueueUrl and SmsUrgentQueueUrl outputs.
  5. The checks, each bounded by a timeout, printed as they pass (c, e and d while the rule's
     first tick is awaited):
-    a. three renewals imported with `punctual import` into the stack's renewals table (two
-       email, one sms), due at the first minute boundary at least 10 s ahead, are released by a
+    a. four renewals imported with `punctual import` into the stack's renewals table (two
+       email, two sms), due at the first minute boundary at least 10 s ahead, are released by a
        real tick of the stack's `rate(1 minute)` EventBridge rule (its first firing comes ≈ 60 s
        after it is created): the scheduler invoked with source `aws.events`, the rows `enqueued`;
-    b. the sender is invoked by all three event source mappings: an invocation whose records
-       all come from the urgent queue delivers the 5-minute-window renewal, one from the send
-       queue the 2-hour one, one from the sms queue the sms renewal (the host executor's
-       journal says which queue invoked it, the sender's own log line which reminder it
-       delivered), all `delivered` in the stack's ledger; the email double accepted the two
-       (and e's), the sms double the one;
+    b. the sender is invoked by all four event source mappings: an invocation whose records
+       all come from the urgent queue delivers the 5-minute-window email renewal, one from the
+       send queue the 2-hour one, one from the sms queue the 2-hour sms renewal, one from the sms
+       channel's urgent lane the 5-minute one (the host executor's journal says which queue
+       invoked it, the sender's own log line which reminder it delivered), all `delivered` in
+       the stack's ledger; the email double accepted its two (and e's), the sms double its two;
     c. a malformed message sent to the send queue reaches the DLQ (reason `malformed`);
     d. an alarm on the DLQ goes to ALARM in LocalStack's CloudWatch (which one: below);
     e. `punctual redrive --function <RedriveFunctionName>` through lambda:Invoke: a request at
@@ -68,7 +69,7 @@ What happens, in order (state and logs under target/e2e/, emptied at each run):
        its renewal is imported for tomorrow, so no tick releases it too. The double is then
        reset (it would replay the 400 for that Idempotency-Key: "the provider fixed it");
     f. `punctual status` (DLQ 1 — the malformed letter —, lanes empty, not paused) and
-       `punctual reconcile --from … --to now` (the three renewals delivered, email 2 and sms 1
+       `punctual reconcile --from … --to now` (the four renewals delivered, email 2 and sms 2
        in its per-channel accounts, none unaccounted, exit 0) read the deployed stack, given its Outputs as the variables the operator commands
        read (crates/ops/src/target.rs);
     g. what LocalStack can show of the template's own promises, reported: a second stack whose
@@ -506,13 +507,14 @@ class Run:
         started = time.monotonic()
         o = self.outputs
         want = ["SendQueueUrl", "UrgentQueueUrl", "DeadLetterQueueUrl", "LedgerTableName", "RenewalsTableName",
-                "RecipientsTableName", "RedriveFunctionName", "DashboardName", "MetricsNamespace", "SmsQueueUrl"]
+                "RecipientsTableName", "RedriveFunctionName", "DashboardName", "MetricsNamespace", "SmsQueueUrl",
+                "SmsUrgentQueueUrl"]
         missing = [k for k in want if not o.get(k)]
         if missing:
             raise StepFailed("outputs", f"missing {missing}: {o}")
         sqs, ddb, lam, cw = self.aws("sqs"), self.aws("dynamodb"), self.aws("lambda"), self.aws("cloudwatch")
         self.queue_arn = {}
-        for k in ("SendQueueUrl", "UrgentQueueUrl", "DeadLetterQueueUrl", "SmsQueueUrl"):
+        for k in ("SendQueueUrl", "UrgentQueueUrl", "DeadLetterQueueUrl", "SmsQueueUrl", "SmsUrgentQueueUrl"):
             self.queue_arn[k] = sqs.get_queue_attributes(QueueUrl=o[k], AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         for k in ("LedgerTableName", "RenewalsTableName", "RecipientsTableName"):
             ddb.describe_table(TableName=o[k])
@@ -530,19 +532,21 @@ class Run:
         sender = self.physical["SenderFunction"]
         mappings = lam.list_event_source_mappings(FunctionName=sender)["EventSourceMappings"]
         polled = {m["EventSourceArn"]: (m.get("ScalingConfig") or {}).get("MaximumConcurrency") for m in mappings}
-        lanes = {self.queue_arn["SendQueueUrl"], self.queue_arn["UrgentQueueUrl"], self.queue_arn["SmsQueueUrl"]}
+        lanes = {self.queue_arn[k] for k in ("SendQueueUrl", "UrgentQueueUrl", "SmsQueueUrl", "SmsUrgentQueueUrl")}
         if set(polled) != lanes or not all(polled.values()):
-            raise StepFailed("mappings", f"the sender's mappings poll {polled}, want both lanes and the sms queue {sorted(lanes)} with MaximumConcurrency")
+            raise StepFailed("mappings", f"the sender's mappings poll {polled}, want both lanes and the sms queue and urgent lane {sorted(lanes)} with MaximumConcurrency")
         for logical in FUNCTIONS:
             env = lam.get_function_configuration(FunctionName=self.physical[logical]).get("Environment", {}).get("Variables", {})
             if env.get("URGENT_QUEUE_URL") != o["UrgentQueueUrl"]:
                 raise StepFailed("function config", f"{logical} has URGENT_QUEUE_URL={env.get('URGENT_QUEUE_URL')!r}")
-            if env.get("CHANNELS") != "email,sms" or env.get("CHANNEL_SMS_QUEUE_URL") != o["SmsQueueUrl"]:
+            if (env.get("CHANNELS") != "email,sms" or env.get("CHANNEL_SMS_QUEUE_URL") != o["SmsQueueUrl"]
+                    or env.get("CHANNEL_SMS_URGENT_QUEUE_URL") != o["SmsUrgentQueueUrl"]):
                 raise StepFailed("function config", f"{logical} has CHANNELS={env.get('CHANNELS')!r}, "
-                                 f"CHANNEL_SMS_QUEUE_URL={env.get('CHANNEL_SMS_QUEUE_URL')!r}")
-        ok("outputs", f"the queue, table and function outputs resolve ({dashboard}); sender polls both lanes and the sms queue "
-           f"(MaximumConcurrency {sorted(polled.values())}); URGENT_QUEUE_URL, CHANNELS=email,sms and the sms queue on all three functions",
-           started)
+                                 f"CHANNEL_SMS_QUEUE_URL={env.get('CHANNEL_SMS_QUEUE_URL')!r}, "
+                                 f"CHANNEL_SMS_URGENT_QUEUE_URL={env.get('CHANNEL_SMS_URGENT_QUEUE_URL')!r}")
+        ok("outputs", f"the queue, table and function outputs resolve ({dashboard}); sender polls both lanes, the sms queue and its "
+           f"urgent lane (MaximumConcurrency {sorted(polled.values())}); URGENT_QUEUE_URL, CHANNELS=email,sms and the sms queues on "
+           "all three functions", started)
 
     # -- 5. checks ----------------------------------------------------------------------------
     def ops_env(self) -> dict:
@@ -556,6 +560,7 @@ class Run:
             "PROVIDER_URL": self.double_url,
             # The channels, as the functions are given them: what reconcile and status read.
             "CHANNELS": "email,sms", "CHANNEL_SMS_QUEUE_URL": o["SmsQueueUrl"],
+            "CHANNEL_SMS_URGENT_QUEUE_URL": o["SmsUrgentQueueUrl"],
             # Never fall back to a `punctual local up` left running in this tree.
             "PUNCTUAL_STATE_DIR": str(WORK / "no-local-state"),
         })
@@ -578,8 +583,10 @@ class Run:
             # (renewal_id, channel, local date, HH:MM, window minutes)
             ("e2e-normal", "email", due.date().isoformat(), due.strftime("%H:%M"), 120),
             ("e2e-urgent", "email", due.date().isoformat(), due.strftime("%H:%M"), 5),
-            # Routed by its channel to the sms queue, sent through the sms double.
+            # Routed by its channel to the sms queue, and by its 5-minute window to the sms
+            # channel's urgent lane, both sent through the sms double.
             ("e2e-sms", "sms", due.date().isoformat(), due.strftime("%H:%M"), 120),
+            ("e2e-sms-urgent", "sms", due.date().isoformat(), due.strftime("%H:%M"), 5),
             # Never released by a tick during the run: its message is sent by hand (step e).
             ("e2e-dead", "email", tomorrow, "09:00", 120),
         ]
@@ -612,8 +619,8 @@ class Run:
             ExpressionAttributeValues={":a": {"N": str(after_ms)}, ":b": {"N": str(by_ms)}, ":s": {"S": "enqueued"}},
         )
         self.renewal["e2e-dead"].update(deliver_after_ms=str(after_ms), deliver_by_ms=str(by_ms))
-        ok("import", f"4 renewals into {self.outputs['RenewalsTableName']}: e2e-normal (120 min), e2e-urgent "
-           f"(5 min) and e2e-sms (sms, 120 min) due {due:%H:%M:%S}Z; e2e-dead imported for tomorrow, then released by hand (due now)", started)
+        ok("import", f"5 renewals into {self.outputs['RenewalsTableName']}: e2e-normal (120 min), e2e-urgent "
+           f"(5 min), e2e-sms (sms, 120 min) and e2e-sms-urgent (sms, 5 min) due {due:%H:%M:%S}Z; e2e-dead imported for tomorrow, then released by hand (due now)", started)
 
     def send_reminder_body(self, rid: str) -> str:
         r = self.renewal[rid]
@@ -778,14 +785,14 @@ class Run:
 
         def released():
             states = {}
-            for rid in ("e2e-normal", "e2e-urgent", "e2e-sms"):
+            for rid in ("e2e-normal", "e2e-urgent", "e2e-sms", "e2e-sms-urgent"):
                 item = ddb.get_item(TableName=self.outputs["RenewalsTableName"], Key={"pk": {"S": f"renewal:e2e:{rid}"}},
                                     ConsistentRead=True)["Item"]
                 states[rid] = item.get("sched_state", {}).get("S")
             return all(s == "enqueued" for s in states.values()) and states or (False, states)
         # The rule's first firing comes ≈ 1 minute after it is created, then every minute:
         # two periods and a margin.
-        wait_for(step, "the three renewals released (sched_state enqueued)", released,
+        wait_for(step, "the four renewals released (sched_state enqueued)", released,
                  timeout=max(10.0, 150 - (time.monotonic() - self.t_deployed)), interval=1)
         scheduler = self.physical["SchedulerFunction"]
 
@@ -801,12 +808,12 @@ class Run:
             raise StepFailed(step, f"a scheduler invocation by the EventBridge rule failed: {ticks}")
         first = by_rule[0]["at"] - self.deployed_at
         ok(step, f"the rule invoked {scheduler} {len(by_rule)}× (first {first:.0f} s after the stack was created); "
-           f"it released e2e-normal, e2e-urgent and e2e-sms", self.t_deployed)
+           f"it released e2e-normal, e2e-urgent, e2e-sms and e2e-sms-urgent", self.t_deployed)
 
     def check_lanes(self):
         step = "b. each queue's mapping → sender → its provider"
         want = {"e2e-normal": self.queue_arn["SendQueueUrl"], "e2e-urgent": self.queue_arn["UrgentQueueUrl"],
-                "e2e-sms": self.queue_arn["SmsQueueUrl"]}
+                "e2e-sms": self.queue_arn["SmsQueueUrl"], "e2e-sms-urgent": self.queue_arn["SmsUrgentQueueUrl"]}
         sender = self.physical["SenderFunction"]
 
         def delivered():
@@ -821,13 +828,14 @@ class Run:
             states = {rid: self.ledger_state(self.renewal[rid]["reminder_id"]).get("state") for rid in want}
             done = len(found) == len(want) and all(s == "delivered" for s in states.values())
             return done and found or (False, {"invocations": found, "ledger": states})
-        found = wait_for(step, "the three renewals delivered, each by its own queue's mapping", delivered, timeout=90, interval=1)
+        found = wait_for(step, "the four renewals delivered, each by its own queue's mapping", delivered, timeout=90, interval=1)
         accepted, sms = self.accepted(), self.double_stats(self.sms_base)["accepted"]
-        if (accepted, sms) != (3, 1):
+        if (accepted, sms) != (3, 2):
             raise StepFailed(step, f"the provider double accepted {accepted} deliveries and the sms double {sms}, "
-                             "want 3 (e2e-dead, e2e-normal, e2e-urgent) and 1 (e2e-sms)")
-        ok(step, f"e2e-urgent via {found['e2e-urgent']}, e2e-normal via {found['e2e-normal']}, e2e-sms via {found['e2e-sms']}; "
-           f"the email double accepted {accepted} (with e2e-dead), the sms double {sms}", self.t_deployed)
+                             "want 3 (e2e-dead, e2e-normal, e2e-urgent) and 2 (e2e-sms, e2e-sms-urgent)")
+        ok(step, f"e2e-urgent via {found['e2e-urgent']}, e2e-normal via {found['e2e-normal']}, e2e-sms via {found['e2e-sms']}, "
+           f"e2e-sms-urgent via {found['e2e-sms-urgent']}; the email double accepted {accepted} (with e2e-dead), the sms double {sms}",
+           self.t_deployed)
 
     def check_ops(self):
         step = "f. status + reconcile"
@@ -855,8 +863,8 @@ class Run:
         if r.returncode != 0 or not isinstance(rec, dict):
             raise StepFailed(step, f"punctual reconcile exited {r.returncode}: {r.stdout[:800]} {r.stderr[:500]}")
         per = {c: (a.get("population"), a.get("delivered")) for c, a in (rec.get("channels") or {}).items()}
-        if rec.get("population") != 3 or rec.get("delivered") != 3 or rec.get("unaccounted") or per != {"email": (2, 2), "sms": (1, 1)}:
-            raise StepFailed(step, f"reconcile does not account for e2e-normal, e2e-urgent (email) and e2e-sms (sms) as delivered: {r.stdout[:1200]}")
+        if rec.get("population") != 4 or rec.get("delivered") != 4 or rec.get("unaccounted") or per != {"email": (2, 2), "sms": (2, 2)}:
+            raise StepFailed(step, f"reconcile does not account for e2e-normal, e2e-urgent (email), e2e-sms and e2e-sms-urgent (sms) as delivered: {r.stdout[:1200]}")
         ok(step, f"status: DLQ {status['dlq']}, lanes empty, not paused ({status.get('requests')} requests); "
            f"reconcile {frm} → now: population {rec['population']}, delivered {rec['delivered']} (email {per['email'][1]}, "
            f"sms {per['sms'][1]}), unaccounted 0 (exit 0)", started)

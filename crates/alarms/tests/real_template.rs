@@ -30,7 +30,7 @@ fn count(kind: &str) -> usize {
 #[test]
 fn yields_every_alarm_of_the_template() {
     // With ProviderKind ses, the SES-only alarms (Condition: IsSes) exist too; with the sms
-    // channel (Condition: HasSms), its queue's age and stall alarms.
+    // channel (Condition: HasSms), its queue's and urgent lane's age and stall alarms.
     let mut opts = defaults();
     opts.parameters.insert("ProviderKind".into(), "ses".into());
     opts.parameters.insert("SmsProviderUrl".into(), "https://sms.example/v1/messages".into());
@@ -42,10 +42,13 @@ fn yields_every_alarm_of_the_template() {
         "the SES reputation alarms exist only for ses"
     );
     assert!(
-        only("SmsOldestMessageAgeAlarm") && only("SmsQueueStalledAlarm"),
-        "the SMS queue's age and stall alarms exist only with the sms channel"
+        only("SmsOldestMessageAgeAlarm")
+            && only("SmsQueueStalledAlarm")
+            && only("SmsUrgentOldestMessageAgeAlarm")
+            && only("SmsUrgentQueueStalledAlarm"),
+        "the SMS queue's and urgent lane's age and stall alarms exist only with the sms channel"
     );
-    assert_eq!(alarms.metric.len() - http.metric.len(), 4);
+    assert_eq!(alarms.metric.len() - http.metric.len(), 6);
     assert_eq!(alarms.metric.len(), count("AWS::CloudWatch::Alarm"));
     assert_eq!(alarms.composite.len(), count("AWS::CloudWatch::CompositeAlarm"));
     assert!(alarms.metric.len() >= 20 && alarms.composite.len() >= 2);

@@ -140,6 +140,10 @@ struct SimulateArgs {
     /// every channel on the two lanes, one queue for both.
     #[arg(long)]
     channel_concurrency: Option<usize>,
+    /// `channels`, SMS on its own queue: no urgent lane of its own (its urgent and normal
+    /// reminders share its one queue), to compare with the default.
+    #[arg(long)]
+    no_channel_urgent_lane: bool,
     /// Draw backlog, delivered/s against the quota, and late reminders over time to a PNG.
     #[arg(long)]
     chart: Option<PathBuf>,
@@ -404,6 +408,7 @@ fn simulate_command(a: SimulateArgs) -> ExitCode {
         tenant_share: a.tenant_share,
         paused_for: std::time::Duration::from_secs(a.pause_minutes.saturating_mul(60)),
         channel_concurrency: a.channel_concurrency,
+        channel_urgent_lane: !a.no_channel_urgent_lane,
         ..SimConfig::new(sc)
     };
     let started = std::time::Instant::now();

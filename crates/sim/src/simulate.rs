@@ -193,6 +193,10 @@ pub struct SimConfig {
     /// concurrency); `None`: the scenario's default (2 for `channels`: a slow channel wants few
     /// instances contending for its tokens); 0: every channel on the two lanes.
     pub channel_concurrency: Option<usize>,
+    /// `channels`, with SMS on its own queue: SMS's urgent reminders on an urgent lane of its
+    /// own (`CHANNEL_SMS_URGENT_QUEUE_URL`), drained by as many workers again; `false`: its
+    /// one queue carries both (its deadline-near work behind its normal work).
+    pub channel_urgent_lane: bool,
     /// `channels`: every channel on one limiter at their summed quota (one schedule, one
     /// adaptive cut), as a deployment without channels would be, instead of one each.
     pub shared_limiter: bool,
@@ -320,6 +324,7 @@ impl SimConfig {
             paused_for: Duration::ZERO,
             shared_limiter: false,
             channel_concurrency: None,
+            channel_urgent_lane: true,
         }
     }
 
@@ -1012,6 +1017,8 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
         urgent: SimQueue::new(&clock, &usage, fair, &dead, max_receives),
         channel: (config.channel_workers() > 0 && worker == Worker::Punctual)
             .then(|| (CHANNELS[1], SimQueue::new(&clock, &usage, fair, &dead, max_receives))),
+        channel_urgent: (config.channel_workers() > 0 && worker == Worker::Punctual && config.channel_urgent_lane)
+            .then(|| SimQueue::new(&clock, &usage, fair, &dead, max_receives)),
     };
     let provider = SimProvider {
         state: Arc::default(),
@@ -1183,7 +1190,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
     // Workers 0..concurrency poll the normal lane, the rest the urgent lane (naive: one queue).
     let urgent_workers = if worker == Worker::Punctual { config.urgent_concurrency } else { 0 };
     // `channels`: then the workers of SMS's own queue.
-    let channel_workers = if queue.channel.is_some() { config.channel_workers() } else { 0 };
+    // (and as many again on its own urgent lane when it has one).
+    let per_channel_queue = if queue.channel.is_some() { config.channel_workers() } else { 0 };
+    let channel_workers = per_channel_queue * (1 + usize::from(queue.channel_urgent.is_some()));
     let senders: Vec<_> = (0..(config.concurrency + urgent_workers + channel_workers) as u64)
         .map(|w| {
             // `channels`: a limiter per channel on its own schedule, or (`shared_limiter`) none
@@ -1360,7 +1369,10 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             let on_channel = w >= config.concurrency + urgent_workers;
             // Each queue's first IDLE_POLLERS workers are the pollers its mapping keeps on an
             // idle queue; the rest poll only while it has messages.
-            let first = if on_channel {
+            let on_channel_urgent = w >= config.concurrency + urgent_workers + per_channel_queue;
+            let first = if on_channel_urgent {
+                config.concurrency + urgent_workers + per_channel_queue
+            } else if on_channel {
                 config.concurrency + urgent_workers
             } else if w < config.concurrency {
                 0
@@ -1379,8 +1391,9 @@ fn run_here(config: &SimConfig, worker: Worker) -> SimReport {
             let feeding = Rc::clone(&feeding);
             let scheduling = Rc::clone(&scheduling);
             workers.push(tokio::task::spawn_local(async move {
-                let queue = match (&lanes.channel, on_channel) {
-                    (Some((_, q)), true) => q.clone(),
+                let queue = match (&lanes.channel, &lanes.channel_urgent, on_channel, on_channel_urgent) {
+                    (_, Some(u), _, true) => u.clone(),
+                    (Some((_, q)), _, true, _) => q.clone(),
                     _ => lanes.of(lane).clone(),
                 };
                 loop {

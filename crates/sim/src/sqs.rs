@@ -480,6 +480,9 @@ pub(crate) struct SimLanes {
     /// (channel, its queue): every send of that channel's messages goes there, whatever the
     /// lane, as `SqsQueues::url_for` sends them (`CHANNEL_{NAME}_QUEUE_URL`).
     pub(crate) channel: Option<(&'static str, SimQueue)>,
+    /// That channel's own urgent lane (`CHANNEL_{NAME}_URGENT_QUEUE_URL`), when it has one: its
+    /// urgent messages go there, as `SqsQueues::url_for` sends them.
+    pub(crate) channel_urgent: Option<SimQueue>,
 }
 
 impl SimLanes {
@@ -491,13 +494,18 @@ impl SimLanes {
     }
 
     pub(crate) fn depth(&self) -> usize {
-        self.normal.depth() + self.urgent.depth() + self.channel.as_ref().map_or(0, |(_, q)| q.depth())
+        self.normal.depth()
+            + self.urgent.depth()
+            + self.channel.as_ref().map_or(0, |(_, q)| q.depth())
+            + self.channel_urgent.as_ref().map_or(0, SimQueue::depth)
     }
 
-    /// Where a message of `channel` on `lane` goes: its channel's own queue if it has one.
+    /// Where a message of `channel` on `lane` goes: its channel's own urgent lane (urgent, when
+    /// it has one) or own queue if it has one.
     pub(crate) fn queue_for(&self, channel: Option<&str>, lane: QueueLane) -> &SimQueue {
-        match &self.channel {
-            Some((name, q)) if channel == Some(*name) => q,
+        match (&self.channel, &self.channel_urgent) {
+            (Some((name, _)), Some(u)) if channel == Some(*name) && lane == QueueLane::Urgent => u,
+            (Some((name, q)), _) if channel == Some(*name) => q,
             _ => self.of(lane),
         }
     }
@@ -546,12 +554,14 @@ impl ReleaseQueue for SimLanes {
         let delayed = |q: &SimQueue| {
             lock(&q.state).waiting.iter().filter(|Reverse((at, _, g))| *at > now && *g == 0).count() as u64
         };
-        // A channel's own queue counts with the normal lane, as `SqsQueues::lane_depths` counts it.
+        // A channel's own queue counts with the normal lane, and its own urgent lane with the
+        // urgent lane, as `SqsQueues::lane_depths` counts them.
         let own = self.channel.as_ref().map(|(_, q)| q);
+        let own_urgent = self.channel_urgent.as_ref();
         Ok(LaneDepths {
             normal: (self.normal.depth() + own.map_or(0, SimQueue::depth)) as u64,
-            urgent: self.urgent.depth() as u64,
-            urgent_delayed: delayed(&self.urgent),
+            urgent: (self.urgent.depth() + own_urgent.map_or(0, SimQueue::depth)) as u64,
+            urgent_delayed: delayed(&self.urgent) + own_urgent.map_or(0, delayed),
             normal_delayed: delayed(&self.normal) + own.map_or(0, delayed),
         })
     }

@@ -103,10 +103,13 @@ fn with_the_sms_channel_every_function_reads_both_channels_each_with_its_own_pro
         assert_eq!(sms.limiter.name, "sms", "{kind}: SMS has its own");
         let sms_queue = vec![("sms".to_owned(), "SmsQueue".to_owned())];
         assert_eq!(sender.channel_queues, sms_queue, "{kind}: SMS is requeued to its own queue");
+        let sms_urgent = vec![("sms".to_owned(), "SmsUrgentQueue".to_owned())];
+        assert_eq!(sender.channel_urgent_queues, sms_urgent, "{kind}: urgent SMS to its own urgent lane");
 
         let scheduler = SchedulerConfig::from_env(&env(&envs["SchedulerFunction"])).unwrap();
         assert_eq!(scheduler.channels, ["email", "sms"]);
         assert_eq!(scheduler.channel_queues, sms_queue, "SMS is released to its own queue");
+        assert_eq!(scheduler.channel_urgent_queues, sms_urgent, "urgent SMS to its own urgent lane");
         let rates: Vec<_> =
             scheduler.channel_rates.iter().map(|(n, r)| (n.as_str(), (r * 10.0).round() / 10.0)).collect();
         assert_eq!(rates, [("email", 97.0), ("sms", 9.7)], "each channel paced at 97 % of its own quota");
@@ -118,6 +121,7 @@ fn with_the_sms_channel_every_function_reads_both_channels_each_with_its_own_pro
 
         let redrive = RedriveConfig::from_env(&env(&envs["RedriveFunction"])).unwrap();
         assert_eq!(redrive.lanes.channel_queues, sms_queue, "SMS letters go back to its own queue");
+        assert_eq!(redrive.lanes.channel_urgent_queues, sms_urgent, "urgent SMS letters to its urgent lane");
         let caps: Vec<(&str, f64)> = redrive.channel_caps.iter().map(|(c, r)| (c.as_str(), *r)).collect();
         assert_eq!(caps, [("email", 20.0), ("sms", 2.0)], "each channel's letters at 20 % of its own quota");
     }

@@ -35,10 +35,12 @@ pub const QUOTA: f64 = 100.0;
 /// SMS's provider quota in the two-channel incidents (calls/s): a fifth of the reminders at a
 /// quarter of email's quota, so both drain a wave in about the same time.
 pub const SMS_QUOTA: f64 = 25.0;
-/// The two-channel runs put SMS on a queue of its own (`CHANNEL_SMS_QUEUE_URL`), drained by
-/// this many instances: on the two lanes it shares with email, an SMS record waiting for SMS's
-/// token holds its batch's email records and their poller, and in `sms_outage_email_unaffected`
-/// 14 email reminders waited past the SLO (delivered up to 5 min 16 s after `deliver_after`).
+/// The two-channel runs put SMS on a queue of its own (`CHANNEL_SMS_QUEUE_URL`) and an urgent
+/// lane of its own (`CHANNEL_SMS_URGENT_QUEUE_URL`), as the template's sms channel has them,
+/// each drained by this many instances: on the two lanes it shares with email, an SMS record
+/// waiting for SMS's token holds its batch's email records and their poller, and in
+/// `sms_outage_email_unaffected` 14 email reminders waited past the SLO (delivered up to 5 min
+/// 16 s after `deliver_after`).
 pub const SMS_POLLERS: usize = 2;
 /// Reminders in each of a normal morning's three waves.
 pub const WAVE: usize = 6_000;
@@ -361,6 +363,9 @@ pub struct Staged {
     pub sms_quota: Option<f64>,
     /// Two channels: SMS on its own queue, drained by this many instances.
     pub sms_queue: Option<usize>,
+    /// Two channels: SMS's urgent reminders on an urgent lane of its own (as many instances
+    /// again), as the template's sms channel has it.
+    pub sms_urgent_lane: bool,
     /// When it starts.
     pub start: DateTime<Utc>,
     /// When it is over.
@@ -379,6 +384,7 @@ fn two_channels(mut s: Staged) -> Staged {
     one_in_five_by_sms(&mut s.population.rows);
     s.sms_quota = Some(SMS_QUOTA);
     s.sms_queue = Some(SMS_POLLERS);
+    s.sms_urgent_lane = true;
     s
 }
 
@@ -397,6 +403,7 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
         ses: false,
         sms_quota: None,
         sms_queue: None,
+        sms_urgent_lane: false,
         start,
         recovery,
     };
@@ -491,6 +498,7 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
             ses: false,
             sms_quota: None,
             sms_queue: None,
+            sms_urgent_lane: false,
             start: at(1, 7),
             recovery: at(4, 0),
         },

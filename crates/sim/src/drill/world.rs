@@ -45,6 +45,8 @@ pub mod names {
     pub const URGENT_QUEUE: &str = "UrgentQueue";
     /// SMS's own queue (the template's sms channel).
     pub const SMS_QUEUE: &str = "SmsQueue";
+    /// SMS's own urgent lane.
+    pub const SMS_URGENT_QUEUE: &str = "SmsUrgentQueue";
     /// The dead-letter queue.
     pub const DLQ: &str = "DeadLetterQueue";
     /// The sender function.
@@ -185,6 +187,10 @@ pub struct WorldConfig {
     /// runs it; `None`: both channels on the two lanes (the template as it is, which declares
     /// no channel queue).
     pub sms_queue: Option<usize>,
+    /// With [`WorldConfig::sms_queue`]: SMS's urgent reminders on an urgent lane of its own
+    /// (`CHANNEL_SMS_URGENT_QUEUE_URL`, the template's `SmsUrgentQueue`), drained by as many
+    /// instances again; `false`: SMS's one queue carries both.
+    pub sms_urgent_lane: bool,
 }
 
 /// The channels of a two-channel run, by index.
@@ -486,6 +492,11 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
             .sms_quota
             .and(cfg.sms_queue)
             .map(|_| (CHANNELS[1], SimQueue::new(&clock, &usage, true, &dead, MAX_RECEIVES))),
+        channel_urgent: cfg
+            .sms_quota
+            .and(cfg.sms_queue)
+            .filter(|_| cfg.sms_urgent_lane)
+            .map(|_| SimQueue::new(&clock, &usage, true, &dead, MAX_RECEIVES)),
     };
     let mut rng = SplitMix64::new(cfg.seed);
     for (reason, at) in &cfg.old_letters {
@@ -530,7 +541,9 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     let slots = MemorySlotStore::default();
     let slo = SloPolicy::default();
     let sink = Sink { store: Rc::new(std::cell::RefCell::new(MetricStore::new())), namespace: cfg.namespace.clone() };
-    let sms_workers = if lanes.channel.is_some() { cfg.sms_queue.unwrap_or(0) } else { 0 };
+    // SMS's own queue's instances, and as many again on its own urgent lane when it has one.
+    let per_sms_queue = if lanes.channel.is_some() { cfg.sms_queue.unwrap_or(0) } else { 0 };
+    let sms_workers = per_sms_queue * (1 + usize::from(lanes.channel_urgent.is_some()));
     let workers = cfg.concurrency + cfg.urgent_concurrency + sms_workers;
     let senders: Vec<_> = (0..workers as u64)
         .map(|w| {
@@ -642,8 +655,13 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     for w in 0..workers {
         // The last `sms_workers` poll SMS's own queue (a lane of its own: no lane trouble).
         let lane = if w < cfg.concurrency { QueueLane::Normal } else { QueueLane::Urgent };
-        let own =
-            lanes.channel.as_ref().map(|(_, q)| q.clone()).filter(|_| w >= cfg.concurrency + cfg.urgent_concurrency);
+        let first_sms = cfg.concurrency + cfg.urgent_concurrency;
+        let on_sms_urgent = w >= first_sms + per_sms_queue;
+        let own = match (&lanes.channel, &lanes.channel_urgent) {
+            (_, Some(u)) if on_sms_urgent => Some(u.clone()),
+            (Some((_, q)), _) if w >= first_sms => Some(q.clone()),
+            _ => None,
+        };
         let (lanes, clock, sink, windows, senders, shared) =
             (lanes.clone(), clock.clone(), sink.clone(), Arc::clone(&windows), Rc::clone(&senders), Rc::clone(&shared));
         local.spawn_local(async move {
@@ -657,7 +675,8 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
                 let stopped = if polls_a_lane {
                     any(&windows, now, |t| *t == Trouble::LaneNotPolled(lane))
                 } else {
-                    any(&windows, now, |t| *t == Trouble::ChannelQueueNotPolled)
+                    // SmsQueue's mapping only: its urgent lane's is another mapping.
+                    !on_sms_urgent && any(&windows, now, |t| *t == Trouble::ChannelQueueNotPolled)
                 };
                 if stopped {
                     clock.sleep(Duration::from_secs(10)).await;
@@ -834,6 +853,7 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
                 }
                 let dlq = lock(&dead).stats(now.timestamp_millis());
                 let own = lanes.channel.as_ref().map(|(_, q)| (names::SMS_QUEUE, q.stats(age_from)));
+                let own_urgent = lanes.channel_urgent.as_ref().map(|q| (names::SMS_URGENT_QUEUE, q.stats(age_from)));
                 for (name, stats) in [
                     (names::SEND_QUEUE, lanes.normal.stats(age_from)),
                     (names::URGENT_QUEUE, lanes.urgent.stats(age_from)),
@@ -841,6 +861,7 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
                 ]
                 .into_iter()
                 .chain(own)
+                .chain(own_urgent)
                 {
                     let (r0, s0) = before.insert(name, (stats.received, stats.sent)).unwrap_or((0, 0));
                     sink.queue(name, &stats, stats.received - r0, stats.sent - s0, now);
