@@ -585,12 +585,14 @@ impl SqsQueues {
     /// Messages on each lane (visible + in flight + delayed); one `GetQueueAttributes` per lane.
     pub async fn lane_depths(&self) -> Result<LaneDepths, QueueError> {
         let mut normal = self.depth_of(&self.send_url).await?;
-        let mut urgent = if self.has_urgent_lane() { self.depth_of(&self.urgent_url).await? } else { Depth::default() };
-        // A channel's own queue is backlog too (the scheduler's projection and pacing count
-        // it with the normal lane's), and its own urgent lane with the urgent lane's.
+        let urgent = if self.has_urgent_lane() { self.depth_of(&self.urgent_url).await? } else { Depth::default() };
+        // A channel's own queue and its own urgent lane are backlog too, counted with the normal
+        // lane's: the scheduler's projection counts them ahead, and they do not hold back the
+        // fleet's urgent pace (their own pollers drain them: counted as the fleet's urgent
+        // work, an SMS overload would start email's urgent releases minutes late).
         for (_, own, own_urgent) in self.own_depths().await? {
             normal += own;
-            urgent += own_urgent;
+            normal += own_urgent;
         }
         Ok(LaneDepths {
             normal: normal.total(),

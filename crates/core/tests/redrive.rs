@@ -307,6 +307,33 @@ async fn each_channels_letters_go_at_that_channels_own_cap() {
     assert!(email.0 == 20 && email.2 - email.1 <= 2.0, "email alone at the request's 10/s: {email:?}");
 }
 
+/// A channel's own pace never lets the run go faster than it was asked: 20 email letters
+/// (email capped at 20/s) and 20 letters from before channels, at a requested 5/s, take ~8 s
+/// (one pace each let them go at 5/s apiece: 10/s in all).
+#[tokio::test]
+async fn the_run_as_a_whole_stays_at_the_requested_rate() {
+    let clock = ManualClock::new(t0());
+    let ledger = MemoryLedger::new();
+    let mut letters = Vec::new();
+    for i in 0..40 {
+        let m = ReminderMessage {
+            channel: (i % 2 == 0).then(|| "email".to_owned()),
+            ..punctual_core::testing::message(&format!("mixed-{i}"), t0(), t0() + TimeDelta::hours(5))
+        };
+        dead_lettered(&ledger, &m, 1, clock.now()).await;
+        letters.push(DeadLetter { handle: format!("h-{i}"), ..letter(m.encode(), ReasonCode::AttemptLimit) });
+    }
+    let dlq = Dlq { clock: Some(clock.clone()), ..Dlq::holding(letters) };
+    let mut redriver = Redriver::new(ledger, dlq.clone(), MemoryControl::default(), clock.clone());
+    redriver.channel_caps = vec![("email".to_owned(), 20.0)];
+    let req = RedriveRequest { max_messages: 40, max_per_second: 5.0, ..request() };
+    let sum = redriver.run(&req, t0() + TimeDelta::minutes(5)).await.unwrap();
+    assert_eq!(sum.moved, 40, "{sum:?}");
+    let times = dlq.sent_at.lock().unwrap().clone();
+    let span = (*times.last().unwrap() - times[0]).num_milliseconds() as f64 / 1000.0;
+    assert!(span >= 7.0, "40 letters at 5/s went out in {span} s");
+}
+
 /// `n` reminders (5 h of slack) dead-lettered after one attempt, their letters in a DLQ, and a
 /// redriver over them at `t0()`.
 async fn dead_letter_rig(

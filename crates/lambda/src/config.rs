@@ -119,13 +119,26 @@ pub fn channel_names<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<
     let Some(list) = env.optional("CHANNELS") else { return Ok(Vec::new()) };
     let mut names: Vec<String> = Vec::new();
     for name in list.split(',').map(str::trim) {
-        if !punctual_core::ids::is_channel_name(name) || names.iter().any(|n| channel_prefix(n) == channel_prefix(name))
-        {
+        if !punctual_core::ids::is_channel_name(name) || names.iter().any(|n| n == name) {
             return Err(ConfigError::Invalid {
                 name: "CHANNELS",
                 value: list.clone(),
                 expected: "distinct channel names, comma-separated, each [a-z][a-z0-9-]* of at most 32 characters",
             });
+        }
+        // A name whose variables' prefix starts another's would read that one's variables as its
+        // own (`sms` and `sms-urgent`: CHANNEL_SMS_URGENT_QUEUE_URL is both sms's urgent lane and
+        // sms-urgent's queue), as would two names alike but for `-` and `_`.
+        let (b, mine) = (name, channel_prefix(name));
+        if let Some(a) = names.iter().find(|n| {
+            let theirs = channel_prefix(n);
+            theirs.starts_with(&mine) || mine.starts_with(&theirs)
+        }) {
+            return Err(ConfigError::Channel(format!(
+                "environment variable CHANNELS={list:?} is invalid: the variables of channels {a} and {b} would overlap ({} and {}: one starts the other, so one channel's variables could be read as the other's); name them apart (e.g. sms-us and sms-eu)",
+                channel_prefix(a),
+                mine
+            )));
         }
         names.push(name.to_owned());
     }
@@ -265,6 +278,19 @@ mod tests {
     fn env(pairs: &[(&str, &str)]) -> Env<impl Fn(&str) -> Option<String>> {
         let map: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         Env::new(move |k: &str| map.get(k).cloned())
+    }
+
+    /// Channel names whose variables would overlap are refused, naming both.
+    #[test]
+    fn channels_whose_variables_overlap_are_refused() {
+        let names = |list: &'static str| {
+            channel_names(&Env::new(move |k: &str| (k == "CHANNELS").then(|| list.to_owned())))
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(names("email,sms-us,sms-eu").unwrap(), ["email", "sms-us", "sms-eu"]);
+        let e = names("sms,sms-urgent").unwrap_err();
+        assert!(e.contains("sms and sms-urgent") && e.contains("CHANNEL_SMS_URGENT_"), "{e}");
+        assert!(names("sms,sms").is_err(), "declared twice");
     }
 
     /// A channel's own urgent lane is read beside its queue; one without the queue is refused,

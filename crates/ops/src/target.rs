@@ -307,6 +307,21 @@ impl Target {
     pub fn redrive_config(&self) -> Result<RedriveConfig, ConfigError> {
         let r = self.resources.clone();
         let quota = self.quota.to_string();
+        // The target's channels, as the function is given them: their queues (a channel's
+        // letters go back there) and quotas (its letters' cap), unless the environment says.
+        let mut own = std::collections::HashMap::new();
+        if !r.channels.is_empty() {
+            own.insert("CHANNELS".to_owned(), r.channels.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","));
+        }
+        for c in &r.channels {
+            let p = punctual_lambda::config::channel_prefix(&c.name);
+            let vars = [
+                ("QUEUE_URL", c.queue_url.clone()),
+                ("URGENT_QUEUE_URL", c.urgent_queue_url.clone()),
+                ("PROVIDER_RATE_PER_SEC", if c.quota > 0.0 { c.quota.to_string() } else { String::new() }),
+            ];
+            own.extend(vars.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (format!("{p}{k}"), v)));
+        }
         RedriveConfig::from_env(&Env::new(move |k: &str| match k {
             "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
             "URGENT_QUEUE_URL" => r.urgent_url().map(str::to_owned),
@@ -315,7 +330,7 @@ impl Target {
             "PROVIDER_RATE_PER_SEC" => {
                 Some(std::env::var(k).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| quota.clone()))
             }
-            _ => std::env::var(k).ok().filter(|v| !v.is_empty()),
+            _ => std::env::var(k).ok().filter(|v| !v.is_empty()).or_else(|| own.get(k).cloned()),
         }))
     }
 }

@@ -45,12 +45,22 @@ impl RedriveConfig {
             dlq_url: env.required("DLQ_URL")?,
             ledger_table: env.required("LEDGER_TABLE")?,
             caps: RedriveCaps::within_share(max_messages, max_rate, &limiter),
-            channel_caps: channel_quotas(env, &channel_names(env)?)?
-                .into_iter()
-                .map(|(name, quota)| (name, limiter.redrive_share * quota))
-                .collect(),
+            channel_caps: channel_caps(env)?,
         })
     }
+}
+
+/// Each declared channel's cap: its redrive share of its quota, both read under its prefix
+/// exactly as its senders' limiter reads them (`limiter_settings`: `CHANNEL_{NAME}_REDRIVE_SHARE`,
+/// default 0.2, of `CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC`); a channel without a quota here has none.
+fn channel_caps<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<Vec<(String, f64)>, ConfigError> {
+    let mut caps = Vec::new();
+    for (name, _) in channel_quotas(env, &channel_names(env)?)? {
+        let prefix = punctual_lambda::config::channel_prefix(&name);
+        let own = limiter_settings(&env.under(&prefix, &[])).map_err(|e| e.under(&prefix))?;
+        caps.push((name, own.redrive_share * own.quota));
+    }
+    Ok(caps)
 }
 
 #[cfg(test)]
@@ -78,6 +88,10 @@ mod tests {
         ]);
         let c = RedriveConfig::from_env(&env(&pairs)).unwrap();
         assert_eq!(c.channel_caps, [("sms".to_owned(), 2.0)], "email has no quota of its own here");
+        let mut own_share = pairs.clone();
+        own_share.push(("CHANNEL_SMS_REDRIVE_SHARE", "0.5"));
+        let c = RedriveConfig::from_env(&env(&own_share)).unwrap();
+        assert_eq!(c.channel_caps, [("sms".to_owned(), 5.0)], "SMS's own share, as its senders' limiter reads it");
         pairs.push(("CHANNEL_EMAIL_PROVIDER_RATE_PER_SEC", "0"));
         let Err(e) = RedriveConfig::from_env(&env(&pairs)) else { panic!("a zero quota was taken") };
         assert!(e.to_string().contains("CHANNEL_EMAIL_PROVIDER_RATE_PER_SEC"), "{e}");

@@ -554,15 +554,15 @@ impl ReleaseQueue for SimLanes {
         let delayed = |q: &SimQueue| {
             lock(&q.state).waiting.iter().filter(|Reverse((at, _, g))| *at > now && *g == 0).count() as u64
         };
-        // A channel's own queue counts with the normal lane, and its own urgent lane with the
-        // urgent lane, as `SqsQueues::lane_depths` counts them.
-        let own = self.channel.as_ref().map(|(_, q)| q);
-        let own_urgent = self.channel_urgent.as_ref();
+        // A channel's own queue and its own urgent lane count with the normal lane, as
+        // `SqsQueues::lane_depths` counts them.
+        let own = self.channel.as_ref().map(|(_, q)| q).into_iter().chain(self.channel_urgent.as_ref());
+        let (own_depth, own_delayed) = own.fold((0, 0), |(d, l), q| (d + q.depth(), l + delayed(q)));
         Ok(LaneDepths {
-            normal: (self.normal.depth() + own.map_or(0, SimQueue::depth)) as u64,
-            urgent: (self.urgent.depth() + own_urgent.map_or(0, SimQueue::depth)) as u64,
-            urgent_delayed: delayed(&self.urgent) + own_urgent.map_or(0, delayed),
-            normal_delayed: delayed(&self.normal) + own.map_or(0, delayed),
+            normal: (self.normal.depth() + own_depth) as u64,
+            urgent: self.urgent.depth() as u64,
+            urgent_delayed: delayed(&self.urgent),
+            normal_delayed: delayed(&self.normal) + own_delayed,
         })
     }
 }

@@ -178,8 +178,11 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
         let mut sum = RedriveSummary { redrive_id: id.to_string(), dry_run: req.dry_run, ..RedriveSummary::default() };
         let mut held: Vec<String> = Vec::new();
         let stop_at = deadline - TimeDelta::from_std(self.margin).unwrap_or_default();
-        // One pace per channel with a cap of its own, one for every other letter.
-        let mut paces: HashMap<Option<String>, Pace> = HashMap::new();
+        // The run's pace at max_per_second, which every letter takes, and one per channel with
+        // a cap of its own, which that channel's letters take too: the run never goes faster
+        // than it was asked, and no channel faster than its own share.
+        let mut pace = Pace::new(req.max_per_second, self.clock.now());
+        let mut paces: HashMap<String, Pace> = HashMap::new();
         let (mut first_send, mut last_send) = (None, None);
         let mut canary_checked = req.canary == 0;
         let mut checked_at = 0u64;
@@ -279,8 +282,12 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     // Pace: never faster than max_per_second (nor the letter's channel's cap), in
                     // groups (see `Pace`).
                     let now = self.clock.now();
-                    let (key, rate) = self.pace_of(msg.channel.as_deref(), req.max_per_second);
-                    let at = paces.entry(key).or_insert_with(|| Pace::new(rate, now)).next(now);
+                    let own = match self.pace_of(msg.channel.as_deref(), req.max_per_second) {
+                        (Some(key), rate) => Some(paces.entry(key).or_insert_with(|| Pace::new(rate, now)).next(now)),
+                        (None, _) => None,
+                    };
+                    // The run's pace, booked when the channel's own lets the letter go.
+                    let at = pace.next(own.unwrap_or(now));
                     if at >= stop_at {
                         // The next send would fall after the run's stop time.
                         sum.left += 1;

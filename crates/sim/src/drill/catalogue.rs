@@ -235,9 +235,10 @@ pub enum Incident {
     /// (13,500 SMS with three-minute windows at 25/s), while the fleet's summed quota would
     /// carry it. It must page before SMS's first miss, and email must be unaffected.
     SmsOverload,
-    /// Two channels: SMS's own queue's event source mapping is disabled for 30 minutes. Nothing
-    /// of SMS reaches a sender, so no sender-side alarm can see it. It must page, and email must
-    /// deliver every reminder in its window.
+    /// Two channels: SMS's own queue's event source mapping is disabled for 30 minutes. None of
+    /// SMS's normal reminders reaches a sender (its urgent lane's mapping still runs), so no
+    /// sender-side alarm can see it. It must page, and email must deliver every reminder in its
+    /// window.
     SmsQueueNotPolled,
 }
 
