@@ -240,11 +240,15 @@ pub enum Incident {
     /// sender-side alarm can see it. It must page, and email must deliver every reminder in its
     /// window.
     SmsQueueNotPolled,
+    /// Two channels: SMS's own urgent lane's mapping is disabled for 30 minutes while 600 SMS
+    /// with ten-minute windows fall due at 09:00 (its normal queue still drains). It must page
+    /// before they miss, and email must deliver every reminder in its window.
+    SmsUrgentLaneNotPolled,
 }
 
 impl Incident {
     /// Every incident, in the runbook's order.
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::ProviderOutage,
         Self::ProviderSlow,
         Self::CredentialsRevoked,
@@ -264,6 +268,7 @@ impl Incident {
         Self::SmsCredentialsRevoked,
         Self::SmsOverload,
         Self::SmsQueueNotPolled,
+        Self::SmsUrgentLaneNotPolled,
     ];
 
     /// Its name.
@@ -288,6 +293,7 @@ impl Incident {
             Self::SmsCredentialsRevoked => "sms_credentials_revoked",
             Self::SmsOverload => "sms_overload",
             Self::SmsQueueNotPolled => "sms_queue_not_polled",
+            Self::SmsUrgentLaneNotPolled => "sms_urgent_lane_not_polled",
         }
     }
 
@@ -320,6 +326,7 @@ impl Incident {
                 | Self::SmsOutageEmailUnaffected
                 | Self::SmsCredentialsRevoked
                 | Self::SmsQueueNotPolled
+                | Self::SmsUrgentLaneNotPolled
         )
     }
 
@@ -328,7 +335,11 @@ impl Incident {
     pub const fn channels(self) -> bool {
         matches!(
             self,
-            Self::SmsOutageEmailUnaffected | Self::SmsCredentialsRevoked | Self::SmsOverload | Self::SmsQueueNotPolled
+            Self::SmsOutageEmailUnaffected
+                | Self::SmsCredentialsRevoked
+                | Self::SmsOverload
+                | Self::SmsQueueNotPolled
+                | Self::SmsUrgentLaneNotPolled
         )
     }
 
@@ -517,6 +528,22 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
         }
         Incident::SmsQueueNotPolled => {
             two_channels(staged(vec![window(Trouble::ChannelQueueNotPolled, nine, at(9, 30))], nine, at(9, 30)))
+        }
+        Incident::SmsUrgentLaneNotPolled => {
+            // Deadline-near SMS work for the stalled lane to hold: 600 with ten-minute windows.
+            let mut s = two_channels(staged(
+                vec![window(Trouble::ChannelUrgentQueueNotPolled, nine, at(9, 30))],
+                nine,
+                at(9, 30),
+            ));
+            let mut rng = SplitMix64::new(seed ^ 0x5e6);
+            let from = s.population.rows.len();
+            let shape = WaveShape { window: TimeDelta::minutes(10), ..STANDARD };
+            wave(&mut s.population.rows, &mut rng, nine, 600, shape);
+            for r in &mut s.population.rows[from..] {
+                r.sms = true;
+            }
+            s
         }
         Incident::SmsOverload => {
             // The 09:00 wave as usual (one in five by SMS), and 13,500 more SMS with three-minute

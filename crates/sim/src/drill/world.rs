@@ -115,6 +115,8 @@ pub enum Trouble {
     LaneNotPolled(QueueLane),
     /// SMS's own queue's event source mapping is disabled.
     ChannelQueueNotPolled,
+    /// SMS's own urgent lane's event source mapping is disabled.
+    ChannelUrgentQueueNotPolled,
     /// The sender's concurrency is 0: every invocation is throttled.
     SenderThrottled,
     /// A broken producer writes this many malformed messages per due reminder to the normal lane.
@@ -676,7 +678,12 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
                     any(&windows, now, |t| *t == Trouble::LaneNotPolled(lane))
                 } else {
                     // SmsQueue's mapping only: its urgent lane's is another mapping.
-                    !on_sms_urgent && any(&windows, now, |t| *t == Trouble::ChannelQueueNotPolled)
+                    let stopped_mapping = if on_sms_urgent {
+                        Trouble::ChannelUrgentQueueNotPolled
+                    } else {
+                        Trouble::ChannelQueueNotPolled
+                    };
+                    any(&windows, now, |t| *t == stopped_mapping)
                 };
                 if stopped {
                     clock.sleep(Duration::from_secs(10)).await;
