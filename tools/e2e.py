@@ -851,8 +851,11 @@ class Run:
         lanes = {k: status.get(k) for k in ("send_visible", "send_in_flight", "send_delayed",
                                              "urgent_visible", "urgent_in_flight", "urgent_delayed")}
         # The DLQ holds the malformed letter only (e2e-dead was redriven and delivered).
-        if status.get("dlq") != 1 or any(lanes.values()) or status.get("paused"):
-            raise StepFailed(step, f"status does not read the stack as it is (DLQ 1, lanes empty, not paused): {r.stdout[:800]}")
+        # The sms queue and its urgent lane are read too, and empty.
+        own = (status.get("channel_queues") or {}).get("sms") or {}
+        lanes.update({f"sms_{q}_{k}": own.get(q, {}).get(k) for q in ("queue", "urgent") for k in ("visible", "in_flight", "delayed")})
+        if status.get("dlq") != 1 or any(lanes.values()) or None in lanes.values() or status.get("paused"):
+            raise StepFailed(step, f"status does not read the stack as it is (DLQ 1, lanes and sms queues empty, not paused): {r.stdout[:800]}")
         frm = (self.due - dt.timedelta(minutes=1)).isoformat().replace("+00:00", "Z")
         r = self.punctual("reconcile", "--from", frm, "--to", "now", "--json")
         (WORK / "reconcile.json").write_text(r.stdout)
@@ -865,7 +868,7 @@ class Run:
         per = {c: (a.get("population"), a.get("delivered")) for c, a in (rec.get("channels") or {}).items()}
         if rec.get("population") != 4 or rec.get("delivered") != 4 or rec.get("unaccounted") or per != {"email": (2, 2), "sms": (2, 2)}:
             raise StepFailed(step, f"reconcile does not account for e2e-normal, e2e-urgent (email), e2e-sms and e2e-sms-urgent (sms) as delivered: {r.stdout[:1200]}")
-        ok(step, f"status: DLQ {status['dlq']}, lanes empty, not paused ({status.get('requests')} requests); "
+        ok(step, f"status: DLQ {status['dlq']}, lanes and sms queues empty, not paused ({status.get('requests')} requests); "
            f"reconcile {frm} → now: population {rec['population']}, delivered {rec['delivered']} (email {per['email'][1]}, "
            f"sms {per['sms'][1]}), unaccounted 0 (exit 0)", started)
 

@@ -569,8 +569,9 @@ impl SqsQueues {
             .collect())
     }
 
-    /// Each channel's own queue and its own urgent lane (empty without one), by name.
-    async fn own_depths(&self) -> Result<Vec<(String, Depth, Depth)>, QueueError> {
+    /// Each channel's own queue and its own urgent lane (empty without one), by name (one
+    /// `GetQueueAttributes` per queue).
+    pub async fn own_depths(&self) -> Result<Vec<(String, Depth, Depth)>, QueueError> {
         let mut out = Vec::with_capacity(self.channel_urls.len());
         for (name, url) in &self.channel_urls {
             let urgent = match self.channel_urgent_urls.iter().find(|(n, _)| n == name) {

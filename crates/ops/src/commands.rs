@@ -98,6 +98,11 @@ pub struct Status {
     pub oldest_unreleased_seconds: Option<f64>,
     /// Both lanes' backlog ÷ quota.
     pub projected_drain_seconds: f64,
+    /// Each channel's own queue and urgent lane (visible, in flight, delayed), by channel;
+    /// absent when no channel has a queue of its own. Its backlog drains at that channel's
+    /// quota, not in `projected_drain_seconds`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub channel_queues: BTreeMap<String, ChannelQueues>,
     /// The pause in force, if any.
     pub paused: Option<Pause>,
     /// Each declared channel's own pause switch (`CHANNELS`; absent with none declared): its
@@ -119,6 +124,32 @@ pub struct Status {
     pub requests: u32,
 }
 
+/// One queue's messages: visible, in flight, delayed (JSON keys are a contract).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct QueueDepth {
+    /// Visible.
+    pub visible: u64,
+    /// In flight.
+    pub in_flight: u64,
+    /// Delayed.
+    pub delayed: u64,
+}
+
+impl From<punctual_aws::sqs::Depth> for QueueDepth {
+    fn from(d: punctual_aws::sqs::Depth) -> Self {
+        Self { visible: d.visible, in_flight: d.in_flight, delayed: d.delayed }
+    }
+}
+
+/// A channel's own queue and its own urgent lane (all zero without one).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ChannelQueues {
+    /// Its queue.
+    pub queue: QueueDepth,
+    /// Its urgent lane.
+    pub urgent: QueueDepth,
+}
+
 impl Status {
     /// Human lines.
     pub fn render(&self) -> String {
@@ -130,7 +161,7 @@ impl Status {
         format!(
             "paused            {}\n{}\
              send queue        {} visible, {} in flight, {} delayed (normal lane)\n\
-             urgent lane       {} visible, {} in flight, {} delayed\n\
+             urgent lane       {} visible, {} in flight, {} delayed\n{}\
              dlq               {} ({})\n\
              unreleased        {}\n\
              projected drain   {:.1} s for both lanes' backlog at the quota\n\
@@ -155,6 +186,18 @@ impl Status {
             self.urgent_visible,
             self.urgent_in_flight,
             self.urgent_delayed,
+            self.channel_queues
+                .iter()
+                .map(|(c, q)| format!(
+                    "  channel {c:<8} queue {} visible, {} in flight, {} delayed; urgent lane {} visible, {} in flight, {} delayed\n",
+                    q.queue.visible,
+                    q.queue.in_flight,
+                    q.queue.delayed,
+                    q.urgent.visible,
+                    q.urgent.in_flight,
+                    q.urgent.delayed
+                ))
+                .collect::<String>(),
             self.dlq,
             reasons,
             self.oldest_unreleased_seconds.map_or_else(
@@ -227,6 +270,12 @@ pub async fn status_with(
     };
     let dlq = queues.depth_of(queues.dlq_url()).await.map_err(step("reading the DLQ"))?;
     requests += 1;
+    let mut channel_queues = BTreeMap::new();
+    for (name, queue, urgent) in queues.own_depths().await.map_err(step("reading a channel's queues"))? {
+        let has_urgent = target.resources.channels.iter().any(|c| c.name == name && !c.urgent_queue_url.is_empty());
+        requests += 1 + u32::from(has_urgent);
+        channel_queues.insert(name, ChannelQueues { queue: queue.into(), urgent: urgent.into() });
+    }
     let now = Utc::now();
     let ledger = DynamoLedger::new(ddb.clone(), &target.resources.ledger_table);
     let (dlq_by_reason, pages) =
@@ -290,6 +339,7 @@ pub async fn status_with(
         dlq_by_reason,
         oldest_unreleased_seconds: oldest.map(|t| (now - t).num_milliseconds().max(0) as f64 / 1000.0),
         projected_drain_seconds: (send.total() + urgent.total()) as f64 / target.quota,
+        channel_queues,
         paused,
         channels_paused,
         slo_today,

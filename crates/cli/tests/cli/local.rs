@@ -141,10 +141,18 @@ async fn local_up_with_channels_delivers_each_demo_reminder_through_its_own_chan
     let endpoint = res["endpoint"].as_str().unwrap().to_owned();
     let ses_before = punctual_harness::ses::sent_last_24_hours(&endpoint, &region).await.unwrap_or(0);
     let sqs = aws_sdk_sqs::Client::new(&config);
+    // The SMS one on SMS's own urgent lane, where the scheduler would release it near its
+    // deadline; `status` shows it there, and the drain's pollers of that lane deliver it.
+    let sms_urgent = sms["urgent_queue_url"].as_str().unwrap().to_owned();
+    assert!(!sms_urgent.is_empty() && sms_urgent != sms["queue_url"].as_str().unwrap(), "{res}");
     for n in 0..3 {
         let body = punctual_harness::local::demo_message(n).unwrap();
-        sqs.send_message().queue_url(res["send_queue_url"].as_str().unwrap()).message_body(body).send().await.unwrap();
+        let queue = if n == 1 { sms_urgent.as_str() } else { res["send_queue_url"].as_str().unwrap() };
+        sqs.send_message().queue_url(queue).message_body(body).send().await.unwrap();
     }
+    let before: serde_json::Value = serde_json::from_slice(&punctual(&state, &["status", "--json"]).stdout).unwrap();
+    let own = &before["channel_queues"]["sms"];
+    assert_eq!((own["urgent"]["visible"].as_u64(), own["queue"]["visible"].as_u64()), (Some(1), Some(0)), "{before}");
     let drain = punctual(&state, &["local", "drain", "--json"]);
     assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
     let report: serde_json::Value = serde_json::from_slice(&drain.stdout).unwrap();
