@@ -241,10 +241,11 @@ pub fn describe(s: &LocalState) -> String {
     );
     for c in &r.channels {
         let provider = if c.kind == "ses" { "Amazon SES on the emulator".to_owned() } else { c.provider_url.clone() };
-        let queue = if c.queue_url.is_empty() {
-            "the lanes".to_owned()
-        } else {
-            format!("{} (urgent: {})", c.queue_url, c.urgent_queue_url)
+        let queue = match (c.queue_url.is_empty(), c.urgent_queue_url.is_empty()) {
+            (true, _) => "the lanes".to_owned(),
+            // A state file from before a channel's own urgent lane.
+            (false, true) => c.queue_url.clone(),
+            (false, false) => format!("{} (urgent: {})", c.queue_url, c.urgent_queue_url),
         };
         out.push_str(&format!("channel {:<9} {provider} (quota {}/s), on {queue}\n", c.name, c.quota));
     }
