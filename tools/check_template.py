@@ -1385,7 +1385,7 @@ check("dead_reason is a string and deliver_by_ms a number", types.get("dead_reas
 # A deadline SLO over the due population (docs/design.md#the-deadline-slo-and-reconciliation). The template's SLO alarms, dashboard and
 # Contributor Insights rule read exactly the metrics the code emits: names and the tenant
 # property from crates/core/src/metrics.rs, emitters as below, the stack's namespace, the one
-# dimension Function. The by_day index is checked against crates/aws/src/renewals.rs.
+# dimension Function. The by_day_channel index (DAY_INDEX) is checked against crates/aws/src/renewals.rs.
 # ============================================================================================
 
 # --- 11. The metrics: names from the code, and who emits each ---------------------------------
@@ -1773,7 +1773,7 @@ for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
         given = sorted({k for env in envs for k in SLO_ENV if k in env})
         check(f"{binary}: is not given the SLO variables (only the sender judges the SLO)", not given, ", ".join(given))
 
-# --- 16. The renewals table's by_day index: as crates/aws/src/renewals.rs queries it -----------
+# --- 16. The renewals table's day index (DAY_INDEX, by_day_channel): as crates/aws/src/renewals.rs queries it -----------
 renewals_src = rust("crates/aws/src/renewals.rs")
 day_name = (re.findall(r'pub const DAY_INDEX: &str = "([^"]+)"', renewals_src) or [None])[0]
 proj = re.search(r"pub const DAY_PROJECTION: \[&str; (\d+)\] = \[([^\]]*)\];", renewals_src)

@@ -7,7 +7,7 @@ Run by `.venv-localstack/bin/python` (the Makefile's `localstack` target install
 so it will not move — and the two plugins in tools/localstack/). One line per step, with the
 time since start; exit 0 when every step passed, 1 naming the step that failed (its evidence,
 and where the logs are), 130/143 on SIGINT/SIGTERM. Everything this script starts (LocalStack,
-the functions' processes, the provider double) is stopped by pid on every exit path; the
+the functions' processes, the provider doubles) is stopped by pid on every exit path; the
 functions' processes run in LocalStack's process group, which is killed last.
 
 What happens, in order (state and logs under target/e2e/, emptied at each run):
@@ -34,7 +34,7 @@ What happens, in order (state and logs under target/e2e/, emptied at each run):
     suffix) is ProviderTokenSecretArn or SmsProviderTokenSecretArn; two SNS topics are
     AlarmTopicArn and TicketTopicArn; ProviderUrl and SmsProviderUrl are the doubles'
     /v1/messages. So the deployed stack is the two-channel one (CHANNELS=email,sms, the sms
-    queue and its mapping); the one-provider stack is the same template without SmsProviderUrl
+    queue and urgent lane and their mappings); the one-provider stack is the same template without SmsProviderUrl
     (tests/tests/integration/template.rs hands each variant's environment to the functions'
     own parsers).
  4. The template is deployed through LocalStack's CloudFormation WITH the SAM transform: each
@@ -68,7 +68,8 @@ What happens, in order (state and logs under target/e2e/, emptied at each run):
        sent to the send queue, and the sender itself dead-letters it (`classified_permanent`);
        its renewal is imported for tomorrow, so no tick releases it too. The double is then
        reset (it would replay the 400 for that Idempotency-Key: "the provider fixed it");
-    f. `punctual status` (DLQ 1 — the malformed letter —, lanes empty, not paused) and
+    f. `punctual status` (DLQ 1 — the malformed letter —, lanes and both sms queues empty, not
+       paused) and
        `punctual reconcile --from … --to now` (the four renewals delivered, email 2 and sms 2
        in its per-channel accounts, none unaccounted, exit 0) read the deployed stack, given its Outputs as the variables the operator commands
        read (crates/ops/src/target.rs);
@@ -500,8 +501,9 @@ class Run:
 
     def check_stack(self):
         """What tests/tests/deployed.rs checked on moto's CloudFormation (which never ran the
-        code), now on a stack that runs: the Outputs resolve, the sender's two mappings (one
-        per lane, each with its own MaximumConcurrency), every function told where the urgent
+        code), now on a stack that runs: the Outputs resolve, the sender's four mappings (one
+        per lane, the sms queue's and the sms urgent lane's, each with its own
+        MaximumConcurrency), every function told where the urgent
         lane is. That each function's configuration parses from the environment the stack
         gives it is shown by their running: a variable they refuse fails their cold start."""
         started = time.monotonic()
@@ -579,7 +581,6 @@ class Run:
         self.due = due
         tomorrow = (now + dt.timedelta(days=1)).date().isoformat()
         rows = [
-            # (renewal_id, local date, HH:MM, window minutes)
             # (renewal_id, channel, local date, HH:MM, window minutes)
             ("e2e-normal", "email", due.date().isoformat(), due.strftime("%H:%M"), 120),
             ("e2e-urgent", "email", due.date().isoformat(), due.strftime("%H:%M"), 5),

@@ -148,7 +148,8 @@ impl SqsQueues {
     }
 
     /// The channels with a queue of their own (`CHANNEL_{NAME}_QUEUE_URL`): a message whose
-    /// `channel` is one of them is released, requeued and sent back there, whatever its lane.
+    /// `channel` is one of them is released, requeued and sent back there (urgent, to its own
+    /// urgent lane when [`SqsQueues::with_channel_urgent_queues`] gives it one).
     pub fn with_channel_queues(mut self, queues: &[(String, String)]) -> Self {
         self.channel_urls = queues.to_vec();
         self

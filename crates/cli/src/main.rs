@@ -163,7 +163,7 @@ struct ReconcileArgs {
     #[arg(long)]
     tenant: Option<String>,
     /// One declared channel only, judged against the queues that carry it (without it, each
-    /// declared channel's figures are given beside the totals).
+    /// channel the window's renewals use gets its own figures beside the totals).
     #[arg(long)]
     channel: Option<String>,
     /// Seconds a due renewal may stay unreleased before it counts as never released, and a
@@ -337,7 +337,7 @@ enum LocalAction {
         /// Declared channels, each with its own provider and quota: `NAME=http|ses[:RATE]`,
         /// comma-separated (`email=ses,sms=http:10`): `http` is a provider double of its own,
         /// `ses` Amazon SES on the emulator (one at most); RATE defaults to `--quota`. Every
-        /// channel after the first gets a queue of its own; the demo renewals take the
+        /// channel after the first gets a queue and an urgent lane of its own; the demo renewals take the
         /// channels in turn.
         #[arg(long)]
         channels: Option<String>,

@@ -1,6 +1,6 @@
 //! Reconciliation (docs/design.md#the-deadline-slo-and-reconciliation): every renewal due in a window, joined with the ledger and the
 //! queues, lands in exactly one bucket — or is named as **unaccounted**. Pure: the operator
-//! command reads the population (the renewals table's `by_day` index), the ledger records
+//! command reads the population (the renewals table's `by_day_channel` index), the ledger records
 //! (one batched strongly consistent read per 100) and the queues' depths, and hands them here.
 //!
 //! Buckets, in the order they are decided for each renewal:
@@ -20,7 +20,8 @@
 //!    can have written — and in no terminal state is a *candidate* for a queue. Released less
 //!    than `grace` ago it is `waiting.on_queue` (SQS's counts lag). Otherwise SQS cannot be
 //!    listed without receiving (which would change what it reconciles), so the evidence is
-//!    the lanes' own count, visible + in flight + delayed: with at least as many messages as
+//!    the queues' own count (the lanes and every channel queue; per channel, the queues that
+//!    carry it: [`by_channel`]), visible + in flight + delayed: with at least as many messages as
 //!    candidates they are `waiting.on_queue`; with **none**, every candidate is unaccounted by
 //!    name (`released_not_on_any_queue`); with fewer, the shortfall is unaccounted and the
 //!    candidates are listed as `suspects` (which of them is missing cannot be told from

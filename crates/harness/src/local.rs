@@ -37,7 +37,7 @@ pub fn load_state() -> Result<LocalState, LocalError> {
 /// create the resources, seed three demo renewals, write the state file. With `channels`
 /// (`NAME=http|ses[:RATE]`, comma-separated, as `run --channels`), each channel is declared with
 /// its own provider (its own double, or SES on the emulator) and quota, every channel after the
-/// first gets a queue of its own, and the demo renewals take the channels in turn.
+/// first gets a queue and an urgent lane of its own, and the demo renewals take the channels in turn.
 pub async fn up(quota: f64, provider: &str, channels: Option<&str>) -> Result<LocalState, LocalError> {
     let dir = state_dir();
     if state_file().exists() {
@@ -143,7 +143,8 @@ async fn up_on(
     let prefix = format!("punctual-local-{}-{}", Utc::now().timestamp_millis(), std::process::id());
     let mut resources = provision(&config, &ddb, &prefix, &provider_url).await?;
     resources.endpoint = emulator.endpoint.clone();
-    // Every channel after the first on a queue of its own, as `run --channels` has them.
+    // Every channel after the first on a queue and an urgent lane of its own, as `run
+    // --channels` has them.
     resources.channels = declared;
     for i in 1..resources.channels.len() {
         let (url, urgent) =

@@ -192,8 +192,9 @@ pub struct LaneConfig {
     /// `DEADLINE_NEAR_SECS`.
     pub deadline_near: Duration,
     /// `CHANNEL_{NAME}_QUEUE_URL` of each declared channel (`CHANNELS`) that has a queue of its
-    /// own: (channel, URL). Its messages are released, requeued and redriven there, whatever
-    /// their lane, and drained by its own event source mapping (docs/design.md#channels).
+    /// own: (channel, URL). Its messages are released, requeued and redriven there (its urgent
+    /// ones to its own urgent lane when it has one), and drained by its own event source
+    /// mapping (docs/design.md#channels).
     pub channel_queues: Vec<(String, String)>,
     /// `CHANNEL_{NAME}_URGENT_QUEUE_URL` of each channel with a queue of its own that has an
     /// urgent lane of its own too: (channel, URL). That channel's urgent messages go there, its

@@ -237,7 +237,8 @@ impl Status {
 /// How far back `status` counts dead-lettered reminders: the DLQ's retention.
 pub const DLQ_RETENTION: chrono::TimeDelta = chrono::TimeDelta::days(14);
 
-/// Reads the queues' attributes (3 requests), the pause switch (1 `GetItem`), the ledger's
+/// Reads the queues' attributes (3 requests, and one per channel queue and urgent lane), the
+/// pause switch (1 `GetItem`, and one per declared channel's), the ledger's
 /// sparse `dead` index (one `Select=COUNT` `Query` per reason code, reading only dead-lettered
 /// keys) and the renewals' `due` index (16 `Query`s of one item). No Scan: the cost does not
 /// grow with the tables (docs/commands.md#punctual-status).

@@ -2,7 +2,7 @@
 //! queues, every renewal in a bucket or named as unaccounted (the buckets and the evidence:
 //! [`punctual_core::reconcile`]). Reads, in this order so a reminder settling meanwhile is not
 //! mistaken for a lost one: the population (the renewals table's `by_day_channel` index: 16 queries
-//! per UTC day), the lanes' depths (2 requests), then the ledger records of the population
+//! per UTC day), the queues' depths (2 requests for the lanes, one per channel queue), then the ledger records of the population
 //! (one strongly consistent `BatchGetItem` per 100), and — only when some released reminder
 //! is in no terminal state — the DLQ, read without taking anything (at most
 //! [`DLQ_READ_MAX`] messages, each received and made visible again: O(DLQ)). Never a scan.
@@ -201,7 +201,7 @@ pub async fn reconcile_with(
         population.pages
             + 1
             + u64::from(queues.has_urgent_lane())
-            + queued.own.len() as u64
+            + target.resources.channels.iter().map(own_queues).sum::<u64>()
             + total.div_ceil(100) as u64
             + dlq_reads,
     )
@@ -252,8 +252,13 @@ impl Queued {
     }
 }
 
-/// What the lanes and each channel's own queue hold (2 requests, 1 with one lane, plus one
-/// per channel queue).
+/// A channel's own queues (its queue and its urgent lane): one depth request each.
+fn own_queues(c: &crate::target::ChannelResources) -> u64 {
+    u64::from(!c.queue_url.is_empty()) + u64::from(!c.urgent_queue_url.is_empty())
+}
+
+/// What the lanes and each channel's own queues hold (2 requests, 1 with one lane, plus one
+/// per channel queue and urgent lane).
 pub(crate) async fn lanes_hold(queues: &punctual_aws::sqs::SqsQueues) -> Result<Queued, OpsError> {
     let send = queues.depth_of(queues.send_url()).await.map_err(step("reading the send queue"))?;
     let urgent = if queues.has_urgent_lane() {

@@ -251,6 +251,9 @@ impl Target {
                             .map_err(|e| OpsError::Invalid(vec![e.to_string()]))?;
                         let lanes = punctual_lambda::config::lane_config(&env)
                             .map_err(|e| OpsError::Invalid(vec![e.to_string()]))?;
+                        // Read as the functions read them: a bad value is refused, naming it.
+                        let quotas = punctual_lambda::config::channel_quotas(&env, &names)
+                            .map_err(|e| OpsError::Invalid(vec![e.to_string()]))?;
                         let url_of = |list: &[(String, String)], name: &str| {
                             list.iter().find(|(n, _)| n == name).map(|(_, u)| u.clone()).unwrap_or_default()
                         };
@@ -258,12 +261,7 @@ impl Target {
                             .into_iter()
                             .map(|name| ChannelResources {
                                 // Its quota (`forecast --channel`'s default; 0: not set here).
-                                quota: env
-                                    .under(&punctual_lambda::config::channel_prefix(&name), &[])
-                                    .optional("PROVIDER_RATE_PER_SEC")
-                                    .and_then(|q| q.trim().parse::<f64>().ok())
-                                    .filter(|q| q.is_finite() && *q > 0.0)
-                                    .unwrap_or(0.0),
+                                quota: quotas.iter().find(|(n, _)| *n == name).map_or(0.0, |(_, q)| *q),
                                 queue_url: url_of(&lanes.channel_queues, &name),
                                 urgent_queue_url: url_of(&lanes.channel_urgent_queues, &name),
                                 name,

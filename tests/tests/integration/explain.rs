@@ -1,5 +1,5 @@
 //! `punctual explain` on reminders no sender has recorded: it reads the renewal's row (the
-//! `by_day` index) and says what `punctual reconcile` says of it — never released, expired at
+//! `by_day_channel` index) and says what `punctual reconcile` says of it — never released, expired at
 //! release, a letter the queue's backstop moved — instead of "never processed".
 
 use chrono::{DateTime, TimeDelta, Timelike, Utc};

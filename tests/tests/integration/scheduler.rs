@@ -414,8 +414,8 @@ async fn a_row_already_past_its_deadline_is_refused_and_an_old_file_still_reimpo
 }
 
 /// A row computed by an older time-zone database (its stored instants an hour off, across a
-/// UTC midnight, with the `by_day` key of that day) and already released is imported again
-/// unchanged: the row is re-armed at the instant computed today, and the `by_day` index finds
+/// UTC midnight, with the `by_day_channel` key of that day) and already released is imported again
+/// unchanged: the row is re-armed at the instant computed today, and the `by_day_channel` index finds
 /// it on that instant's day — not on neither day. A send time with seconds is stored exactly.
 #[tokio::test]
 async fn a_reimport_corrects_stale_instants_and_the_day_index_finds_the_row_on_its_day() {
@@ -461,7 +461,7 @@ async fn a_reimport_corrects_stale_instants_and_the_day_index_finds_the_row_on_i
         async move { renewals.population(from, from + TimeDelta::hours(1), None, None, |_| {}).await.unwrap().rows }
     };
     let found = on(row.deliver_after - TimeDelta::minutes(30)).await;
-    assert_eq!(found.len(), 1, "the row is not on its day in the by_day index");
+    assert_eq!(found.len(), 1, "the row is not on its day in the by_day_channel index");
     assert_eq!((found[0].deliver_after, found[0].deliver_by), (row.deliver_after, row.deliver_by));
     assert!(on(stale - TimeDelta::minutes(30)).await.is_empty(), "still found at the stale instant");
     assert_eq!(r.sched_state(&row).await.0.as_deref(), Some("scheduled"));

@@ -186,8 +186,8 @@ pub struct WorldConfig {
     pub channel_rates: bool,
     /// A two-channel run: SMS on a queue of its own (`CHANNEL_SMS_QUEUE_URL`) drained by this
     /// many instances (its own event source mapping), as the simulator's `channels` scenario
-    /// runs it; `None`: both channels on the two lanes (the template as it is, which declares
-    /// no channel queue).
+    /// runs it; `None`: both channels on the two lanes (the one-provider template, read with
+    /// two channels declared on the same lanes).
     pub sms_queue: Option<usize>,
     /// With [`WorldConfig::sms_queue`]: SMS's urgent reminders on an urgent lane of its own
     /// (`CHANNEL_SMS_URGENT_QUEUE_URL`, the template's `SmsUrgentQueue`), drained by as many
