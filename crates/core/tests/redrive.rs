@@ -251,24 +251,32 @@ async fn a_redriven_letter_goes_back_to_the_lane_its_slack_calls_for() {
     assert!(routed.contains(&(roomy.reminder_id.to_string(), QueueLane::Normal)), "{routed:?}");
 }
 
-/// A DLQ of 20 email and 20 SMS letters, interleaved, and a redriver with SMS capped at 2/s.
-async fn two_channel_letters() -> (ManualClock, Dlq, Redriver<MemoryLedger, Dlq, MemoryControl, ManualClock>) {
+/// A DLQ of 40 letters, the `i`-th on `channel_of(i)`, timed as they are sent back, and a
+/// redriver with `caps` per channel.
+async fn letters_on(
+    channel_of: fn(usize) -> Option<&'static str>,
+    caps: &[(&str, f64)],
+) -> (Dlq, Redriver<MemoryLedger, Dlq, MemoryControl, ManualClock>) {
     let clock = ManualClock::new(t0());
     let ledger = MemoryLedger::new();
     let mut letters = Vec::new();
     for i in 0..40 {
-        let channel = if i % 2 == 0 { "email" } else { "sms" };
         let m = ReminderMessage {
-            channel: Some(channel.to_owned()),
-            ..punctual_core::testing::message(&format!("{channel}-{i}"), t0(), t0() + TimeDelta::hours(5))
+            channel: channel_of(i).map(str::to_owned),
+            ..punctual_core::testing::message(&format!("letter-{i}"), t0(), t0() + TimeDelta::hours(5))
         };
         dead_lettered(&ledger, &m, 1, clock.now()).await;
         letters.push(DeadLetter { handle: format!("h-{i}"), ..letter(m.encode(), ReasonCode::AttemptLimit) });
     }
     let dlq = Dlq { clock: Some(clock.clone()), ..Dlq::holding(letters) };
-    let mut redriver = Redriver::new(ledger, dlq.clone(), MemoryControl::default(), clock.clone());
-    redriver.channel_caps = vec![("sms".to_owned(), 2.0)];
-    (clock, dlq, redriver)
+    let mut redriver = Redriver::new(ledger, dlq.clone(), MemoryControl::default(), clock);
+    redriver.channel_caps = caps.iter().map(|(c, r)| ((*c).to_owned(), *r)).collect();
+    (dlq, redriver)
+}
+
+/// 20 email and 20 SMS letters, interleaved, SMS capped at 2/s.
+async fn two_channel_letters() -> (Dlq, Redriver<MemoryLedger, Dlq, MemoryControl, ManualClock>) {
+    letters_on(|i| Some(if i % 2 == 0 { "email" } else { "sms" }), &[("sms", 2.0)]).await
 }
 
 /// Each channel's letters go at the lower of the request's rate and that channel's own cap:
@@ -278,7 +286,7 @@ async fn two_channel_letters() -> (ManualClock, Dlq, Redriver<MemoryLedger, Dlq,
 /// (`selection.channels`) goes at the request's rate and leaves SMS's in the DLQ.
 #[tokio::test]
 async fn each_channels_letters_go_at_that_channels_own_cap() {
-    let (_, dlq, redriver) = two_channel_letters().await;
+    let (dlq, redriver) = two_channel_letters().await;
     let req = RedriveRequest { max_messages: 40, max_per_second: 10.0, ..request() };
     let sum = redriver.run(&req, t0() + TimeDelta::minutes(5)).await.unwrap();
     assert_eq!(sum.moved, 40, "{sum:?}");
@@ -298,7 +306,7 @@ async fn each_channels_letters_go_at_that_channels_own_cap() {
     // 20 at 2/s: groups of 2 every second, the last 9 s or more after the first.
     assert!(sms.2 - sms.1 >= 9.0, "SMS's letters went faster than its 2/s: {sms:?}");
 
-    let (_, dlq, redriver) = two_channel_letters().await;
+    let (dlq, redriver) = two_channel_letters().await;
     let mut email_only = RedriveRequest { max_messages: 40, max_per_second: 10.0, ..request() };
     email_only.selection.channels = vec!["email".to_owned()];
     let sum = redriver.run(&email_only, t0() + TimeDelta::minutes(5)).await.unwrap();
@@ -312,20 +320,7 @@ async fn each_channels_letters_go_at_that_channels_own_cap() {
 /// (one pace each let them go at 5/s apiece: 10/s in all).
 #[tokio::test]
 async fn the_run_as_a_whole_stays_at_the_requested_rate() {
-    let clock = ManualClock::new(t0());
-    let ledger = MemoryLedger::new();
-    let mut letters = Vec::new();
-    for i in 0..40 {
-        let m = ReminderMessage {
-            channel: (i % 2 == 0).then(|| "email".to_owned()),
-            ..punctual_core::testing::message(&format!("mixed-{i}"), t0(), t0() + TimeDelta::hours(5))
-        };
-        dead_lettered(&ledger, &m, 1, clock.now()).await;
-        letters.push(DeadLetter { handle: format!("h-{i}"), ..letter(m.encode(), ReasonCode::AttemptLimit) });
-    }
-    let dlq = Dlq { clock: Some(clock.clone()), ..Dlq::holding(letters) };
-    let mut redriver = Redriver::new(ledger, dlq.clone(), MemoryControl::default(), clock.clone());
-    redriver.channel_caps = vec![("email".to_owned(), 20.0)];
+    let (dlq, redriver) = letters_on(|i| (i % 2 == 0).then_some("email"), &[("email", 20.0)]).await;
     let req = RedriveRequest { max_messages: 40, max_per_second: 5.0, ..request() };
     let sum = redriver.run(&req, t0() + TimeDelta::minutes(5)).await.unwrap();
     assert_eq!(sum.moved, 40, "{sum:?}");

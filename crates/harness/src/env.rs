@@ -277,28 +277,14 @@ impl Drop for Emulator {
 /// own composition root ([`punctual_sender::app::build`]) over the local resources.
 pub type LocalSender = punctual_sender::app::App;
 
-/// The declared channels' variables every function reads (`CHANNELS` and each channel's
-/// `CHANNEL_{NAME}_QUEUE_URL` and `CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC`), for the channels whose provider this target knows (`run
-/// --channels`): an environment target's `CHANNELS` gives names alone, and its canary sends
-/// through the target's one provider as before.
+/// The declared channels' variables every function reads ([`Resources::channel_vars`]: the
+/// quota reaches the scheduler too, which paces and projects each channel at it), for the
+/// channels whose provider this target knows (`run --channels`): an environment target's
+/// `CHANNELS` gives names alone, and its canary sends through the target's one provider as
+/// before.
 fn channel_vars(r: &Resources) -> std::collections::HashMap<String, String> {
-    let mut own = std::collections::HashMap::new();
-    let known: Vec<_> = r.channels.iter().filter(|c| !c.kind.is_empty()).collect();
-    if !known.is_empty() {
-        own.insert("CHANNELS".into(), known.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","));
-    }
-    for c in &known {
-        let p = punctual_sender::config::channel_prefix(&c.name);
-        // The quota on the scheduler too: it paces and projects the channel at it.
-        own.insert(format!("{p}PROVIDER_RATE_PER_SEC"), c.quota.to_string());
-        if !c.queue_url.is_empty() {
-            own.insert(format!("{p}QUEUE_URL"), c.queue_url.clone());
-        }
-        if !c.urgent_queue_url.is_empty() {
-            own.insert(format!("{p}URGENT_QUEUE_URL"), c.urgent_queue_url.clone());
-        }
-    }
-    own
+    let known: Vec<_> = r.channels.iter().filter(|c| !c.kind.is_empty()).cloned().collect();
+    Resources { channels: known, ..r.clone() }.channel_vars()
 }
 
 /// The sender configuration the local pipeline runs with, parsed by the sender's own

@@ -273,10 +273,9 @@ pub async fn status_with(
     requests += 1;
     let mut channel_queues = BTreeMap::new();
     for (name, queue, urgent) in queues.own_depths().await.map_err(step("reading a channel's queues"))? {
-        let has_urgent = target.resources.channels.iter().any(|c| c.name == name && !c.urgent_queue_url.is_empty());
-        requests += 1 + u32::from(has_urgent);
         channel_queues.insert(name, ChannelQueues { queue: queue.into(), urgent: urgent.into() });
     }
+    requests += target.resources.channels.iter().map(crate::reconcile::own_queues).sum::<u64>() as u32;
     let now = Utc::now();
     let ledger = DynamoLedger::new(ddb.clone(), &target.resources.ledger_table);
     let (dlq_by_reason, pages) =

@@ -253,7 +253,7 @@ impl Queued {
 }
 
 /// A channel's own queues (its queue and its urgent lane): one depth request each.
-fn own_queues(c: &crate::target::ChannelResources) -> u64 {
+pub(crate) fn own_queues(c: &crate::target::ChannelResources) -> u64 {
     u64::from(!c.queue_url.is_empty()) + u64::from(!c.urgent_queue_url.is_empty())
 }
 

@@ -103,24 +103,39 @@ impl Resources {
         Some(self.urgent_queue_url.as_str()).filter(|u| !u.is_empty())
     }
 
-    /// Both lanes and the DLQ over `client`.
+    /// Both lanes and the DLQ over `client`, and each channel's own queue and urgent lane.
     pub fn queues(&self, client: aws_sdk_sqs::Client) -> SqsQueues {
-        let own: Vec<(String, String)> = self
-            .channels
-            .iter()
-            .filter(|c| !c.queue_url.is_empty())
-            .map(|c| (c.name.clone(), c.queue_url.clone()))
-            .collect();
-        let own_urgent: Vec<(String, String)> = self
-            .channels
-            .iter()
-            .filter(|c| !c.urgent_queue_url.is_empty())
-            .map(|c| (c.name.clone(), c.urgent_queue_url.clone()))
-            .collect();
+        let own = |url: fn(&ChannelResources) -> &str| -> Vec<(String, String)> {
+            self.channels.iter().filter(|c| !url(c).is_empty()).map(|c| (c.name.clone(), url(c).to_owned())).collect()
+        };
         SqsQueues::new(client, &self.send_queue_url, &self.dlq_url)
             .with_urgent(self.urgent_url())
-            .with_channel_queues(&own)
-            .with_channel_urgent_queues(&own_urgent)
+            .with_channel_queues(&own(|c| &c.queue_url))
+            .with_channel_urgent_queues(&own(|c| &c.urgent_queue_url))
+    }
+
+    /// The declared channels' variables, as a deployment gives them to its functions
+    /// (docs/configuration.md#channels): `CHANNELS`, and each channel's
+    /// `CHANNEL_{NAME}_QUEUE_URL`, `CHANNEL_{NAME}_URGENT_QUEUE_URL` and
+    /// `CHANNEL_{NAME}_PROVIDER_RATE_PER_SEC` that it has (empty without channels).
+    pub fn channel_vars(&self) -> std::collections::HashMap<String, String> {
+        let mut vars = std::collections::HashMap::new();
+        if !self.channels.is_empty() {
+            vars.insert(
+                "CHANNELS".to_owned(),
+                self.channels.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","),
+            );
+        }
+        for c in &self.channels {
+            let p = punctual_lambda::config::channel_prefix(&c.name);
+            let own = [
+                ("QUEUE_URL", c.queue_url.clone()),
+                ("URGENT_QUEUE_URL", c.urgent_queue_url.clone()),
+                ("PROVIDER_RATE_PER_SEC", if c.quota > 0.0 { c.quota.to_string() } else { String::new() }),
+            ];
+            vars.extend(own.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (format!("{p}{k}"), v)));
+        }
+        vars
     }
 }
 
@@ -307,19 +322,7 @@ impl Target {
         let quota = self.quota.to_string();
         // The target's channels, as the function is given them: their queues (a channel's
         // letters go back there) and quotas (its letters' cap), unless the environment says.
-        let mut own = std::collections::HashMap::new();
-        if !r.channels.is_empty() {
-            own.insert("CHANNELS".to_owned(), r.channels.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","));
-        }
-        for c in &r.channels {
-            let p = punctual_lambda::config::channel_prefix(&c.name);
-            let vars = [
-                ("QUEUE_URL", c.queue_url.clone()),
-                ("URGENT_QUEUE_URL", c.urgent_queue_url.clone()),
-                ("PROVIDER_RATE_PER_SEC", if c.quota > 0.0 { c.quota.to_string() } else { String::new() }),
-            ];
-            own.extend(vars.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (format!("{p}{k}"), v)));
-        }
+        let own = r.channel_vars();
         RedriveConfig::from_env(&Env::new(move |k: &str| match k {
             "SEND_QUEUE_URL" => Some(r.send_queue_url.clone()),
             "URGENT_QUEUE_URL" => r.urgent_url().map(str::to_owned),

@@ -116,10 +116,10 @@ pub struct Redriver<L, D, K, C> {
     pub margin: Duration,
     /// A letter with less slack than this goes back to the urgent lane (`DEADLINE_NEAR_SECS`).
     pub urgent_below: Duration,
-    /// Each declared channel's own redrive cap (`REDRIVE_SHARE` × its quota): a letter of that
+    /// Each declared channel's own redrive cap (its redrive share × its quota): a letter of that
     /// channel is paced at the lower of it and the request's `max_per_second`, on a pace of
-    /// its own, so redriven SMS letters do not arrive faster than SMS's share while email's
-    /// go at theirs. A letter of no listed channel is paced at the request's rate.
+    /// its own (and on the run's), so redriven SMS letters do not arrive faster than SMS's
+    /// share while email's go at theirs. A letter of no listed channel takes the run's pace only.
     pub channel_caps: Vec<(String, f64)>,
 }
 
@@ -138,12 +138,9 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
         }
     }
 
-    /// The pace key and rate of a letter of `channel`: its channel's own when it has a cap.
-    fn pace_of(&self, channel: Option<&str>, requested: f64) -> (Option<String>, f64) {
-        match channel.and_then(|c| self.channel_caps.iter().find(|(n, _)| n == c)) {
-            Some((name, cap)) => (Some(name.clone()), cap.min(requested)),
-            None => (None, requested),
-        }
+    /// The channel cap a letter of `channel` is paced by, when its channel has one.
+    fn cap_of(&self, channel: Option<&str>) -> Option<&(String, f64)> {
+        channel.and_then(|c| self.channel_caps.iter().find(|(n, _)| n == c))
     }
 
     /// The ledger (for tests).
@@ -282,10 +279,10 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     // Pace: never faster than max_per_second (nor the letter's channel's cap), in
                     // groups (see `Pace`).
                     let now = self.clock.now();
-                    let own = match self.pace_of(msg.channel.as_deref(), req.max_per_second) {
-                        (Some(key), rate) => Some(paces.entry(key).or_insert_with(|| Pace::new(rate, now)).next(now)),
-                        (None, _) => None,
-                    };
+                    let own = self.cap_of(msg.channel.as_deref()).map(|(name, cap)| {
+                        let rate = cap.min(req.max_per_second);
+                        paces.entry(name.clone()).or_insert_with(|| Pace::new(rate, now)).next(now)
+                    });
                     // The run's pace, booked when the channel's own lets the letter go.
                     let at = pace.next(own.unwrap_or(now));
                     if at >= stop_at {
