@@ -23,6 +23,7 @@ import sys
 FIGURES = {
     "utilisation": (("utilisation",), "higher"),
     "provider_429": (("provider_429",), "lower"),
+    "provider_lowest_tokens": (("provider_lowest_tokens",), "higher"),
     "limiter_writes_per_call": (("limiter_writes_per_call",), "lower"),
     "limiter_bookings_per_call": ((), "lower"),
     "limiter_other_writes_per_call": ((), "lower"),
@@ -74,6 +75,11 @@ def run_one(binary, reminders, extra):
     granted = lim.get("granted") or 0
     for key in ("bookings", "other_writes"):
         figures[f"limiter_{key}_per_call"] = round(lim.get(key, 0) / granted, 4) if granted else None
+    # How late the calls went after their slots (<10, <25, <50, 50+ ms) and the latest: with
+    # the double's lowest bucket level, how close the run came to a 429.
+    figures["limiter_late_ms"] = lim.get("late_ms")
+    figures["limiter_late_max_ms"] = lim.get("late_max_ms")
+    figures["limiter_stranded"] = lim.get("stranded")
     figures["delivered"] = report.get("delivered")
     figures["exit_code"] = out.returncode
     figures["cpu_seconds"] = dig(report, ("cpu", "seconds"))
@@ -125,6 +131,10 @@ def main():
         runs.sort(key=lambda f: f.get("utilisation") or 0.0)
         kept = runs[len(runs) // 2]
         kept["runs_utilisation"] = [f.get("utilisation") for f in runs]
+        # A 429 is a rare event (one run in several): every run's count and lowest bucket level
+        # are kept, not only the median run's.
+        kept["runs_provider_429"] = [f.get("provider_429") for f in runs]
+        kept["runs_provider_lowest_tokens"] = [f.get("provider_lowest_tokens") for f in runs]
         now["workloads"][workload] = kept
 
     previous, label = None, None

@@ -87,9 +87,16 @@ pub struct LimiterSettings {
     /// Normal work waiting behind deadline-near work books again once the near-active mark
     /// lapses, plus a random offset up to this (so instances do not all retry at once).
     pub yield_spread: Duration,
-    /// A slot may be used this long after its instant. Late slots bunch calls together, so
-    /// this stays within the provider's burst allowance (10 calls at 100/s = 100 ms): a
-    /// 1 s validity let a slow debug run send bursts the provider double answered with 429.
+    /// A slot may be used this long after its instant (judged again after the sleep until
+    /// it). A late call bunches with the calls of the slots behind it, and the provider's
+    /// burst is all that absorbs that: at 100/s with a burst of 10, calls that reach it more
+    /// than about 90 ms late answer 429. The lateness that matters is the use's plus the
+    /// request's flight, so this is half the burst's span, leaving the other half for the
+    /// flight: 50 ms (`LIMITER_SLOT_VALIDITY_MS`; keep it at most half of `burst ÷ quota`).
+    /// At 100 ms, release runs of 3,000 brought the double's bucket down to 1.6 tokens, and one
+    /// run in about seven got a 429, which cut the rate to 0.75 of the quota for 25 s
+    /// (docs/measurements.md#a-429-with-the-limiter-in-place). A 1 s validity let a slow debug
+    /// run send bursts the double answered with 429 constantly.
     pub validity: Duration,
     /// How long a slot of a *cap* schedule (redrive share, tenant share) stays usable. A cap
     /// slot only counts work against a share; the call itself still takes a main slot, which
@@ -144,7 +151,7 @@ impl LimiterSettings {
             near_hold: Duration::from_secs(2),
             normal_fill: Duration::from_millis(50),
             yield_spread: Duration::from_millis(250),
-            validity: Duration::from_millis(100),
+            validity: Duration::from_millis(50),
             cap_validity: Duration::from_secs(10),
             decrease: 0.75,
             recover_per_sec: 0.01,
@@ -205,7 +212,17 @@ pub struct LimiterStats {
     pub refused_near: u64,
     /// See `refused_normal`.
     pub refused_cap: u64,
+    /// Main-schedule slots by how late they were handed to their call (after the sleep until
+    /// their instant, the clock's own overshoot included): under 10 ms, 10–25, 25–50, 50 and
+    /// over. A late call bunches with the calls behind it: a provider with a burst of `b`
+    /// calls at `quota`/s answers 429 once calls arrive more than about `b / quota` late.
+    pub late: [u64; 4],
+    /// The latest of those, ms.
+    pub late_max_ms: u64,
 }
+
+/// [`LimiterStats::late`]'s upper bounds, ms (the last bucket is open).
+pub const LATE_BOUNDS_MS: [u64; 3] = [10, 25, 50];
 
 #[derive(Debug, Default)]
 struct Pool {
@@ -499,15 +516,32 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
         class: LimiterClass,
         deadline_ms: i64,
     ) -> Result<Option<Duration>, LimiterError> {
-        match self.take(key, cap_rate, class, deadline_ms).await? {
-            Take::Slot(t) => {
-                let now = self.clock.now().timestamp_millis();
-                if t > now {
-                    self.clock.sleep(Duration::from_millis((t - now) as u64)).await;
-                }
-                Ok(None)
+        let validity = self.settings.validity.as_millis() as u64;
+        loop {
+            let t = match self.take(key, cap_rate, class, deadline_ms).await? {
+                Take::Slot(t) => t,
+                Take::Wait(d) => return Ok(Some(d)),
+            };
+            let now = self.clock.now().timestamp_millis();
+            if t > now {
+                self.clock.sleep(Duration::from_millis((t - now) as u64)).await;
             }
-            Take::Wait(d) => Ok(Some(d)),
+            if cap_rate.is_some() {
+                return Ok(None);
+            }
+            // A main slot is judged again after the sleep: an instance starved of CPU can wake
+            // past its slot's use window, and its call would then bunch with the calls of the
+            // slots behind it (the provider's burst is what absorbs lateness). Such a slot is
+            // stranded like one nobody took, and the call takes another.
+            let late = (self.clock.now().timestamp_millis() - t).max(0) as u64;
+            let mut st = lock(&self.stats);
+            if late > validity {
+                st.stranded += 1;
+                continue;
+            }
+            st.late[LATE_BOUNDS_MS.iter().take_while(|b| late >= **b).count()] += 1;
+            st.late_max_ms = st.late_max_ms.max(late);
+            return Ok(None);
         }
     }
 
@@ -706,6 +740,53 @@ mod tests {
             "calls 1/rate apart"
         );
         assert_eq!(store.writes(), 9, "ten calls per write");
+    }
+
+    /// A clock whose sleeps end `late_ms` after they were due: an instance starved of CPU.
+    #[derive(Clone)]
+    struct Oversleeping {
+        clock: ManualClock,
+        late_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl Clock for Oversleeping {
+        fn now(&self) -> DateTime<Utc> {
+            self.clock.now()
+        }
+
+        fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send {
+            let late = self.late_ms.load(std::sync::atomic::Ordering::Relaxed);
+            self.clock.sleep(d + Duration::from_millis(late))
+        }
+    }
+
+    /// A slot whose wait ended past its use window is not used: the call would bunch with the
+    /// calls of the slots behind it and spend the provider's burst (measured: a 429 about one
+    /// run in seven at 100 ms). It is stranded and the call takes a slot still in its window.
+    #[tokio::test]
+    async fn a_slot_woken_past_its_window_is_stranded_not_called() {
+        let c = Oversleeping { clock: clock(), late_ms: std::sync::Arc::default() };
+        let settings = LimiterSettings::new(100.0);
+        let validity = settings.validity.as_millis() as u64;
+        let l = SharedLimiter::new(MemorySlotStore::default(), c.clone(), settings, 1);
+        let t = tenant();
+        let t0 = c.now();
+        assert_eq!(
+            l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap(),
+            LimiterAnswer::Granted
+        );
+        // The next slot is 10 ms away; the sleep for it ends 20 ms past the window.
+        c.late_ms.store(validity + 10, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap(),
+            LimiterAnswer::Granted
+        );
+        let st = l.stats();
+        assert!(crate::clock::until(t0, c.now()) >= Duration::from_millis(validity + 20), "it slept past the slot");
+        assert!(st.stranded >= 1, "the slot woken past its window was stranded: {st:?}");
+        assert!(st.late_max_ms <= validity, "no call went more than the window late: {st:?}");
+        assert_eq!(st.granted, 2);
+        assert_eq!(st.late.iter().sum::<u64>(), 2, "each call counted once by its lateness: {st:?}");
     }
 
     /// Normal work behind deadline-near work waits in-process for a slot after it (no

@@ -200,13 +200,16 @@ impl PipelineRequests {
     /// The report's lines, labels padded to `width`.
     pub fn render(&self, width: usize) -> String {
         format!(
-            "{:width$}{:.3} per call ({} bookings, {} other writes for {} calls; {} slots stranded)\n{:width$}{} (sender side)\n{:width$}{}\n",
+            "{:width$}{:.3} per call ({} bookings, {} other writes for {} calls; {} slots stranded)\n{:width$}{:?} (<10, <25, <50, 50+ ms late; latest {} ms)\n{:width$}{} (sender side)\n{:width$}{}\n",
             "limiter writes",
             self.limiter_writes_per_call,
             self.limiter.bookings,
             self.limiter.other_writes,
             self.limiter.granted,
             self.limiter.stranded,
+            "calls by slot",
+            self.limiter.late_ms,
+            self.limiter.late_max_ms,
             "requests/msg",
             self.requests_per_message.line(),
             "scheduler",

@@ -370,6 +370,11 @@ pub struct LimiterBreakdown {
     pub peeks: u64,
     /// Bookings refused, by lane (normal, deadline-near, capped): each a write that bought nothing.
     pub refused: [u64; 3],
+    /// Slots by how late their call went: under 10 ms, 10–25, 25–50, 50 and over
+    /// ([`punctual_core::limiter::LimiterStats::late`]).
+    pub late_ms: [u64; 4],
+    /// The latest call after its slot, ms.
+    pub late_max_ms: u64,
 }
 
 impl LimiterBreakdown {
@@ -390,6 +395,10 @@ impl LimiterBreakdown {
             b.refused[0] += s.refused_normal;
             b.refused[1] += s.refused_near;
             b.refused[2] += s.refused_cap;
+            for (sum, n) in b.late_ms.iter_mut().zip(s.late) {
+                *sum += n;
+            }
+            b.late_max_ms = b.late_max_ms.max(s.late_max_ms);
             b.writes += limiter.store().writes();
         }
         b.other_writes = b.writes.saturating_sub(b.bookings);

@@ -102,6 +102,9 @@ pub struct RunReport {
     /// `SentLast24Hours` growth over the run. Equal to `delivered` when each reminder reached
     /// the provider exactly once. `None` when the emulator's SES count could not be read.
     pub provider_effects: Option<u64>,
+    /// The provider double's quota bucket at its lowest, tokens ([`punctual_provider_double::Stats::lowest_tokens`]):
+    /// how close the run came to a 429 (below 1: a request got one). `None` for SES and channels.
+    pub provider_lowest_tokens: Option<f64>,
     /// Renewals generated with a tight window.
     pub tight: usize,
     /// Reminders the scheduler released to the urgent lane.
@@ -184,7 +187,7 @@ impl RunReport {
              cancelled         {}\n\
              dead-lettered     {}\n\
              lost              {}\n\
-             provider calls    {} ({} answered 429, retry amplification {:.3})\n\
+             provider calls    {} ({} answered 429, retry amplification {:.3}){}\n\
              drain             {:.1} s (floor {:.1} s) → utilisation {:.3}\n\
              max oldest age    {:.1} s\n\
              lanes             {} released urgent ({} tight renewals), the rest normal\n\
@@ -203,6 +206,7 @@ impl RunReport {
             self.throughput.provider_calls,
             self.throughput.provider_429,
             self.throughput.retry_amplification,
+            self.provider_lowest_tokens.map_or_else(String::new, |t| format!("; its bucket at least {t:.2} tokens")),
             self.throughput.drain_seconds,
             self.throughput.floor_seconds,
             self.throughput.utilisation,
@@ -801,6 +805,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
                 effects: Some(s.accepted),
                 repeated_keys: s.duplicate_key_attempts,
                 double_effects: 0,
+                lowest_tokens: s.lowest_tokens,
             }
         }
         ProviderSide::Ses { endpoint, sent_before, .. } => {
@@ -909,6 +914,7 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
         throughput: Throughput::measure(seen.requests, seen.throttled, delivered, drain, floor),
         provider: if channels.is_empty() { opts.provider.clone() } else { "channels".to_owned() },
         provider_effects: seen.effects,
+        provider_lowest_tokens: seen.lowest_tokens,
         channels: per_channel,
         requests: pipeline.requests(n, seen.requests, (!letters.is_empty()).then_some(redriven)),
         tight,
@@ -969,6 +975,7 @@ struct ProviderSeen {
     effects: Option<u64>,
     repeated_keys: u64,
     double_effects: u64,
+    lowest_tokens: Option<f64>,
 }
 
 impl ProviderSeen {
@@ -1011,6 +1018,7 @@ impl ProviderSeen {
             effects: sent,
             repeated_keys: 0,
             double_effects: 0,
+            lowest_tokens: None,
         }
     }
 }

@@ -242,7 +242,8 @@ pub fn lane_config<F: Fn(&str) -> Option<String>>(env: &Env<F>) -> Result<LaneCo
 /// The shared limiter's settings, read the same way by every function that draws from it
 /// (docs/design.md#the-shared-limiter): `PROVIDER_RATE_PER_SEC` (the quota, default 100),
 /// `LIMITER_NAME`, `LIMITER_BLOCK`, `LIMITER_NORMAL_AHEAD_MS`, `LIMITER_NEAR_HOLD_MS`,
-/// `LIMITER_NORMAL_FILL_MS`, `REDRIVE_SHARE`, `TENANT_SHARE` (unset: no per-tenant cap).
+/// `LIMITER_NORMAL_FILL_MS`, `LIMITER_SLOT_VALIDITY_MS`, `REDRIVE_SHARE`, `TENANT_SHARE` (unset:
+/// no per-tenant cap).
 pub fn limiter_settings<F: Fn(&str) -> Option<String>>(
     env: &Env<F>,
 ) -> Result<punctual_core::limiter::LimiterSettings, ConfigError> {
@@ -263,6 +264,7 @@ pub fn limiter_settings<F: Fn(&str) -> Option<String>>(
         env.millis("LIMITER_NORMAL_AHEAD_MS", s.normal_ahead, ms(10), sec(60), "milliseconds in 10..=60000")?;
     s.near_hold = env.millis("LIMITER_NEAR_HOLD_MS", s.near_hold, ms(0), sec(60), "milliseconds in 0..=60000")?;
     s.normal_fill = env.millis("LIMITER_NORMAL_FILL_MS", s.normal_fill, ms(0), sec(10), "milliseconds in 0..=10000")?;
+    s.validity = env.millis("LIMITER_SLOT_VALIDITY_MS", s.validity, ms(1), sec(1), "milliseconds in 1..=1000")?;
     s.redrive_share = env.parse("REDRIVE_SHARE", s.redrive_share, "a fraction in (0, 1]", share)?;
     s.tenant_share = match env.optional("TENANT_SHARE") {
         None => None,

@@ -73,9 +73,15 @@ async fn the_quota_answers_429_past_the_burst() {
     let double = Double::start(Config { quota: 1.0, burst: 2.0, ..Config::default() }, 0).await.unwrap();
     let client = HttpProvider::new(&double.url(), &Secret::new("x"), Duration::from_secs(1)).unwrap();
     let mut outcomes = Vec::new();
+    let mut lowest = Vec::new();
     for n in 0..4 {
         outcomes.push(send(&client, &message(100 + n), Duration::from_secs(2)).await);
+        lowest.push(double.stats().lowest_tokens.unwrap_or(f64::NAN));
     }
+    // The bucket's lowest level, as each request found it: the full burst, then one token
+    // less, then under one (the 429s).
+    assert!((1.9..=2.0).contains(&lowest[0]) && (0.9..1.2).contains(&lowest[1]), "{lowest:?}");
+    assert!(lowest[2] < 1.0 && lowest[3] <= lowest[2] + 0.01, "{lowest:?}");
     assert!(matches!(outcomes[0], ProviderOutcome::Accepted { .. }));
     assert!(matches!(outcomes[1], ProviderOutcome::Accepted { .. }));
     assert!(matches!(

@@ -435,6 +435,8 @@ mod tests {
             ("CALL_TIMEOUT_MS", "10"),
             ("BACKOFF_CAP_MS", "1"),
             ("LIMITER_BLOCK", "0"),
+            ("LIMITER_SLOT_VALIDITY_MS", "0"),
+            ("LIMITER_SLOT_VALIDITY_MS", "5000"),
             ("REDRIVE_SHARE", "1.5"),
             ("TENANT_SHARE", "zero"),
             ("LIMITER_NAME", "a b"),
@@ -505,5 +507,9 @@ mod tests {
         }
         let block = SenderConfig::from_env(&env(&with("CHANNEL_SMS_LIMITER_BLOCK", "2"))).unwrap();
         assert_eq!((block.channels[1].limiter.block, block.channels[1].limiter.near_block), (2, 2));
+        // A provider with a smaller burst than the top-level one: its slots' window, its own.
+        let window = SenderConfig::from_env(&env(&with("CHANNEL_SMS_LIMITER_SLOT_VALIDITY_MS", "20"))).unwrap();
+        assert_eq!(window.channels[1].limiter.validity, Duration::from_millis(20));
+        assert_eq!(window.limiter.validity, Duration::from_millis(50), "the top-level default");
     }
 }
