@@ -9,8 +9,9 @@
 //! caller then calls at those instants, so calls of all senders together are spaced `1/rate`
 //! apart without any further coordination. One write buys `block` calls: at the default block
 //! of 10 that is 0.1 writes per admitted call (measured: docs/measurements.md#the-shared-limiter). A slot may
-//! be used up to `validity` after its instant; slots nobody used by then are *stranded*
-//! (counted). Larger blocks → fewer writes and more stranded slots: the frontier is measured by
+//! be used up to `validity` after its instant, judged when it is taken and again after the
+//! wait for it; slots nobody used by then, and slots whose caller woke too late for them, are
+//! *stranded* (counted). Larger blocks → fewer writes and more stranded slots: the frontier is measured by
 //! `punctual bench-limiter`, and the default chosen from it.
 //!
 //! # Classes and deadline order
@@ -93,7 +94,7 @@ pub struct LimiterSettings {
     /// than about 90 ms late answer 429. The lateness that matters is the use's plus the
     /// request's flight, so this is half the burst's span, leaving the other half for the
     /// flight: 50 ms (`LIMITER_SLOT_VALIDITY_MS`; keep it at most half of `burst ÷ quota`).
-    /// At 100 ms, release runs of 3,000 brought the double's bucket down to 1.6 tokens, and one
+    /// At 100 ms, release runs of 3,000 brought the double's bucket down to 0.97–4.6 tokens with tight work, and one
     /// run in about seven got a 429, which cut the rate to 0.75 of the quota for 25 s
     /// (docs/measurements.md#a-429-with-the-limiter-in-place). A 1 s validity let a slow debug
     /// run send bursts the double answered with 429 constantly.
@@ -220,6 +221,15 @@ pub struct LimiterStats {
     /// The latest of those, ms.
     pub late_max_ms: u64,
 }
+
+/// The least grace a booking gives an idle schedule before restarting it at `now` (see
+/// `take`): the longest slot validity any release has used.
+pub const RESTART_GRACE_FLOOR: Duration = Duration::from_millis(100);
+
+/// At most this many slots in a row are stranded after their wait (the instance woke past
+/// each one's window) before the caller is denied: a starved instance would otherwise strand
+/// one fleet slot per pass, and book a block (a write) each time its pool ran dry.
+const MAX_LATE_WAKES: u32 = 3;
 
 /// [`LimiterStats::late`]'s upper bounds, ms (the last bucket is open).
 pub const LATE_BOUNDS_MS: [u64; 3] = [10, 25, 50];
@@ -386,7 +396,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
             }
             // A near slot due now or already past (still valid): near callers of this instance
             // passed it by, so it would expire unused; it is booked already.
-            if normal && let Some(t) = self.pooled(&near_pool, self.clock.now().timestamp_millis()) {
+            if normal && let Some(t) = self.pooled(&near_pool, self.clock.now().timestamp_millis().min(deadline_ms)) {
                 return Ok(Take::Slot(t));
             }
             // One booking in flight per instance: the callers behind it usually find the
@@ -418,7 +428,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
                 pool.validity_ms = pool_validity;
                 lock(&self.stats).stranded += pool.expire(now);
                 if let Some(t) = pool.slots.front().copied()
-                    && t <= now + budget
+                    && t <= deadline_ms
                 {
                     pool.slots.pop_front();
                     return Ok(Take::Slot(t));
@@ -452,7 +462,12 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
                     budget.min(s.normal_ahead.as_millis() as i64),
                 ),
             };
-            let grace_ms = validity;
+            // A schedule idle for less than the grace continues from `next`: an instance may
+            // still be using its last slots. The grace covers every validity a fleet in the
+            // middle of a deploy may hold, the validity before 2026-12-04 (100 ms) included: an
+            // instance still at 100 ms uses a slot that late, and a restart behind it at 50 ms
+            // would put calls on top of it.
+            let grace_ms = validity.max(RESTART_GRACE_FLOOR.as_millis() as i64);
             let booked = self.store.book(key, &Book { now_ms: now, block_ms, ahead_ms: ahead, grace_ms, lane }).await?;
             match booked {
                 Booked::Got { start_ms, view } => {
@@ -517,6 +532,7 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
         deadline_ms: i64,
     ) -> Result<Option<Duration>, LimiterError> {
         let validity = self.settings.validity.as_millis() as u64;
+        let mut late_wakes = 0;
         loop {
             let t = match self.take(key, cap_rate, class, deadline_ms).await? {
                 Take::Slot(t) => t,
@@ -537,6 +553,14 @@ impl<S: SlotStore, C: Clock> SharedLimiter<S, C> {
             let mut st = lock(&self.stats);
             if late > validity {
                 st.stranded += 1;
+                late_wakes += 1;
+                drop(st);
+                let now = self.clock.now().timestamp_millis();
+                // Past its budget, or starved again and again: the caller is denied (the sender
+                // defers the message) rather than granted a slot after its deadline.
+                if now >= deadline_ms || late_wakes >= MAX_LATE_WAKES {
+                    return Ok(Some(Duration::from_millis(validity)));
+                }
                 continue;
             }
             st.late[LATE_BOUNDS_MS.iter().take_while(|b| late >= **b).count()] += 1;
@@ -775,7 +799,7 @@ mod tests {
             l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap(),
             LimiterAnswer::Granted
         );
-        // The next slot is 10 ms away; the sleep for it ends 20 ms past the window.
+        // The next slot is 10 ms away; the sleep for it ends 10 ms past its window.
         c.late_ms.store(validity + 10, std::sync::atomic::Ordering::Relaxed);
         assert_eq!(
             l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap(),
@@ -787,6 +811,36 @@ mod tests {
         assert!(st.late_max_ms <= validity, "no call went more than the window late: {st:?}");
         assert_eq!(st.granted, 2);
         assert_eq!(st.late.iter().sum::<u64>(), 2, "each call counted once by its lateness: {st:?}");
+
+        // Woken past its window *and* past the caller's budget: denied, not granted a slot
+        // after the deadline (the sender defers the message).
+        let fresh = || SharedLimiter::new(MemorySlotStore::default(), c.clone(), LimiterSettings::new(100.0), 2);
+        let l = fresh();
+        c.late_ms.store(0, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap(),
+            LimiterAnswer::Granted
+        );
+        c.late_ms.store(validity + 10, std::sync::atomic::Ordering::Relaxed);
+        let answer = l.acquire(req(LimiterClass::Normal, &t), Duration::from_millis(20)).await.unwrap();
+        assert!(matches!(answer, LimiterAnswer::Denied { .. }), "{answer:?}");
+        assert_eq!((l.stats().granted, l.stats().stranded), (1, 1));
+        // A starved instance (every wake 60 ms late, slots 100 ms apart: each one's wait
+        // overshoots its window) strands at most MAX_LATE_WAKES slots in a row, then is denied
+        // however long its budget.
+        let l = SharedLimiter::new(MemorySlotStore::default(), c.clone(), LimiterSettings::new(10.0), 3);
+        c.late_ms.store(0, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap(),
+            LimiterAnswer::Granted
+        );
+        c.late_ms.store(validity + 10, std::sync::atomic::Ordering::Relaxed);
+        let answer = l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(30)).await.unwrap();
+        assert!(matches!(answer, LimiterAnswer::Denied { .. }), "{answer:?}");
+        let st = l.stats();
+        assert_eq!(st.granted, 1);
+        assert_eq!(st.stranded, u64::from(MAX_LATE_WAKES), "{st:?}");
+        assert_eq!(st.bookings, 1, "the block's slots served every wake: {st:?}");
     }
 
     /// Normal work behind deadline-near work waits in-process for a slot after it (no

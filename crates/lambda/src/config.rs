@@ -264,7 +264,9 @@ pub fn limiter_settings<F: Fn(&str) -> Option<String>>(
         env.millis("LIMITER_NORMAL_AHEAD_MS", s.normal_ahead, ms(10), sec(60), "milliseconds in 10..=60000")?;
     s.near_hold = env.millis("LIMITER_NEAR_HOLD_MS", s.near_hold, ms(0), sec(60), "milliseconds in 0..=60000")?;
     s.normal_fill = env.millis("LIMITER_NORMAL_FILL_MS", s.normal_fill, ms(0), sec(10), "milliseconds in 0..=10000")?;
-    s.validity = env.millis("LIMITER_SLOT_VALIDITY_MS", s.validity, ms(1), sec(1), "milliseconds in 1..=1000")?;
+    // At least 10 ms: the runtime's timers wake a millisecond or two late, so a shorter window
+    // would strand most slots.
+    s.validity = env.millis("LIMITER_SLOT_VALIDITY_MS", s.validity, ms(10), sec(1), "milliseconds in 10..=1000")?;
     s.redrive_share = env.parse("REDRIVE_SHARE", s.redrive_share, "a fraction in (0, 1]", share)?;
     s.tenant_share = match env.optional("TENANT_SHARE") {
         None => None,

@@ -435,7 +435,7 @@ mod tests {
             ("CALL_TIMEOUT_MS", "10"),
             ("BACKOFF_CAP_MS", "1"),
             ("LIMITER_BLOCK", "0"),
-            ("LIMITER_SLOT_VALIDITY_MS", "0"),
+            ("LIMITER_SLOT_VALIDITY_MS", "5"),
             ("LIMITER_SLOT_VALIDITY_MS", "5000"),
             ("REDRIVE_SHARE", "1.5"),
             ("TENANT_SHARE", "zero"),
