@@ -570,13 +570,24 @@ def metric_of(p):
 
 
 # --- 1. Alarms that fire when the pipeline stops --------------------------------------------
+def metrics_of(p):
+    """Every (namespace, metric, {dimension: value}) an alarm reads: its one metric, or each
+    metric of its metric math (`Metrics[].MetricStat.Metric`)."""
+    out = [metric_of(p)]
+    for q in p.get("Metrics", []) or []:
+        m = (q.get("MetricStat") or {}).get("Metric")
+        if m:
+            out.append(metric_of(m))
+    return out
+
+
 def lambda_alarms(metric):
-    """Function logical ids that an AWS/Lambda `metric` alarm watches."""
+    """Function logical ids that an AWS/Lambda `metric` alarm watches (alone or in its math)."""
     out = {}
     for name, a in alarms.items():
-        ns, m, dims = metric_of(a["Properties"])
-        if ns == "AWS/Lambda" and m == metric and "FunctionName" in dims:
-            out.setdefault(ref_name(dims["FunctionName"]), []).append(name)
+        for ns, m, dims in metrics_of(a["Properties"]):
+            if ns == "AWS/Lambda" and m == metric and "FunctionName" in dims:
+                out.setdefault(ref_name(dims["FunctionName"]), []).append(name)
     return out
 
 

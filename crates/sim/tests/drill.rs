@@ -72,6 +72,8 @@ fn without_its_alarm_an_incident_is_reported_silent_or_late() {
     for (alarm, incident_) in [
         ("FleetPausedAlarm", Incident::CredentialsRevoked),
         ("NormalLaneStalledAlarm", Incident::LaneNotPolled),
+        ("UrgentLaneStalledAlarm", Incident::UrgentLaneNotPolled),
+        ("SenderErrorsAlarm", Incident::SenderCrashLoop),
         ("DlqNewLettersAlarm", Incident::PoisonBurst),
     ] {
         let r = run(&without(alarm), &[incident_], 0).unwrap();
@@ -116,6 +118,23 @@ fn an_operators_redrive_during_traffic_pages_nobody() {
     let i = &r.incidents[0];
     assert!(i.redriven.unwrap() >= 500, "the redrive moved the letters: {i:#?}");
     assert!(i.ok && i.paged_by.is_none(), "{i:#?}");
+}
+
+/// A provider that halves its quota unannounced: the limiter keeps the four-hour windows
+/// (nothing misses, nobody is paged), and `ThrottleRatioAlarm` opens a ticket in the time a
+/// page has. Without that alarm the cut goes unheard: the drill names it.
+#[test]
+fn a_quiet_quota_cut_opens_a_ticket_and_pages_nobody() {
+    let r = run(&template(), &[Incident::ProviderQuotaCut], 0).unwrap();
+    let i = &r.incidents[0];
+    assert!(i.ok && i.paged_by.is_none(), "{i:#?}");
+    assert_eq!(i.missed, 0, "{i:#?}");
+    assert!(i.tickets.iter().any(|t| t == "ThrottleRatioAlarm"), "{i:#?}");
+    assert!(i.ticket_after_seconds.unwrap() <= 300.0, "{i:#?}");
+
+    let unheard = run(&without("ThrottleRatioAlarm"), &[Incident::ProviderQuotaCut], 0).unwrap();
+    let i = &unheard.incidents[0];
+    assert!(!i.ok && i.why.as_deref().unwrap().contains("opened no ticket"), "{i:#?}");
 }
 
 /// A template the drill cannot evaluate is an error naming what it cannot do, never a skip.

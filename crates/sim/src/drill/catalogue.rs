@@ -208,8 +208,15 @@ pub enum Incident {
     SchedulerNotInvoked,
     /// The normal lane's event source mapping is disabled.
     LaneNotPolled,
+    /// The urgent lane's event source mapping is disabled for 30 minutes while 600 reminders
+    /// with ten-minute windows fall due at 09:00 (the normal lane still drains). It must page
+    /// before they miss.
+    UrgentLaneNotPolled,
     /// The sender's concurrency is 0.
     SenderThrottled,
+    /// A deploy makes every sender invocation fail at cold start from 09:00; rolled back at
+    /// 09:30.
+    SenderCrashLoop,
     /// A producer writes 10 % malformed messages.
     PoisonBurst,
     /// Three times what the quota can deliver inside the windows.
@@ -220,6 +227,11 @@ pub enum Incident {
     TenantFailing,
     /// An operator's bounded redrive while the morning runs (must not page).
     RedriveDuringTraffic,
+    /// The provider halves its quota (to 50/s) from 09:00 to 10:00 without a word: the
+    /// limiter meets 429s and cuts its rate. Four-hour windows still hold at half the rate, so
+    /// nothing is at risk and it must page nobody, but an operator must hear of it (a ticket:
+    /// `ThrottleRatioAlarm`), because the next bigger morning would miss.
+    ProviderQuotaCut,
     /// The provider answers 5xx for three hours of a quiet night (a few reminders an hour):
     /// every volume floor is below what a busy morning has.
     ProviderOutageAtNight,
@@ -248,7 +260,7 @@ pub enum Incident {
 
 impl Incident {
     /// Every incident, in the runbook's order.
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 23] = [
         Self::ProviderOutage,
         Self::ProviderSlow,
         Self::CredentialsRevoked,
@@ -257,12 +269,15 @@ impl Incident {
         Self::SchedulerFailing,
         Self::SchedulerNotInvoked,
         Self::LaneNotPolled,
+        Self::UrgentLaneNotPolled,
         Self::SenderThrottled,
+        Self::SenderCrashLoop,
         Self::PoisonBurst,
         Self::Overload,
         Self::DlqSecondWave,
         Self::TenantFailing,
         Self::RedriveDuringTraffic,
+        Self::ProviderQuotaCut,
         Self::ProviderOutageAtNight,
         Self::SmsOutageEmailUnaffected,
         Self::SmsCredentialsRevoked,
@@ -282,12 +297,15 @@ impl Incident {
             Self::SchedulerFailing => "scheduler_failing",
             Self::SchedulerNotInvoked => "scheduler_not_invoked",
             Self::LaneNotPolled => "lane_not_polled",
+            Self::UrgentLaneNotPolled => "urgent_lane_not_polled",
             Self::SenderThrottled => "sender_throttled",
+            Self::SenderCrashLoop => "sender_crash_loop",
             Self::PoisonBurst => "poison_burst",
             Self::Overload => "overload",
             Self::DlqSecondWave => "dlq_second_wave",
             Self::TenantFailing => "tenant_failing",
             Self::RedriveDuringTraffic => "redrive_during_traffic",
+            Self::ProviderQuotaCut => "provider_quota_cut",
             Self::ProviderOutageAtNight => "provider_outage_at_night",
             Self::SmsOutageEmailUnaffected => "sms_outage_email_unaffected",
             Self::SmsCredentialsRevoked => "sms_credentials_revoked",
@@ -302,9 +320,19 @@ impl Incident {
         Self::ALL.into_iter().find(|i| i.name() == s)
     }
 
-    /// Whether it must page (every one but an operator's redrive).
+    /// Whether it must page (every one but an operator's redrive and a quota cut nothing
+    /// misses under).
     pub const fn pages(self) -> bool {
-        !matches!(self, Self::RedriveDuringTraffic)
+        !matches!(self, Self::RedriveDuringTraffic | Self::ProviderQuotaCut)
+    }
+
+    /// The ticket it must open (from its start, within the time a page has), when it must page
+    /// nobody but an operator must still hear of it.
+    pub const fn ticket(self) -> Option<&'static str> {
+        match self {
+            Self::ProviderQuotaCut => Some("ThrottleRatioAlarm"),
+            _ => None,
+        }
     }
 
     /// Whether its cause lasts until recovery, so some page must stay in ALARM from the first
@@ -321,7 +349,9 @@ impl Incident {
                 | Self::SchedulerFailing
                 | Self::SchedulerNotInvoked
                 | Self::LaneNotPolled
+                | Self::UrgentLaneNotPolled
                 | Self::SenderThrottled
+                | Self::SenderCrashLoop
                 | Self::ProviderOutageAtNight
                 | Self::SmsOutageEmailUnaffected
                 | Self::SmsCredentialsRevoked
@@ -467,6 +497,23 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
         Incident::LaneNotPolled => {
             staged(vec![window(Trouble::LaneNotPolled(QueueLane::Normal), nine, at(9, 30))], nine, at(9, 30))
         }
+        Incident::UrgentLaneNotPolled => {
+            // Deadline-near work for the stalled lane to hold: 600 with ten-minute windows.
+            let mut s =
+                staged(vec![window(Trouble::LaneNotPolled(QueueLane::Urgent), nine, at(9, 30))], nine, at(9, 30));
+            let mut rng = SplitMix64::new(seed ^ 0x0e6);
+            let shape = WaveShape { window: TimeDelta::minutes(10), ..STANDARD };
+            wave(&mut s.population.rows, &mut rng, nine, 600, shape);
+            s
+        }
+        Incident::ProviderQuotaCut => {
+            staged(vec![window(Trouble::ProviderQuota(QUOTA / 2.0), nine, at(10, 0))], nine, at(10, 0))
+        }
+        // Rolled back at 09:30. The wave's messages fail their fifth receive from about 09:30
+        // on and become letters (`receive_count_backstop`, paged by the DLQ at 09:32): 6,000
+        // of them, six of the runbook's bounded redrives (1,000 at 10/s each). The drill judges
+        // the pages; it does not run those redrives (`provider_outage` drills one).
+        Incident::SenderCrashLoop => staged(vec![window(Trouble::SenderCrashing, nine, at(9, 30))], nine, at(9, 30)),
         Incident::SenderThrottled => staged(vec![window(Trouble::SenderThrottled, nine, at(9, 30))], nine, at(9, 30)),
         Incident::PoisonBurst => staged(vec![window(Trouble::Poison(0.10), nine, at(9, 20))], nine, at(9, 20)),
         Incident::Overload => {

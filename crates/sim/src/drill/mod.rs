@@ -86,8 +86,12 @@ pub enum DrillError {
 pub struct IncidentReport {
     /// The incident.
     pub name: String,
-    /// `page` or `quiet` (must page nobody).
+    /// `page`, `quiet` (must page nobody), or `ticket ALARM` (must page nobody and open that
+    /// ticket in the time a page has).
     pub expect: String,
+    /// `ticket ALARM`: seconds from the start to that ticket.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ticket_after_seconds: Option<f64>,
     /// The first alarm that paged, or null.
     pub paged_by: Option<String>,
     /// Seconds from the incident's start to that page (negative: it paged before the start,
@@ -537,12 +541,27 @@ fn judge_incident(
     } else if let Some(p) = first {
         why.push(format!("{} paged {:.0} s in; this incident must page nobody", p.alarm, seconds(staged.start, p.at)));
     }
+    let ticket_after = incident.ticket().and_then(|alarm| {
+        timeline.fired.iter().find(|f| f.alarm == alarm && f.at >= staged.start).map(|f| seconds(staged.start, f.at))
+    });
+    if let Some(alarm) = incident.ticket() {
+        match ticket_after {
+            None => why.push(format!("{alarm} opened no ticket")),
+            Some(s) if s > PAGE_WITHIN => why.push(format!("{alarm} ticketed after {s:.0} s (> {PAGE_WITHIN:.0} s)")),
+            Some(_) => {}
+        }
+    }
     if incident.channels() {
         why.extend(unaffected(run));
     }
     IncidentReport {
         name: incident.name().to_owned(),
-        expect: if incident.pages() { "page" } else { "quiet" }.to_owned(),
+        expect: match (incident.pages(), incident.ticket()) {
+            (true, _) => "page".to_owned(),
+            (false, Some(alarm)) => format!("ticket {alarm}"),
+            (false, None) => "quiet".to_owned(),
+        },
+        ticket_after_seconds: ticket_after,
         paged_by: first.map(|p| p.alarm.clone()),
         page_after_seconds: page_after,
         missed_before_page: missed_before,
@@ -602,10 +621,11 @@ pub fn render(r: &DrillReport) -> String {
         "incident", "first page", "after", "missed", "cleared", "runbook"
     ));
     for i in &r.incidents {
-        let paged = i
-            .paged_by
-            .clone()
-            .unwrap_or_else(|| if i.expect == "quiet" { "(none, as expected)".into() } else { "NOTHING".into() });
+        let paged = i.paged_by.clone().unwrap_or_else(|| match i.expect.strip_prefix("ticket ") {
+            _ if i.expect == "quiet" => "(none, as expected)".into(),
+            Some(alarm) => format!("(none; ticket {alarm} {})", secs(i.ticket_after_seconds)),
+            None => "NOTHING".into(),
+        });
         out.push_str(&format!(
             "{:<24} {:<40} {:>8} {:>7} {:>9}  {}{}\n",
             i.name,

@@ -72,6 +72,9 @@ const LATENCY: Duration = Duration::from_millis(80);
 const OVERHEAD: Duration = Duration::from_millis(10);
 /// An event source mapping backs off this long after a throttled invocation.
 const THROTTLE_BACKOFF: Duration = Duration::from_secs(10);
+/// How long an invocation that crashes at cold start runs before it fails (the runtime's
+/// init, then the error).
+const CRASH_AFTER: Duration = Duration::from_secs(1);
 
 /// One renewal of the morning.
 #[derive(Debug, Clone)]
@@ -99,6 +102,9 @@ pub enum Trouble {
     ChannelStatus(&'static str, u16),
     /// The provider answers after this long.
     ProviderSlow(Duration),
+    /// The provider's quota is this, calls/s (its burst a tenth of it), below the one the
+    /// deployment was told.
+    ProviderQuota(f64),
     /// The provider refuses every call as permanent (400).
     ProviderPermanent,
     /// SES refuses the account (`SendingPaused`).
@@ -119,6 +125,9 @@ pub enum Trouble {
     ChannelUrgentQueueNotPolled,
     /// The sender's concurrency is 0: every invocation is throttled.
     SenderThrottled,
+    /// Every sender invocation fails before it handles a record (a deploy that crashes at cold
+    /// start: a missing variable, a bad package).
+    SenderCrashing,
     /// A broken producer writes this many malformed messages per due reminder to the normal lane.
     Poison(f64),
     /// The provider refuses every reminder of this tenant as permanent.
@@ -300,17 +309,24 @@ impl DrillProvider {
         if self.bad.contains(msg.reminder_id.as_str()) {
             return ProviderOutcome::Permanent { status: 400 };
         }
+        let quota = self
+            .trouble(now)
+            .filter_map(|t| match t {
+                Trouble::ProviderQuota(q) if self.channel.is_none_or(|c| c == "email") => Some(*q),
+                _ => None,
+            })
+            .fold(self.quota, f64::min);
         let mut s = lock(&self.state);
-        let burst = (self.quota / 10.0).max(1.0);
+        let burst = (quota / 10.0).max(1.0);
         let dt = s.at.map_or(0.0, |a| until(a, now).as_secs_f64());
-        s.tokens = if s.at.is_none() { burst } else { (s.tokens + dt * self.quota).min(burst) };
+        s.tokens = if s.at.is_none() { burst } else { (s.tokens + dt * quota).min(burst) };
         s.at = Some(now.max(s.at.unwrap_or(now)));
         let key = msg.reminder_id.as_str();
         if !self.ses && s.accepted.contains_key(key) {
             return ProviderOutcome::Accepted { status: 200, receipt: None, budget: None };
         }
         if s.tokens < 1.0 {
-            let wait = ((1.0 - s.tokens) / self.quota).ceil().max(1.0) as u64;
+            let wait = ((1.0 - s.tokens) / quota).ceil().max(1.0) as u64;
             return ProviderOutcome::Transient { status: Some(429), retry_after: Some(RetryAfter::Seconds(wait)) };
         }
         s.tokens -= 1.0;
@@ -702,6 +718,13 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
                     continue;
                 }
                 sink.lambda(names::SENDER, "Invocations", now);
+                if any(&windows, now, |t| *t == Trouble::SenderCrashing) {
+                    // Invoked, and failed before any record: the batch comes back after the
+                    // visibility timeout, one receive older, and nothing else is measured.
+                    clock.sleep(CRASH_AFTER).await;
+                    sink.lambda(names::SENDER, "Errors", clock.now());
+                    continue;
+                }
                 let deadline = now + TimeDelta::from_std(SENDER_TIMEOUT).unwrap_or(TimeDelta::zero());
                 let records = batch.into_iter().map(|(id, body, receives)| {
                     let (senders, clock, queue) = (&senders, &clock, &queue);
