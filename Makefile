@@ -26,12 +26,14 @@ help:
 ## tools: a pinned Python venv with moto server and cfn-lint, and dynalite from npm.
 tools: $(VENV_STAMP) $(DYNALITE)
 
-$(DYNALITE): tools/dynalite/package.json tools/dynalite/package-lock.json
+$(DYNALITE): tools/dynalite/package.json tools/dynalite/package-lock.json tools/dynalite/patch-index-keys.js
 	@command -v npm >/dev/null || { echo "npm (Node.js) is needed for dynalite, the local DynamoDB" >&2; exit 1; }
 	@echo "==> installing dynalite (tools/dynalite/package-lock.json) into .tools/dynalite"
 	rm -rf .tools/dynalite && mkdir -p .tools/dynalite
 	cp tools/dynalite/package.json tools/dynalite/package-lock.json .tools/dynalite/
 	cd .tools/dynalite && npm ci --no-audit --no-fund --silent
+	@# index entries unique per item (tools/dynalite/patch-index-keys.js says why)
+	node tools/dynalite/patch-index-keys.js .tools/dynalite/node_modules/dynalite
 	@touch $@
 
 $(VENV_STAMP): tools/requirements.txt tools/moto/pyproject.toml tools/moto/punctual_moto/__init__.py
@@ -94,7 +96,7 @@ endif
 ## every relative link and anchor of the Markdown pages, every docs/ reference in the code, and
 ## each alarm's runbook section in docs/operations.md (tools/check_links.py); then the checks of
 ## the tools themselves (fidelity.py must fail on a disagreement; punctual-moto must keep a
-## message sent during a delete).
+## message sent during a delete; dynalite's index must return every item with a key).
 lint-template: tools
 	$(VENV)/bin/cfn-lint infra/template.yaml
 	$(VENV)/bin/python tools/check_template.py infra/template.yaml
@@ -102,6 +104,7 @@ lint-template: tools
 	$(VENV)/bin/python tools/check_links.py
 	$(VENV)/bin/python tools/test_fidelity.py
 	$(VENV)/bin/python tools/moto/test_punctual_moto.py
+	$(VENV)/bin/python tools/dynalite/test_index_keys.py
 
 ## The debug checks after the suite (check-seeds, drill-fast, fidelity-fast) run the binaries of
 ## the suite's own build: `--workspace --bins --tests` unifies the features the tests enable, so

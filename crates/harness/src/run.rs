@@ -535,7 +535,17 @@ async fn run_inner(opts: &RunOptions) -> Result<RunReport, RunError> {
     let import_started = Instant::now();
     let mut progress = punctual_core::progress::Progress::new(rows.len() as u64);
     for (i, chunk) in rows.chunks(500).enumerate() {
-        renewals.import(chunk, Utc::now()).await.map_err(step("importing renewals"))?;
+        let outcomes = renewals.import(chunk, Utc::now()).await.map_err(step("importing renewals"))?;
+        // Fresh tables: every row is new. Anything else (a conflict, a row already there) is a
+        // renewal the run would then count as lost for a reason that is not the pipeline's.
+        if let Some((r, o)) =
+            chunk.iter().zip(&outcomes).find(|(_, o)| !matches!(o, punctual_aws::renewals::RowOutcome::Inserted))
+        {
+            return Err(step("importing renewals")(format!(
+                "renewal {}/{} was not inserted into the run's fresh table: {o:?}",
+                r.tenant_id, r.renewal_id
+            )));
+        }
         if opts.progress {
             let done = (i * 500 + chunk.len()).min(rows.len());
             progress.update(done as u64, || format!("importing      {done}/{}", rows.len()));
