@@ -76,18 +76,22 @@ def main() -> int:
             ],
             BillingMode="PAY_PER_REQUEST",
         )
+        def query(**page):
+            return db.query(
+                TableName="renewals",
+                IndexName="by_due",
+                KeyConditionExpression="due_shard = :s",
+                ExpressionAttributeValues={":s": {"S": "2026-12-04#7"}},
+                **page,
+            )
+
         a, b = colliding_keys()
         for key in (a, b):
             db.put_item(
                 TableName="renewals",
                 Item={"pk": {"S": key}, "due_shard": {"S": "2026-12-04#7"}, "due_at": {"N": "1796356560000"}},
             )
-        got = db.query(
-            TableName="renewals",
-            IndexName="by_due",
-            KeyConditionExpression="due_shard = :s",
-            ExpressionAttributeValues={":s": {"S": "2026-12-04#7"}},
-        )["Items"]
+        got = query()["Items"]
         keys = sorted(i["pk"]["S"] for i in got)
         if keys != sorted([a, b]):
             print(f"test_index_keys: the index returned {keys}, not both of {a} and {b} (same index key, same "
@@ -97,14 +101,7 @@ def main() -> int:
         paged, start = [], None
         for _ in range(4):
             kwargs = {"ExclusiveStartKey": start} if start else {}
-            page = db.query(
-                TableName="renewals",
-                IndexName="by_due",
-                KeyConditionExpression="due_shard = :s",
-                ExpressionAttributeValues={":s": {"S": "2026-12-04#7"}},
-                Limit=1,
-                **kwargs,
-            )
+            page = query(Limit=1, **kwargs)
             paged += [i["pk"]["S"] for i in page["Items"]]
             start = page.get("LastEvaluatedKey")
             if not start:
@@ -114,12 +111,7 @@ def main() -> int:
             return 1
         # Deleting one leaves the other in the index.
         db.delete_item(TableName="renewals", Key={"pk": {"S": a}})
-        left = db.query(
-            TableName="renewals",
-            IndexName="by_due",
-            KeyConditionExpression="due_shard = :s",
-            ExpressionAttributeValues={":s": {"S": "2026-12-04#7"}},
-        )["Items"]
+        left = query()["Items"]
         if [i["pk"]["S"] for i in left] != [b]:
             print(f"test_index_keys: after deleting {a} the index holds {left}", file=sys.stderr)
             return 1
