@@ -36,6 +36,11 @@ FIGURES = {
     "late": (("late",), "lower"),
 }
 
+# How far a figure may move the wrong way before it is named (default 10 %). The bucket's
+# lowest level swings 4.97-8.03 tokens between runs of one build (docs/measurements.md, "a 429
+# with the limiter in place"): it is named when it halves, the way 100 ms slots moved it.
+TOLERANCE = {"provider_lowest_tokens": 0.5}
+
 WORKLOADS = {
     "no_tight": ["--tight-share", "0"],
     "tight_10pct": ["--tight-share", "0.1"],
@@ -99,12 +104,15 @@ def compare(now, before, label):
                 lines.append(f"    {name:<26} {a!s:>10} -> {b!s:>10}")
                 continue
             ratio = (b / a) if a else (1.0 if b == a else float("inf"))
-            moved_badly = (better == "higher" and b < a * 0.9) or (better == "lower" and b > a * 1.1 and b - a > 1e-9)
+            tolerance = TOLERANCE.get(name, 0.1)
+            moved_badly = (better == "higher" and b < a * (1 - tolerance)) or (
+                better == "lower" and b > a * (1 + tolerance) and b - a > 1e-9
+            )
             if moved_badly:
                 worse.append(f"{workload}.{name}")
             mark = "  WORSE" if moved_badly else ""
             lines.append(f"    {name:<26} {a:>10.3f} -> {b:>10.3f}  x{ratio:.2f}{mark}")
-    lines.append(f"  moved past 10 % the wrong way: {', '.join(worse) if worse else 'nothing'}")
+    lines.append(f"  moved past its tolerance (10 % unless TOLERANCE says) the wrong way: {', '.join(worse) if worse else 'nothing'}")
     return "\n".join(lines), worse
 
 
