@@ -114,13 +114,13 @@ fn fast_burn_composite_rule() {
 #[test]
 fn custom_metrics_live_in_the_stacks_namespace() {
     let alarms = load_path(&template(), &defaults()).unwrap();
-    let a = alarms.metric_alarm("SenderInfrastructureFailuresAlarm").unwrap();
+    let a = alarms.metric_alarm("ReleasedWorkWaitingAlarm").unwrap();
     let Source::Metric { metric, .. } = &a.source else { panic!() };
     assert_eq!(metric.namespace, "punctual/drill");
     let mut opts = defaults();
     opts.stack_name = "prod".into();
     let prod = load_path(&template(), &opts).unwrap();
-    let Source::Metric { metric, .. } = &prod.metric_alarm("SenderInfrastructureFailuresAlarm").unwrap().source else {
+    let Source::Metric { metric, .. } = &prod.metric_alarm("ReleasedWorkWaitingAlarm").unwrap().source else {
         panic!()
     };
     assert_eq!(metric.namespace, "punctual/prod");

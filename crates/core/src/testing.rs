@@ -455,6 +455,8 @@ enum Trigger {
     Times(Arc<AtomicU32>),
     /// Each time it applies, with probability `p` (seeded, so a run replays).
     Chance(Arc<Mutex<SplitMix64>>, f64),
+    /// Every time it applies while the switch is on (an outage with a start and an end).
+    While(Arc<std::sync::atomic::AtomicBool>),
 }
 
 /// A ledger wrapper that injects faults: a set number of times (unit tests) or at random with
@@ -492,6 +494,12 @@ impl<L> FaultyLedger<L> {
         Self::planned(inner, plan)
     }
 
+    /// Wraps `inner`, injecting `fault` every time it applies while `on` is set (the drill's
+    /// outages: the world sets it at the start and clears it at the end).
+    pub fn while_on(inner: L, fault: Fault, on: Arc<std::sync::atomic::AtomicBool>) -> Self {
+        Self::planned(inner, vec![(fault, Trigger::While(on))])
+    }
+
     fn planned(inner: L, plan: Vec<(Fault, Trigger)>) -> Self {
         Self { inner, plan, injected: Arc::default() }
     }
@@ -510,6 +518,7 @@ impl<L> FaultyLedger<L> {
         let fired = self.plan.iter().filter(|(f, _)| *f == fault).any(|(_, t)| match t {
             Trigger::Times(n) => n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok(),
             Trigger::Chance(rng, p) => lock(rng).next_unit() < *p,
+            Trigger::While(on) => on.load(Ordering::SeqCst),
         });
         if fired {
             *lock(&self.injected).entry(fault).or_default() += 1;

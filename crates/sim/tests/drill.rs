@@ -74,6 +74,7 @@ fn without_its_alarm_an_incident_is_reported_silent_or_late() {
         ("NormalLaneStalledAlarm", Incident::LaneNotPolled),
         ("UrgentLaneStalledAlarm", Incident::UrgentLaneNotPolled),
         ("SenderErrorsAlarm", Incident::SenderCrashLoop),
+        ("SenderInfrastructureFailuresAlarm", Incident::LedgerRefusing),
         ("DlqNewLettersAlarm", Incident::PoisonBurst),
     ] {
         let r = run(&without(alarm), &[incident_], 0).unwrap();

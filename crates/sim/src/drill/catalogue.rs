@@ -217,6 +217,9 @@ pub enum Incident {
     /// A deploy makes every sender invocation fail at cold start from 09:00; rolled back at
     /// 09:30.
     SenderCrashLoop,
+    /// DynamoDB refuses every ledger claim the senders make from 09:00 to 09:20 (throttling,
+    /// or a permission lost): each record fails while the invocations succeed.
+    LedgerRefusing,
     /// A producer writes 10 % malformed messages.
     PoisonBurst,
     /// Three times what the quota can deliver inside the windows.
@@ -260,7 +263,7 @@ pub enum Incident {
 
 impl Incident {
     /// Every incident, in the runbook's order.
-    pub const ALL: [Self; 23] = [
+    pub const ALL: [Self; 24] = [
         Self::ProviderOutage,
         Self::ProviderSlow,
         Self::CredentialsRevoked,
@@ -272,6 +275,7 @@ impl Incident {
         Self::UrgentLaneNotPolled,
         Self::SenderThrottled,
         Self::SenderCrashLoop,
+        Self::LedgerRefusing,
         Self::PoisonBurst,
         Self::Overload,
         Self::DlqSecondWave,
@@ -300,6 +304,7 @@ impl Incident {
             Self::UrgentLaneNotPolled => "urgent_lane_not_polled",
             Self::SenderThrottled => "sender_throttled",
             Self::SenderCrashLoop => "sender_crash_loop",
+            Self::LedgerRefusing => "ledger_refusing",
             Self::PoisonBurst => "poison_burst",
             Self::Overload => "overload",
             Self::DlqSecondWave => "dlq_second_wave",
@@ -352,6 +357,7 @@ impl Incident {
                 | Self::UrgentLaneNotPolled
                 | Self::SenderThrottled
                 | Self::SenderCrashLoop
+                | Self::LedgerRefusing
                 | Self::ProviderOutageAtNight
                 | Self::SmsOutageEmailUnaffected
                 | Self::SmsCredentialsRevoked
@@ -514,6 +520,7 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
         // of them, six of the runbook's bounded redrives (1,000 at 10/s each). The drill judges
         // the pages; it does not run those redrives (`provider_outage` drills one).
         Incident::SenderCrashLoop => staged(vec![window(Trouble::SenderCrashing, nine, at(9, 30))], nine, at(9, 30)),
+        Incident::LedgerRefusing => staged(vec![window(Trouble::LedgerRefusing, nine, at(9, 20))], nine, at(9, 20)),
         Incident::SenderThrottled => staged(vec![window(Trouble::SenderThrottled, nine, at(9, 30))], nine, at(9, 30)),
         Incident::PoisonBurst => staged(vec![window(Trouble::Poison(0.10), nine, at(9, 20))], nine, at(9, 20)),
         Incident::Overload => {

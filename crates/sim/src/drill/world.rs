@@ -128,6 +128,10 @@ pub enum Trouble {
     /// Every sender invocation fails before it handles a record (a deploy that crashes at cold
     /// start: a missing variable, a bad package).
     SenderCrashing,
+    /// DynamoDB refuses every claim the senders write to the ledger (throttled, or a policy
+    /// that lost the permission): each record fails, its message comes back after the
+    /// visibility timeout; the invocation itself succeeds.
+    LedgerRefusing,
     /// A broken producer writes this many malformed messages per due reminder to the normal lane.
     Poison(f64),
     /// The provider refuses every reminder of this tenant as permanent.
@@ -556,6 +560,13 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
     });
     let control = MemoryControl::default();
     let ledger = MemoryLedger::new();
+    // The senders' view of the ledger: refusing claims while a `LedgerRefusing` window lasts.
+    let ledger_refusing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let senders_ledger = punctual_core::testing::FaultyLedger::while_on(
+        ledger.clone(),
+        punctual_core::testing::Fault::ClaimRefused,
+        Arc::clone(&ledger_refusing),
+    );
     let slots = MemorySlotStore::default();
     let slo = SloPolicy::default();
     let sink = Sink { store: Rc::new(std::cell::RefCell::new(MetricStore::new())), namespace: cfg.namespace.clone() };
@@ -583,7 +594,7 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
             let channel_of: fn(&punctual_core::ids::RenewalId) -> &'static str =
                 if channels.is_empty() { |_| CHANNELS[0] } else { channel_of_renewal };
             Sender::new(
-                ledger.clone(),
+                senders_ledger.clone(),
                 ActiveOn(channel_of),
                 SharedLimiter::new(slots.clone(), clock.clone(), LimiterSettings::new(cfg.quota), cfg.seed ^ w),
                 provider.clone(),
@@ -767,10 +778,16 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
         let due_in_window: Vec<DateTime<Utc>> =
             cfg.rows.iter().map(|r| r.after).filter(|a| win.from <= *a && *a < win.until).collect();
         let (quota, seed, redriven) = (cfg.quota, cfg.seed, Rc::clone(&redriven));
+        let ledger_refusing = Arc::clone(&ledger_refusing);
         local.spawn_local(async move {
             clock.sleep(until(clock.now(), win.from)).await;
             let operator = "oncall@example.com";
             match win.trouble {
+                Trouble::LedgerRefusing => {
+                    ledger_refusing.store(true, std::sync::atomic::Ordering::SeqCst);
+                    clock.sleep(until(clock.now(), win.until)).await;
+                    ledger_refusing.store(false, std::sync::atomic::Ordering::SeqCst);
+                }
                 Trouble::OperatorPause => {
                     let p = Pause { reason: "maintenance".into(), owner: operator.into(), since: clock.now() };
                     let _ = control.set_pause(Some(&p), operator).await;
