@@ -217,8 +217,9 @@ pub enum Incident {
     /// A deploy makes every sender invocation fail at cold start from 09:00; rolled back at
     /// 09:30.
     SenderCrashLoop,
-    /// DynamoDB refuses every ledger claim the senders make from 09:00 to 09:20 (throttling,
-    /// or a permission lost): each record fails while the invocations succeed.
+    /// DynamoDB refuses every ledger claim the senders make from 09:00 to 09:20 (a throttled
+    /// table, as the claim sees it): each record fails before its call while the invocations
+    /// succeed. Settles are untouched (the fault checker drills a settle lost after the call).
     LedgerRefusing,
     /// A producer writes 10 % malformed messages.
     PoisonBurst,

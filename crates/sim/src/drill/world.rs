@@ -128,9 +128,9 @@ pub enum Trouble {
     /// Every sender invocation fails before it handles a record (a deploy that crashes at cold
     /// start: a missing variable, a bad package).
     SenderCrashing,
-    /// DynamoDB refuses every claim the senders write to the ledger (throttled, or a policy
-    /// that lost the permission): each record fails, its message comes back after the
-    /// visibility timeout; the invocation itself succeeds.
+    /// DynamoDB refuses every claim the senders write to the ledger (a throttled table, as the
+    /// claim sees it; settles and the other writes are untouched): each record fails before its
+    /// call, its message comes back after the visibility timeout; the invocation succeeds.
     LedgerRefusing,
     /// A broken producer writes this many malformed messages per due reminder to the normal lane.
     Poison(f64),
