@@ -784,6 +784,17 @@ mod tests {
         }
     }
 
+    impl Oversleeping {
+        /// `l`'s first call goes on time (its slot is now, no sleep); every wake after it is
+        /// `late_ms` late.
+        async fn first_on_time_then_late(&self, l: &SharedLimiter<MemorySlotStore, Self>, late_ms: u64) {
+            self.late_ms.store(0, std::sync::atomic::Ordering::Relaxed);
+            let first = l.acquire(req(LimiterClass::Normal, &tenant()), Duration::from_secs(5)).await.unwrap();
+            assert_eq!(first, LimiterAnswer::Granted);
+            self.late_ms.store(late_ms, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// A slot whose wait ended past its use window is not used: the call would bunch with the
     /// calls of the slots behind it and spend the provider's burst (measured: a 429 about one
     /// run in seven at 100 ms). It is stranded and the call takes a slot still in its window.
@@ -795,12 +806,8 @@ mod tests {
         let l = SharedLimiter::new(MemorySlotStore::default(), c.clone(), settings, 1);
         let t = tenant();
         let t0 = c.now();
-        assert_eq!(
-            l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap(),
-            LimiterAnswer::Granted
-        );
         // The next slot is 10 ms away; the sleep for it ends 10 ms past its window.
-        c.late_ms.store(validity + 10, std::sync::atomic::Ordering::Relaxed);
+        c.first_on_time_then_late(&l, validity + 10).await;
         assert_eq!(
             l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap(),
             LimiterAnswer::Granted
@@ -814,14 +821,8 @@ mod tests {
 
         // Woken past its window *and* past the caller's budget: denied, not granted a slot
         // after the deadline (the sender defers the message).
-        let fresh = || SharedLimiter::new(MemorySlotStore::default(), c.clone(), LimiterSettings::new(100.0), 2);
-        let l = fresh();
-        c.late_ms.store(0, std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(
-            l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap(),
-            LimiterAnswer::Granted
-        );
-        c.late_ms.store(validity + 10, std::sync::atomic::Ordering::Relaxed);
+        let l = SharedLimiter::new(MemorySlotStore::default(), c.clone(), LimiterSettings::new(100.0), 2);
+        c.first_on_time_then_late(&l, validity + 10).await;
         let answer = l.acquire(req(LimiterClass::Normal, &t), Duration::from_millis(20)).await.unwrap();
         assert!(matches!(answer, LimiterAnswer::Denied { .. }), "{answer:?}");
         assert_eq!((l.stats().granted, l.stats().stranded), (1, 1));
@@ -829,12 +830,7 @@ mod tests {
         // overshoots its window) strands at most MAX_LATE_WAKES slots in a row, then is denied
         // however long its budget.
         let l = SharedLimiter::new(MemorySlotStore::default(), c.clone(), LimiterSettings::new(10.0), 3);
-        c.late_ms.store(0, std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(
-            l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(5)).await.unwrap(),
-            LimiterAnswer::Granted
-        );
-        c.late_ms.store(validity + 10, std::sync::atomic::Ordering::Relaxed);
+        c.first_on_time_then_late(&l, validity + 10).await;
         let answer = l.acquire(req(LimiterClass::Normal, &t), Duration::from_secs(30)).await.unwrap();
         assert!(matches!(answer, LimiterAnswer::Denied { .. }), "{answer:?}");
         let st = l.stats();

@@ -196,11 +196,18 @@ impl CountedPipeline {
     }
 }
 
+/// The late buckets' labels, from the limiter's own bounds: `<10, <25, <50, 50+`.
+fn late_buckets() -> String {
+    use punctual_core::limiter::LATE_BOUNDS_MS;
+    let upper: Vec<String> = LATE_BOUNDS_MS.iter().map(|b| format!("<{b}")).collect();
+    format!("{}, {}+", upper.join(", "), LATE_BOUNDS_MS[LATE_BOUNDS_MS.len() - 1])
+}
+
 impl PipelineRequests {
     /// The report's lines, labels padded to `width`.
     pub fn render(&self, width: usize) -> String {
         format!(
-            "{:width$}{:.3} per call ({} bookings, {} other writes for {} calls; {} slots stranded)\n{:width$}{:?} (<10, <25, <50, 50+ ms late; latest {} ms)\n{:width$}{} (sender side)\n{:width$}{}\n",
+            "{:width$}{:.3} per call ({} bookings, {} other writes for {} calls; {} slots stranded)\n{:width$}{:?} ({} ms late; latest {} ms)\n{:width$}{} (sender side)\n{:width$}{}\n",
             "limiter writes",
             self.limiter_writes_per_call,
             self.limiter.bookings,
@@ -209,6 +216,7 @@ impl PipelineRequests {
             self.limiter.stranded,
             "calls by slot",
             self.limiter.late_ms,
+            late_buckets(),
             self.limiter.late_max_ms,
             "requests/msg",
             self.requests_per_message.line(),

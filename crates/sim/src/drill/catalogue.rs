@@ -437,6 +437,15 @@ fn two_channels(mut s: Staged) -> Staged {
     s
 }
 
+/// Deadline-near work for a stalled urgent lane to hold: 600 renewals due at 09:00 with
+/// ten-minute windows, appended to `rows`. Returns where they start.
+fn urgent_wave(rows: &mut Vec<Row>, seed: u64) -> usize {
+    let from = rows.len();
+    let shape = WaveShape { window: TimeDelta::minutes(10), ..STANDARD };
+    wave(rows, &mut SplitMix64::new(seed), at(9, 0), 600, shape);
+    from
+}
+
 fn window(trouble: Trouble, from: DateTime<Utc>, until: DateTime<Utc>) -> Window {
     Window { trouble, from, until }
 }
@@ -505,12 +514,9 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
             staged(vec![window(Trouble::LaneNotPolled(QueueLane::Normal), nine, at(9, 30))], nine, at(9, 30))
         }
         Incident::UrgentLaneNotPolled => {
-            // Deadline-near work for the stalled lane to hold: 600 with ten-minute windows.
             let mut s =
                 staged(vec![window(Trouble::LaneNotPolled(QueueLane::Urgent), nine, at(9, 30))], nine, at(9, 30));
-            let mut rng = SplitMix64::new(seed ^ 0x0e6);
-            let shape = WaveShape { window: TimeDelta::minutes(10), ..STANDARD };
-            wave(&mut s.population.rows, &mut rng, nine, 600, shape);
+            urgent_wave(&mut s.population.rows, seed ^ 0x0e6);
             s
         }
         Incident::ProviderQuotaCut => {
@@ -585,16 +591,12 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
             two_channels(staged(vec![window(Trouble::ChannelQueueNotPolled, nine, at(9, 30))], nine, at(9, 30)))
         }
         Incident::SmsUrgentLaneNotPolled => {
-            // Deadline-near SMS work for the stalled lane to hold: 600 with ten-minute windows.
             let mut s = two_channels(staged(
                 vec![window(Trouble::ChannelUrgentQueueNotPolled, nine, at(9, 30))],
                 nine,
                 at(9, 30),
             ));
-            let mut rng = SplitMix64::new(seed ^ 0x5e6);
-            let from = s.population.rows.len();
-            let shape = WaveShape { window: TimeDelta::minutes(10), ..STANDARD };
-            wave(&mut s.population.rows, &mut rng, nine, 600, shape);
+            let from = urgent_wave(&mut s.population.rows, seed ^ 0x5e6);
             for r in &mut s.population.rows[from..] {
                 r.sms = true;
             }
