@@ -63,12 +63,12 @@ core-deps:
 	@echo "==> punctual-core depends on no AWS, Lambda or HTTP crate"
 	@if $(CARGO) tree -p punctual -e features --locked | grep -E '$(FAKE_FEATURES)'; then \
 	  echo "the operator CLI (punctual) must not link the fakes or tokio test-util" >&2; exit 1; fi
-	@for p in punctual-sender punctual-scheduler punctual-redrive punctual-ops punctual-harness; do \
+	@for p in punctual-sender punctual-scheduler punctual-redrive punctual-ingest punctual-ops punctual-harness; do \
 	  if $(CARGO) tree -p $$p -e features,no-dev --locked | grep -E '$(FAKE_FEATURES)'; then \
 	    echo "$$p must not depend on the fakes or tokio test-util" >&2; exit 1; fi; done
 	@if grep -rn 'testing::' crates/cli/src crates/ops/src crates/harness/src crates/sender/src/main.rs \
 	    crates/sender/src/app.rs crates/sender/src/config.rs crates/scheduler/src/main.rs crates/scheduler/src/app.rs \
-	    crates/redrive/src/main.rs crates/redrive/src/app.rs; then \
+	    crates/redrive/src/main.rs crates/redrive/src/app.rs crates/ingest/src; then \
 	  echo "production code must not call the test fixtures" >&2; exit 1; fi
 	@echo "==> the operator CLI, the functions and the harness link no fakes"
 	@if grep -rnE 'scan_all|\.scan\(\)' crates/ops/src crates/cli/src; then \

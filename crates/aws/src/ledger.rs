@@ -48,10 +48,12 @@ use chrono::{DateTime, Utc};
 use punctual_core::contract::ReminderMessage;
 use punctual_core::decision::ClaimView;
 use punctual_core::ids::ReminderId;
+use punctual_core::outcome::OutcomeEvent;
 use punctual_core::ports::{
     HISTORY_MAX, HistoryEntry, Ledger, LedgerError, LedgerRecord, OwnerToken, SettleOutcome, Settlement,
     compact_history,
 };
+use punctual_core::ports::{Outbox, OutboxEntry, OutboxError};
 use punctual_core::reason::{ReasonCode, ReminderState};
 
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
@@ -316,6 +318,94 @@ fn parse_record(id: &ReminderId, item: &Item) -> Result<LedgerRecord, LedgerErro
         call_owner: get_s(item, "call_owner").map(str::to_owned),
         call_release: get_s(item, "call_release").map(str::to_owned),
     })
+}
+
+/// The ledger's sparse GSI of records holding unpublished outcome events: partition key
+/// `outbox_shard` (`outbox#00`..`outbox#15`, by reminder id, present only while the record
+/// holds events), sort key `outbox_at_ms` (when the last was added), projecting `outbox`.
+pub const OUTBOX_INDEX: &str = "outbox";
+
+/// Shards of the outbox index.
+pub const OUTBOX_SHARDS: u32 = 16;
+
+/// What a write that adds an outcome event sets (`:now` is the write's own time).
+const OUTBOX_APPEND: &str = "outbox = list_append(if_not_exists(outbox, :no_events), :event), \
+     outbox_shard = :outbox_shard, outbox_at_ms = :now";
+
+fn outbox_shard(id: &ReminderId) -> String {
+    format!("outbox#{:02}", crate::renewals::shard_of(id, OUTBOX_SHARDS))
+}
+
+/// Binds what [`OUTBOX_APPEND`] reads.
+fn bind_outbox(
+    update: UpdateItemFluentBuilder,
+    msg: &ReminderMessage,
+    event: &OutcomeEvent,
+) -> UpdateItemFluentBuilder {
+    update
+        .expression_attribute_values(":no_events", AttributeValue::L(Vec::new()))
+        .expression_attribute_values(":event", AttributeValue::L(vec![s(event.to_json())]))
+        .expression_attribute_values(":outbox_shard", s(outbox_shard(&msg.reminder_id)))
+}
+
+impl Outbox for DynamoLedger {
+    /// Queries every shard of [`OUTBOX_INDEX`], oldest first, `limit` records in all (the
+    /// index is eventually consistent: a record just cleared may be read again and its events
+    /// published twice; one just written is found by the next sweep).
+    async fn pending(&self, limit: usize) -> Result<Vec<OutboxEntry>, OutboxError> {
+        let per_shard = (limit / OUTBOX_SHARDS as usize).max(1) as i32;
+        let mut out = Vec::new();
+        for shard in 0..OUTBOX_SHARDS {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(OUTBOX_INDEX)
+                .key_condition_expression("outbox_shard = :s")
+                .expression_attribute_values(":s", s(format!("outbox#{shard:02}")))
+                .limit(per_shard)
+                .send()
+                .await
+                .map_err(|e| OutboxError::Unknown(Box::new(e)))?;
+            for item in page.items.unwrap_or_default() {
+                let (Some(pk), Some(added_ms)) = (get_s(&item, "pk"), get_i64(&item, "outbox_at_ms")) else { continue };
+                let stored: Vec<&AttributeValue> =
+                    item.get("outbox").and_then(|v| v.as_l().ok()).map(|l| l.iter().collect()).unwrap_or_default();
+                let events: Vec<OutcomeEvent> = stored
+                    .iter()
+                    .filter_map(|v| v.as_s().ok())
+                    .filter_map(|t| OutcomeEvent::from_json(t).ok())
+                    .collect();
+                out.push(OutboxEntry {
+                    reminder_id: pk.strip_prefix("reminder:").unwrap_or(pk).to_owned(),
+                    added_ms,
+                    unreadable: stored.len() - events.len(),
+                    events,
+                });
+            }
+        }
+        out.sort_by_key(|e| e.added_ms);
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// Removes the events and the index keys, conditioned on the record holding exactly what
+    /// was read (the same last addition, as many events).
+    async fn clear(&self, entry: &OutboxEntry) -> Result<bool, OutboxError> {
+        let update = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(format!("reminder:{}", entry.reminder_id)))
+            .update_expression("REMOVE outbox, outbox_shard, outbox_at_ms")
+            .condition_expression("outbox_at_ms = :seen AND size(outbox) = :n")
+            .expression_attribute_values(":seen", n(entry.added_ms))
+            .expression_attribute_values(":n", n(entry.events.len() + entry.unreadable));
+        match update_if(&self.client, update).await.map_err(|e| OutboxError::Unknown(Box::new(e)))? {
+            ConditionalUpdate::Written(_) => Ok(true),
+            ConditionalUpdate::ConditionFailed(_) => Ok(false),
+        }
+    }
 }
 
 /// The ledger's sparse GSI of dead-lettered reminders: partition key `dead_reason` (present
@@ -610,6 +700,12 @@ impl Ledger for DynamoLedger {
             set.push("receipt = :receipt");
             update = update.expression_attribute_values(":receipt", s(r.as_str()));
         }
+        // The ending's outcome event, in the same conditional write: the record is its outbox
+        // (docs/design.md#outcome-events).
+        if let Some(event) = OutcomeEvent::of_settlement(msg, x, now) {
+            set.push(OUTBOX_APPEND);
+            update = bind_outbox(update, msg, &event);
+        }
         // DynamoDB refuses unused expression values, so `:delivered` is bound per condition.
         let delivered = s(ReminderState::Delivered.as_str());
         let expiry;
@@ -701,6 +797,24 @@ impl Ledger for DynamoLedger {
             other => other,
         }
     }
+
+    /// One `UpdateItem` on an existing record (a reminder no sender ever claimed has none:
+    /// its event is not written, and the redrive's copy writes the record's first ending).
+    async fn append_outcome(
+        &self,
+        msg: &ReminderMessage,
+        event: &OutcomeEvent,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        let update = bind_outbox(self.update(msg), msg, event)
+            .update_expression(format!("SET {OUTBOX_APPEND}"))
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":now", ms(now));
+        if let ConditionalUpdate::ConditionFailed(_) = update_if(&self.client, update).await.map_err(from_dynamo)? {
+            tracing::warn!(reminder_id = %msg.reminder_id, outcome = event.outcome.as_str(), "no ledger record: the event is not written");
+        }
+        Ok(())
+    }
 }
 
 /// Creates a ledger table (tests and `punctual local`; on AWS the SAM template owns it): string
@@ -723,14 +837,24 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), DynamoErro
         .projection(Projection::builder().projection_type(ProjectionType::KeysOnly).build())
         .build()
         .map_err(build)?;
+    let outbox = GlobalSecondaryIndex::builder()
+        .index_name(OUTBOX_INDEX)
+        .key_schema(key("outbox_shard", KeyType::Hash)?)
+        .key_schema(key("outbox_at_ms", KeyType::Range)?)
+        .projection(Projection::builder().projection_type(ProjectionType::Include).non_key_attributes("outbox").build())
+        .build()
+        .map_err(build)?;
     client
         .create_table()
         .table_name(table)
         .attribute_definitions(attr("pk", ScalarAttributeType::S)?)
         .attribute_definitions(attr("dead_reason", ScalarAttributeType::S)?)
         .attribute_definitions(attr("deliver_by_ms", ScalarAttributeType::N)?)
+        .attribute_definitions(attr("outbox_shard", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("outbox_at_ms", ScalarAttributeType::N)?)
         .key_schema(key("pk", KeyType::Hash)?)
         .global_secondary_indexes(gsi)
+        .global_secondary_indexes(outbox)
         .billing_mode(BillingMode::PayPerRequest)
         .send()
         .await

@@ -11,6 +11,7 @@ pub mod dynamodb;
 pub mod emf;
 pub mod ledger;
 pub mod limiter;
+pub mod outcomes;
 pub mod recipients;
 pub mod renewals;
 pub mod secrets;

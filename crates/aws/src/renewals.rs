@@ -130,7 +130,13 @@ impl Renewals for DynamoRenewals {
             }
         })?;
         let Some(item) = item else {
-            return Ok(RenewalLookup { view: RenewalView::Missing, recipient_ref: None, channel: None, version: None });
+            return Ok(RenewalLookup {
+                view: RenewalView::Missing,
+                recipient_ref: None,
+                channel: None,
+                version: None,
+                data: None,
+            });
         };
         let view = match get_s(&item, "status") {
             Some("active") => RenewalView::Active,
@@ -157,6 +163,7 @@ impl Renewals for DynamoRenewals {
             recipient_ref: get_s(&item, "recipient_ref").map(str::to_owned),
             channel: get_s(&item, "channel").map(str::to_owned),
             version,
+            data: get_s(&item, "data").map(punctual_core::renewal::TemplateData::from_stored),
         })
     }
 }
@@ -233,7 +240,32 @@ pub fn row_item(r: &Renewal, now: DateTime<Utc>) -> Item {
         item.insert("due_shard".into(), s(shard_key(shard_of(&r.reminder_id, DUE_SHARDS))));
         item.insert("due_after_ms".into(), ms(r.deliver_after));
     }
+    if let Some(v) = r.version {
+        item.insert(PRODUCER_VERSION.into(), n(v));
+    }
+    if let Some(d) = &r.data {
+        item.insert("data".into(), s(d.expose()));
+    }
     item
+}
+
+/// The attribute holding the producer's version of a renewal (docs/design.md#versions): a
+/// command, or a file row with a `version` column, applies only over an older one.
+pub const PRODUCER_VERSION: &str = "producer_version";
+
+/// The producer's version `old` holds (absent: 0, a row imported without one).
+fn stored_version(old: Option<&Item>) -> Option<u64> {
+    old.and_then(|o| get_i64(o, PRODUCER_VERSION)).and_then(|v| u64::try_from(v).ok())
+}
+
+/// The condition every write of `r` adds, so a write decided against one version of the row
+/// never lands over a newer one written meanwhile: a versioned row only over an older version,
+/// an unversioned one only where no producer has set one.
+fn version_guard(r: &Renewal) -> (&'static str, Option<AttributeValue>) {
+    match r.version {
+        Some(v) => ("(attribute_not_exists(producer_version) OR producer_version < :pv)", Some(n(v))),
+        None => ("attribute_not_exists(producer_version)", None),
+    }
 }
 
 /// The columns that define a row's content (a re-import with the same content changes nothing).
@@ -248,6 +280,7 @@ const CONTENT: &[&str] = &[
     "local_send_time",
     "window_minutes",
     "status",
+    "data",
 ];
 
 /// The columns that make a row's version (see [`RenewalVersion`]): the reminder and the times
@@ -276,6 +309,9 @@ enum RowWrite {
     /// the key was computed from (a key on another day than the instant it sorts would hide the
     /// row from both days' queries).
     Status { status: String, seen_state: String, day_shard: String, seen_after: Option<AttributeValue> },
+    /// A newer producer version with nothing else changed: only the version is recorded, so an
+    /// older command arriving after it stays stale.
+    Version,
 }
 
 /// The status write of a released row `old` whose version `r` shares (see [`RowWrite::Status`]).
@@ -290,7 +326,25 @@ fn status_write(r: &Renewal, seen_state: &str, old: &Item) -> RowWrite {
 
 /// Decides one row against the item `old` (as read, or as it is now after a refused write).
 fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Option<RowWrite>) {
+    // The producer's order first (docs/design.md#versions): an equal or older version is
+    // stale whatever it says (a replay writes nothing; an older put never revives a newer
+    // cancel), and a file row without a version does not overwrite a producer's renewal.
+    match (r.version, stored_version(old)) {
+        (Some(v), Some(stored)) if v <= stored => return (RowOutcome::Stale { stored }, None),
+        (None, Some(stored)) => {
+            return (
+                RowOutcome::Conflict(format!(
+                    "renewal is kept by its producer at version {stored}: give the row a version column above {stored} to change it from a file"
+                )),
+                None,
+            );
+        }
+        _ => {}
+    }
     let (outcome, write) = plan_row(r, old, now);
+    if r.version.is_some() && old.is_some() && outcome == RowOutcome::Unchanged && write.is_none() {
+        return (RowOutcome::Unchanged, Some(RowWrite::Version));
+    }
     // A window already over when the row arrives: a new or moved renewal whose deliver_by
     // has passed would only be expired at release and burn the SLO for a reminder nobody could
     // send. It is refused, with its times; a re-import of the same row, a status change, or a
@@ -355,7 +409,8 @@ fn plan_row(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome,
         let seen_updated = old.get("updated_ms").cloned();
         return (RowOutcome::Rescheduled, Some(RowWrite::Replace { item, seen_state: seen.to_owned(), seen_updated }));
     }
-    let only_status = CONTENT.iter().filter(|c| **c != "status").all(|c| old.get(*c) == item.get(*c));
+    // The status and the data may change after release (both are read at the call).
+    let only_status = CONTENT.iter().filter(|c| !matches!(**c, "status" | "data")).all(|c| old.get(*c) == item.get(*c));
     // Active again (cancelled or paid after release, then not: a payment that bounced, a
     // cancellation undone) while its window is open: its copy may have been cancelled at send
     // meanwhile, and nothing else would release it again. The row is re-armed as it is, pending
@@ -400,8 +455,15 @@ pub enum RowOutcome {
     /// Released renewal active again (it was cancelled or paid) before its deadline: re-armed,
     /// released again at the next tick; the ledger sends the reminder if it is still owed.
     Reactivated,
-    /// Already present with the same content: nothing written (re-import is idempotent).
+    /// Already present with the same content: nothing written (re-import is idempotent), or
+    /// for a newer producer version only the version.
     Unchanged,
+    /// The producer's version is not newer than the stored one (`stored`): nothing written.
+    /// A replay, or a command overtaken by a newer one.
+    Stale {
+        /// The version the row holds.
+        stored: u64,
+    },
     /// Already released; only a status change may follow it. The text says why not.
     Conflict(String),
 }
@@ -507,18 +569,29 @@ impl DynamoRenewals {
     ) -> Result<Vec<RowOutcome>, RenewalsError> {
         /// Conditional writes in flight at once.
         const PARALLEL: usize = 16;
+        // The row written for a key: the highest producer version (commands of one batch
+        // arrive in any order), else the last.
         let mut last: HashMap<String, usize> = HashMap::new();
         for (i, r) in rows.iter().enumerate() {
-            last.insert(renewal_key(&r.tenant_id, &r.renewal_id), i);
+            let key = renewal_key(&r.tenant_id, &r.renewal_id);
+            match last.get(&key) {
+                Some(&j) if rows[j].version > r.version => {}
+                _ => {
+                    last.insert(key, i);
+                }
+            }
         }
         let mut outcomes: Vec<Option<RowOutcome>> = vec![None; rows.len()];
         let mut jobs = Vec::new();
         for (i, r) in rows.iter().enumerate() {
             let key = renewal_key(&r.tenant_id, &r.renewal_id);
-            if last.get(&key) == Some(&i) {
-                jobs.push((i, r.clone(), read.existing.get(&key).cloned()));
-            } else {
-                outcomes[i] = Some(plan(r, read.existing.get(&key), now).0);
+            match last.get(&key).map(|&w| (w, rows[w].version)) {
+                Some((w, _)) if w == i => jobs.push((i, r.clone(), read.existing.get(&key).cloned())),
+                // Overtaken within the batch by a newer version of the same renewal.
+                Some((_, Some(newer))) if r.version.is_some() => {
+                    outcomes[i] = Some(RowOutcome::Stale { stored: newer })
+                }
+                _ => outcomes[i] = Some(plan(r, read.existing.get(&key), now).0),
             }
         }
         let mut jobs = jobs.into_iter();
@@ -564,14 +637,18 @@ impl DynamoRenewals {
                 }
                 RowWrite::Replace { item, seen_state, seen_updated } => {
                     let mut values: Item = [(":state".to_owned(), s(seen_state))].into();
+                    let (guard, pv) = version_guard(r);
+                    if let Some(pv) = pv {
+                        values.insert(":pv".into(), pv);
+                    }
                     let condition = match seen_updated {
                         Some(seen) => {
                             values.insert(":seen".into(), seen);
-                            "sched_state = :state AND updated_ms = :seen"
+                            format!("sched_state = :state AND updated_ms = :seen AND {guard}")
                         }
-                        None => "sched_state = :state AND attribute_not_exists(updated_ms)",
+                        None => format!("sched_state = :state AND attribute_not_exists(updated_ms) AND {guard}"),
                     };
-                    match put_if(&self.client, &self.table, item, condition, None, Some(values))
+                    match put_if(&self.client, &self.table, item, &condition, None, Some(values))
                         .await
                         .map_err(unknown)?
                     {
@@ -580,25 +657,64 @@ impl DynamoRenewals {
                     }
                 }
                 RowWrite::Status { status, seen_state, day_shard, seen_after } => {
+                    // The status, the data (read at the call, so it may change after release)
+                    // and the producer's version.
+                    let mut set = "SET #status = :status, updated_ms = :now, day_shard = :day".to_owned();
+                    let mut remove = Vec::new();
+                    match &r.data {
+                        Some(_) => set.push_str(", #data = :data"),
+                        None => remove.push("#data"),
+                    }
+                    match r.version {
+                        Some(_) => set.push_str(", producer_version = :pv"),
+                        None => remove.push("producer_version"),
+                    }
+                    let expression =
+                        if remove.is_empty() { set } else { format!("{set} REMOVE {}", remove.join(", ")) };
+                    let (guard, pv) = version_guard(r);
                     let mut update = self
                         .client
                         .update_item()
                         .table_name(&self.table)
                         .key("pk", s(renewal_key(&r.tenant_id, &r.renewal_id)))
-                        .update_expression("SET #status = :status, updated_ms = :now, day_shard = :day")
+                        .update_expression(expression)
+                        .expression_attribute_names("#data", "data")
+                        .set_expression_attribute_values(pv.map(|v| [(":pv".to_owned(), v)].into()))
                         .expression_attribute_values(":day", s(day_shard));
+                    if let Some(d) = &r.data {
+                        update = update.expression_attribute_values(":data", s(d.expose()));
+                    }
                     update = match seen_after {
                         Some(after) => update
-                            .condition_expression("sched_state = :seen AND deliver_after_ms = :after")
+                            .condition_expression(format!(
+                                "sched_state = :seen AND deliver_after_ms = :after AND {guard}"
+                            ))
                             .expression_attribute_values(":after", after),
-                        None => update
-                            .condition_expression("sched_state = :seen AND attribute_not_exists(deliver_after_ms)"),
+                        None => update.condition_expression(format!(
+                            "sched_state = :seen AND attribute_not_exists(deliver_after_ms) AND {guard}"
+                        )),
                     };
                     let update = update
                         .expression_attribute_names("#status", "status")
                         .expression_attribute_values(":status", s(status))
                         .expression_attribute_values(":now", ms(now))
                         .expression_attribute_values(":seen", s(seen_state));
+                    match update_if(&self.client, update).await.map_err(unknown)? {
+                        ConditionalUpdate::Written(_) => return Ok(outcome),
+                        ConditionalUpdate::ConditionFailed(existing) => existing,
+                    }
+                }
+                RowWrite::Version => {
+                    let (guard, pv) = version_guard(r);
+                    let update = self
+                        .client
+                        .update_item()
+                        .table_name(&self.table)
+                        .key("pk", s(renewal_key(&r.tenant_id, &r.renewal_id)))
+                        .update_expression("SET producer_version = :pv, updated_ms = :now")
+                        .condition_expression(format!("attribute_exists(pk) AND {guard}"))
+                        .set_expression_attribute_values(pv.map(|v| [(":pv".to_owned(), v)].into()))
+                        .expression_attribute_values(":now", ms(now));
                     match update_if(&self.client, update).await.map_err(unknown)? {
                         ConditionalUpdate::Written(_) => return Ok(outcome),
                         ConditionalUpdate::ConditionFailed(existing) => existing,
@@ -962,6 +1078,7 @@ mod tests {
                 item.insert("day_shard".into(), s(day_shard.as_str()));
                 item
             }
+            RowWrite::Version => old.clone(),
         }
     }
 

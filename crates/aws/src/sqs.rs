@@ -240,13 +240,7 @@ impl SqsQueues {
                 .send()
                 .await
                 .map_err(sdk)?;
-            let ok: Vec<(&str, &str)> = out.successful().iter().map(|s| (s.id(), s.message_id())).collect();
-            let failed: Vec<(&str, &str, &str, bool)> = out
-                .failed()
-                .iter()
-                .map(|f| (f.id(), f.code(), f.message().unwrap_or_default(), f.sender_fault()))
-                .collect();
-            results.extend(match_entries(chunk, &ok, &failed));
+            results.extend(batch_results(&out, chunk.iter().map(|m| m.id.as_str())));
         }
         Ok(results)
     }
@@ -449,31 +443,82 @@ impl SqsQueues {
     }
 }
 
+/// A message with string attributes (a dead letter of the commands queue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Letter {
+    /// Batch entry id (unique within one call).
+    pub id: String,
+    /// Body.
+    pub body: String,
+    /// String message attributes, each value cut to [`MAX_ATTRIBUTE_CHARS`] bytes.
+    pub attributes: Vec<(&'static str, String)>,
+}
+
+/// Longest attribute value a letter carries.
+pub const MAX_ATTRIBUTE_CHARS: usize = 256;
+
+/// Sends `letters` to `queue_url` in calls of at most 10, one result per letter in input order
+/// (entry failures are values, as in [`SqsQueues::send_batch`]).
+pub async fn send_letters(
+    client: &Client,
+    queue_url: &str,
+    letters: &[Letter],
+) -> Result<Vec<EntryResult>, QueueError> {
+    let mut results = Vec::with_capacity(letters.len());
+    for chunk in letters.chunks(MAX_BATCH) {
+        let mut entries = Vec::with_capacity(chunk.len());
+        for l in chunk {
+            let mut entry = SendMessageBatchRequestEntry::builder().id(&l.id).message_body(&l.body);
+            for (name, value) in &l.attributes {
+                entry = entry.message_attributes(*name, string_attr(cut(value, MAX_ATTRIBUTE_CHARS))?);
+            }
+            entries.push(entry.build().map_err(sdk)?);
+        }
+        let out =
+            client.send_message_batch().queue_url(queue_url).set_entries(Some(entries)).send().await.map_err(sdk)?;
+        results.extend(batch_results(&out, chunk.iter().map(|l| l.id.as_str())));
+    }
+    Ok(results)
+}
+
+/// One result per entry id of a `SendMessageBatch` call, in input order.
+fn batch_results<'a>(
+    out: &aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput,
+    ids: impl Iterator<Item = &'a str>,
+) -> Vec<EntryResult> {
+    let ok: Vec<(&str, &str)> = out.successful().iter().map(|s| (s.id(), s.message_id())).collect();
+    let failed: Vec<(&str, &str, &str, bool)> =
+        out.failed().iter().map(|f| (f.id(), f.code(), f.message().unwrap_or_default(), f.sender_fault())).collect();
+    match_entries(ids, &ok, &failed)
+}
+
 /// Pairs each sent entry with its result, in input order. An entry SQS mentions in neither list
 /// is reported as failed (retryable), never silently as sent.
-fn match_entries(chunk: &[Outgoing], ok: &[(&str, &str)], failed: &[(&str, &str, &str, bool)]) -> Vec<EntryResult> {
-    chunk
-        .iter()
-        .map(|m| {
-            if let Some((_, message_id)) = ok.iter().find(|(id, _)| *id == m.id) {
-                EntryResult::Sent { id: m.id.clone(), message_id: (*message_id).to_owned() }
-            } else if let Some((_, code, message, sender_fault)) = failed.iter().find(|f| f.0 == m.id) {
-                EntryResult::Failed {
-                    id: m.id.clone(),
-                    code: (*code).to_owned(),
-                    message: (*message).to_owned(),
-                    sender_fault: *sender_fault,
-                }
-            } else {
-                EntryResult::Failed {
-                    id: m.id.clone(),
-                    code: "MissingFromResponse".into(),
-                    message: "SQS answered neither success nor failure for this entry".into(),
-                    sender_fault: false,
-                }
+fn match_entries<'a>(
+    ids: impl Iterator<Item = &'a str>,
+    ok: &[(&str, &str)],
+    failed: &[(&str, &str, &str, bool)],
+) -> Vec<EntryResult> {
+    ids.map(|m| {
+        if let Some((_, message_id)) = ok.iter().find(|(id, _)| *id == m) {
+            EntryResult::Sent { id: m.to_owned(), message_id: (*message_id).to_owned() }
+        } else if let Some((_, code, message, sender_fault)) = failed.iter().find(|f| f.0 == m) {
+            EntryResult::Failed {
+                id: m.to_owned(),
+                code: (*code).to_owned(),
+                message: (*message).to_owned(),
+                sender_fault: *sender_fault,
             }
-        })
-        .collect()
+        } else {
+            EntryResult::Failed {
+                id: m.to_owned(),
+                code: "MissingFromResponse".into(),
+                message: "SQS answered neither success nor failure for this entry".into(),
+                sender_fault: false,
+            }
+        }
+    })
+    .collect()
 }
 
 fn string_attr(v: &str) -> Result<MessageAttributeValue, QueueError> {
@@ -725,13 +770,17 @@ mod tests {
             .iter()
             .map(|id| Outgoing { id: (*id).into(), body: "{}".into(), delay: Duration::ZERO, group: None })
             .collect();
-        let got = match_entries(&chunk, &[("c", "m-c"), ("a", "m-a")], &[]);
+        let got = match_entries(chunk.iter().map(|m| m.id.as_str()), &[("c", "m-c"), ("a", "m-a")], &[]);
         assert_eq!(got[0], EntryResult::Sent { id: "a".into(), message_id: "m-a".into() });
         assert!(
             matches!(&got[1], EntryResult::Failed { id, code, sender_fault: false, .. } if id == "b" && code == "MissingFromResponse")
         );
         assert_eq!(got[2], EntryResult::Sent { id: "c".into(), message_id: "m-c".into() });
-        let got = match_entries(&chunk[..1], &[], &[("a", "InvalidMessageContents", "bad", true)]);
+        let got = match_entries(
+            chunk[..1].iter().map(|m| m.id.as_str()),
+            &[],
+            &[("a", "InvalidMessageContents", "bad", true)],
+        );
         assert!(
             matches!(&got[0], EntryResult::Failed { sender_fault: true, code, .. } if code == "InvalidMessageContents")
         );

@@ -130,7 +130,8 @@ pub enum MalformedMessage {
     InvalidRedriveText { field: &'static str },
 }
 
-fn json_type(v: &Value) -> &'static str {
+/// How a JSON value's type is named in an error.
+pub(crate) fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -144,7 +145,8 @@ fn json_type(v: &Value) -> &'static str {
 /// Longest excerpt of a rejected value quoted in an error.
 const MAX_EXCERPT: usize = 64;
 
-fn excerpt(s: &str) -> String {
+/// `s`, cut to [`MAX_EXCERPT`] characters for an error.
+pub(crate) fn excerpt(s: &str) -> String {
     match s.char_indices().nth(MAX_EXCERPT) {
         Some((cut, _)) => format!("{}…", &s[..cut]),
         None => s.to_owned(),

@@ -7,6 +7,7 @@
 pub mod accounting;
 pub mod backoff;
 pub mod clock;
+pub mod command;
 pub mod contract;
 pub mod cost;
 pub mod decision;
@@ -14,6 +15,7 @@ pub mod ids;
 pub mod lanes;
 pub mod limiter;
 pub mod metrics;
+pub mod outcome;
 pub mod pause;
 pub mod ports;
 pub mod progress;

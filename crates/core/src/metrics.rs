@@ -259,6 +259,36 @@ impl Metrics {
     }
 }
 
+/// What a sweep of the outbox emits (the scheduler publishes them after its tick,
+/// `Function=scheduler`; docs/design.md#outcome-events).
+pub mod outcomes {
+    use super::Metrics;
+    use crate::outcome::SweepReport;
+
+    /// The outbox's metric names.
+    pub mod name {
+        /// Outcome events the bus accepted.
+        pub const PUBLISHED: &str = "OutcomesPublished";
+        /// Outcome events the bus refused or could not take (left in the outbox).
+        pub const PUBLISH_FAILED: &str = "OutcomesPublishFailed";
+        /// Age of the oldest unpublished event when the sweep began, seconds (0 with none):
+        /// written by every sweep, so a publisher that cannot publish is a rising line.
+        pub const OLDEST_AGE: &str = "OutboxOldestAgeSeconds";
+        /// Records still holding events when the sweep stopped.
+        pub const PENDING: &str = "OutboxPending";
+    }
+
+    /// The metrics of one sweep.
+    pub fn metrics(r: &SweepReport) -> Metrics {
+        let mut m = Metrics::new();
+        m.count(name::PUBLISHED, r.published as f64);
+        m.count(name::PUBLISH_FAILED, r.failed as f64);
+        m.observe(name::OLDEST_AGE, r.oldest_age_seconds);
+        m.observe(name::PENDING, r.left as f64);
+        m
+    }
+}
+
 /// What a scheduler tick emits.
 pub mod scheduler {
     use super::Metrics;

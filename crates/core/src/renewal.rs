@@ -33,6 +33,23 @@ impl RenewalStatus {
     }
 }
 
+/// Every column of a row, as `punctual import` reads a file and a command carries one
+/// (docs/commands.md#punctual-import).
+pub const COLUMNS: [&str; 12] = [
+    "tenant_id",
+    "renewal_id",
+    "recipient_ref",
+    "channel",
+    "zone",
+    "local_due_date",
+    "local_send_time",
+    "window_minutes",
+    "status",
+    "kind",
+    "email",
+    "version",
+];
+
 /// One row as read from a file (all text, as written by a person or an export). Its `Debug`
 /// never shows `email`.
 #[derive(Clone, Default, PartialEq, Eq, serde::Deserialize)]
@@ -64,6 +81,10 @@ pub struct RenewalInput {
     /// table under `recipient_ref` (for SES), never to the renewals table.
     #[serde(default)]
     pub email: String,
+    /// The producer's revision of this renewal, optional for a file (docs/design.md#versions):
+    /// a whole number from 1 to [`MAX_VERSION`]; a row with one applies only over an older one.
+    #[serde(default)]
+    pub version: String,
 }
 
 impl std::fmt::Debug for RenewalInput {
@@ -80,6 +101,7 @@ impl std::fmt::Debug for RenewalInput {
             .field("status", &self.status)
             .field("kind", &self.kind)
             .field("email", &if self.email.is_empty() { "" } else { "<redacted>" })
+            .field("version", &self.version)
             .finish()
     }
 }
@@ -115,6 +137,57 @@ pub struct Renewal {
     pub dst: DstAdjustment,
     /// The deterministic reminder id.
     pub reminder_id: ReminderId,
+    /// The producer's revision (docs/design.md#versions); `None` for a file row without one.
+    pub version: Option<u64>,
+    /// Template variables a command carried (docs/integration.md#the-command), for the
+    /// provider; never logged.
+    pub data: Option<TemplateData>,
+}
+
+/// Largest producer revision accepted: 2^53 − 1, the largest integer every JSON reader keeps
+/// exactly.
+pub const MAX_VERSION: u64 = (1 << 53) - 1;
+
+/// Largest `data` object accepted, serialized, in bytes.
+pub const MAX_DATA_BYTES: usize = 4096;
+
+/// A command's template variables: a JSON object, serialized (at most [`MAX_DATA_BYTES`]). It
+/// travels only from the renewals table to the provider: its `Debug` shows its size, never its
+/// content, so no log, message attribute or dead letter can carry it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TemplateData(String);
+
+impl TemplateData {
+    /// A JSON object's serialized text (checked by [`TemplateData::from_object`] on the way
+    /// in; read back from the table as written).
+    pub fn from_stored(json: impl Into<String>) -> Self {
+        Self(json.into())
+    }
+
+    /// `data` from a command: an object of at most [`MAX_DATA_BYTES`] serialized.
+    pub fn from_object(value: &serde_json::Map<String, serde_json::Value>) -> Result<Self, RowError> {
+        let text = serde_json::Value::Object(value.clone()).to_string();
+        if text.len() > MAX_DATA_BYTES {
+            return Err(RowError::DataTooLarge(text.len()));
+        }
+        Ok(Self(text))
+    }
+
+    /// The serialized object, for the table and the provider call.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The object, for a provider that merges it into its own body (`{}` if unreadable).
+    pub fn object(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::from_str(&self.0).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for TemplateData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TemplateData(<{} bytes>)", self.0.len())
+    }
 }
 
 /// Why a row is rejected. The text is what the reject report prints after the line number.
@@ -161,6 +234,49 @@ pub enum RowError {
     /// Unknown status.
     #[error("status {0:?} must be active, cancelled or paid")]
     BadStatus(String),
+    /// The version is not a whole number in range.
+    #[error("version {0:?} must be a whole number from 1 to {MAX_VERSION}")]
+    BadVersion(String),
+    /// `data` is too large.
+    #[error("data is {0} bytes serialized; at most {MAX_DATA_BYTES}")]
+    DataTooLarge(usize),
+    /// `email` is not a bare address (the value is never echoed).
+    #[error("email: {0}")]
+    Email(crate::ports::InvalidAddress),
+    /// The deployment declares channels and this is not one.
+    #[error("channel {channel:?} is not declared by this deployment (declared: {declared})")]
+    Undeclared {
+        /// The row's channel.
+        channel: String,
+        /// The declared ones, comma-separated.
+        declared: String,
+    },
+}
+
+/// A row as the import and the command path both take it: its address (if any) and the
+/// validated renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedRow {
+    /// The renewal.
+    pub renewal: Renewal,
+    /// The `email` column, for the recipients table.
+    pub address: Option<crate::ports::EmailAddress>,
+}
+
+/// The one validation of a row, for `punctual import` and the ingest function alike: the
+/// address (when given), then every column ([`Renewal::validate`]), then the channel against
+/// the deployment's declared ones (`channels`; empty: any).
+pub fn check_row(input: &RenewalInput, channels: &[String]) -> Result<CheckedRow, RowError> {
+    let address = if input.email.trim().is_empty() {
+        None
+    } else {
+        Some(crate::ports::EmailAddress::parse(&input.email).map_err(RowError::Email)?)
+    };
+    let renewal = Renewal::validate(input)?;
+    if !channels.is_empty() && !channels.contains(&renewal.channel) {
+        return Err(RowError::Undeclared { channel: renewal.channel, declared: channels.join(", ") });
+    }
+    Ok(CheckedRow { renewal, address })
 }
 
 fn text(field: &'static str, v: &str, max: usize) -> Result<String, RowError> {
@@ -219,6 +335,18 @@ impl Renewal {
         } else {
             ReminderKind::parse(kind_s).map_err(|source| RowError::BadId { field: "kind", source })?
         };
+        let version_s = input.version.trim();
+        let version = if version_s.is_empty() {
+            None
+        } else {
+            Some(
+                version_s
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|v| (1..=MAX_VERSION).contains(v))
+                    .ok_or_else(|| RowError::BadVersion(version_s.to_owned()))?,
+            )
+        };
         let resolved = resolve_local(zone, local_due_date, local_send_time)?;
         let deliver_after = resolved.instant;
         let deliver_by = deliver_after + TimeDelta::minutes(i64::from(window_minutes));
@@ -238,6 +366,8 @@ impl Renewal {
             deliver_by,
             dst: resolved.adjustment,
             reminder_id,
+            version,
+            data: None,
         })
     }
 }
@@ -259,6 +389,7 @@ mod tests {
             status: String::new(),
             kind: String::new(),
             email: String::new(),
+            version: String::new(),
         }
     }
 

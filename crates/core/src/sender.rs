@@ -543,6 +543,7 @@ where
                         message: msg,
                         recipient_ref: r.and_then(|r| r.recipient_ref.as_deref()),
                         channel: r.and_then(|r| r.channel.as_deref()),
+                        data: r.and_then(|r| r.data.as_ref()),
                         timeout,
                     };
                     let started = self.clock.now();

@@ -200,6 +200,8 @@ pub struct MemoryLedger {
     records: Arc<Mutex<Records>>,
     /// Write requests (claims, settles) and read requests received, as DynamoDB would bill them.
     requests: Arc<[std::sync::atomic::AtomicU64; 2]>,
+    /// The outbox, when kept ([`MemoryLedger::with_outbox`]).
+    outbox: Option<Arc<Mutex<MemoryOutbox>>>,
 }
 
 impl MemoryLedger {
@@ -348,6 +350,10 @@ impl Ledger for MemoryLedger {
         r.next_at = s.next_at;
         append(&mut r, entry(msg, now, s.state, Some(s)));
         store(&mut records, msg, r)?;
+        // The ending's event, in the same write (the DynamoDB ledger's one update).
+        if let Some(event) = crate::outcome::OutcomeEvent::of_settlement(msg, s, now) {
+            self.add_event(&msg.reminder_id, event, now);
+        }
         Ok(SettleOutcome::Recorded)
     }
 
@@ -373,6 +379,121 @@ impl Ledger for MemoryLedger {
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
         self.count(1);
         Ok(lock(&self.records).get(id).map(|s| LedgerRecord::clone(&s.0)))
+    }
+
+    async fn append_outcome(
+        &self,
+        msg: &ReminderMessage,
+        event: &crate::outcome::OutcomeEvent,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        self.count(0);
+        // Only to a record that exists, as the DynamoDB ledger's conditional update.
+        if lock(&self.records).contains(&msg.reminder_id) {
+            self.add_event(&msg.reminder_id, event.clone(), now);
+        }
+        Ok(())
+    }
+}
+
+/// The in-memory ledger's outbox: each record's unpublished events and when the last was added.
+type MemoryOutbox = HashMap<ReminderId, (i64, Vec<crate::outcome::OutcomeEvent>)>;
+
+impl MemoryLedger {
+    /// A ledger that keeps an outbox, as the DynamoDB ledger does (the fault checker's world;
+    /// the simulator's large runs leave it off: a million reminders' events would be most of
+    /// what it weighs).
+    pub fn with_outbox() -> Self {
+        Self { outbox: Some(Arc::default()), ..Self::default() }
+    }
+
+    fn add_event(&self, id: &ReminderId, event: crate::outcome::OutcomeEvent, now: DateTime<Utc>) {
+        if let Some(outbox) = &self.outbox {
+            let mut o = lock(outbox);
+            let entry = o.entry(id.clone()).or_default();
+            entry.0 = now.timestamp_millis().max(entry.0 + 1);
+            entry.1.push(event);
+        }
+    }
+}
+
+impl crate::ports::Outbox for MemoryLedger {
+    async fn pending(&self, limit: usize) -> Result<Vec<crate::ports::OutboxEntry>, crate::ports::OutboxError> {
+        let Some(outbox) = &self.outbox else { return Ok(Vec::new()) };
+        let o = lock(outbox);
+        let mut entries: Vec<crate::ports::OutboxEntry> = o
+            .iter()
+            .map(|(id, (added_ms, events))| crate::ports::OutboxEntry {
+                reminder_id: id.to_string(),
+                added_ms: *added_ms,
+                events: events.clone(),
+                unreadable: 0,
+            })
+            .collect();
+        entries.sort_by(|a, b| (a.added_ms, &a.reminder_id).cmp(&(b.added_ms, &b.reminder_id)));
+        entries.truncate(limit);
+        Ok(entries)
+    }
+
+    async fn clear(&self, entry: &crate::ports::OutboxEntry) -> Result<bool, crate::ports::OutboxError> {
+        let Some(outbox) = &self.outbox else { return Ok(true) };
+        let mut o = lock(outbox);
+        let Ok(id) = ReminderId::parse(&entry.reminder_id) else { return Ok(true) };
+        match o.get(&id) {
+            Some((added, _)) if *added == entry.added_ms => {
+                o.remove(&id);
+                Ok(true)
+            }
+            Some(_) => Ok(false),
+            None => Ok(true),
+        }
+    }
+}
+
+/// An outcome sink in memory: every event it accepted, in order; it can refuse a set number of
+/// calls (an EventBridge outage), and lose the answer to an accepted call (a crash after the
+/// publish, before the clear).
+#[derive(Debug, Clone, Default)]
+pub struct MemorySink {
+    events: Arc<Mutex<Vec<crate::outcome::OutcomeEvent>>>,
+    refuse: Arc<AtomicU32>,
+    lose_answer: Arc<AtomicU32>,
+}
+
+impl MemorySink {
+    /// Every event accepted, in order (a republished one is listed again).
+    pub fn events(&self) -> Vec<crate::outcome::OutcomeEvent> {
+        lock(&self.events).clone()
+    }
+
+    /// The next `n` calls fail without accepting anything.
+    pub fn refuse_next(&self, n: u32) {
+        self.refuse.store(n, Ordering::Relaxed);
+    }
+
+    /// The next `n` calls accept their events and then fail (the answer is lost).
+    pub fn lose_next_answers(&self, n: u32) {
+        self.lose_answer.store(n, Ordering::Relaxed);
+    }
+}
+
+fn take_one(n: &AtomicU32) -> bool {
+    n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1)).is_ok()
+}
+
+impl crate::ports::OutcomeSink for MemorySink {
+    async fn publish(&self, events: &[crate::outcome::OutcomeEvent]) -> Result<Vec<bool>, crate::ports::SinkError> {
+        #[derive(Debug, thiserror::Error)]
+        #[error("injected sink failure")]
+        struct SinkDown;
+        if take_one(&self.refuse) {
+            return Err(crate::ports::SinkError::Unknown(Box::new(SinkDown)));
+        }
+        lock(&self.events).extend(events.iter().cloned());
+        if take_one(&self.lose_answer) {
+            return Err(crate::ports::SinkError::Unknown(Box::new(SinkDown)));
+        }
+        Ok(vec![true; events.len()])
     }
 }
 
@@ -425,6 +546,15 @@ impl<L: Ledger, C: Clock> Ledger for SlowReads<L, C> {
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
         self.clock.sleep(self.read).await;
         self.inner.get(id).await
+    }
+
+    async fn append_outcome(
+        &self,
+        msg: &ReminderMessage,
+        event: &crate::outcome::OutcomeEvent,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        self.inner.append_outcome(msg, event, now).await
     }
 }
 
@@ -589,6 +719,15 @@ impl<L: Ledger> Ledger for FaultyLedger<L> {
     async fn get(&self, id: &ReminderId) -> Result<Option<LedgerRecord>, LedgerError> {
         self.inner.get(id).await
     }
+
+    async fn append_outcome(
+        &self,
+        msg: &ReminderMessage,
+        event: &crate::outcome::OutcomeEvent,
+        now: DateTime<Utc>,
+    ) -> Result<(), LedgerError> {
+        self.inner.append_outcome(msg, event, now).await
+    }
 }
 
 /// The in-memory recipients table.
@@ -639,6 +778,7 @@ impl MemoryRenewals {
             recipient_ref: Some(format!("recipient:{tenant}:{renewal}")),
             channel: Some(channel),
             version,
+            data: None,
         };
         rows.insert((tenant.clone(), renewal.clone()), lookup);
     }
@@ -662,6 +802,7 @@ impl MemoryRenewals {
             recipient_ref: Some(format!("recipient:{tenant}:{renewal}")),
             channel: Some("email".to_owned()),
             version: None,
+            data: None,
         });
         row.version = Some(version);
     }
@@ -679,6 +820,7 @@ impl Renewals for MemoryRenewals {
             recipient_ref: None,
             channel: None,
             version: None,
+            data: None,
         }))
     }
 }
@@ -694,6 +836,7 @@ impl Renewals for AllActive {
             recipient_ref: Some(format!("recipient:{tenant}:{renewal}")),
             channel: Some("email".to_owned()),
             version: None,
+            data: None,
         })
     }
 }
@@ -850,6 +993,106 @@ impl<C: Clock> Provider for ScriptedProvider<C> {
             receipt: Some(format!("receipt-{key}")),
             budget: None,
         }))
+    }
+}
+
+#[allow(clippy::panic)]
+pub mod outbox_contract {
+    //! The outbox's contract (docs/design.md#outcome-events), for every ledger that keeps one:
+    //! run against the memory ledger and the DynamoDB ledger on both emulators. `ledger` must
+    //! be empty of other outbox entries (a fresh table).
+    use super::*;
+    use crate::outcome::{Outcome, OutcomeEvent, Publisher, event_id};
+    use crate::ports::{Outbox, OutboxEntry};
+    use chrono::TimeDelta;
+
+    async fn must<T, E: std::fmt::Debug>(what: &str, f: impl std::future::Future<Output = Result<T, E>>) -> T {
+        match f.await {
+            Ok(v) => v,
+            Err(e) => panic!("{what}: machinery failed: {e:?}"),
+        }
+    }
+
+    fn settlement(state: ReminderState, reason: Option<ReasonCode>, attempts: u32) -> Settlement {
+        Settlement { state, reason, attempts, receipt: None, provider_status: None, next_at: None }
+    }
+
+    async fn entry_of<L: Outbox>(ledger: &L, m: &ReminderMessage) -> Option<OutboxEntry> {
+        must("pending", ledger.pending(100)).await.into_iter().find(|e| e.reminder_id == m.reminder_id.as_str())
+    }
+
+    /// Every case, in order.
+    pub async fn run<L: Ledger + Outbox + Clone>(ledger: &L, base: DateTime<Utc>) {
+        let run = base.timestamp_nanos_opt().unwrap_or_default();
+        let m = |n: u32| super::message(&format!("outbox-{run}-{n}"), base, base + TimeDelta::hours(2));
+        let owner = OwnerToken::new("o1");
+        let lease = base + TimeDelta::minutes(1);
+        // A deferral is no outcome; a delivery is, with what the detail says.
+        let a = m(1);
+        must("claim", ledger.claim(&a, &owner, base, lease)).await;
+        let x = settlement(ReminderState::Deferred, Some(ReasonCode::ProviderTransient), 1);
+        must("settle", ledger.settle(&a, Some(&owner), base, &x)).await;
+        assert!(entry_of(ledger, &a).await.is_none(), "a deferral wrote an outcome event");
+        must("claim", ledger.claim(&a, &owner, base, lease)).await;
+        must("settle", ledger.settle(&a, Some(&owner), base, &settlement(ReminderState::Delivered, None, 2))).await;
+        let e = entry_of(ledger, &a).await.unwrap_or_else(|| panic!("the delivery wrote no event"));
+        assert_eq!(e.events.len(), 1, "{e:?}");
+        let ev = &e.events[0];
+        assert_eq!(
+            (ev.outcome, ev.attempts, ev.event_id.clone()),
+            (Outcome::Delivered, 2, event_id(&a, Outcome::Delivered))
+        );
+        assert_eq!(
+            (ev.tenant_id.as_str(), ev.correlation_id.as_str()),
+            (a.tenant_id.as_str(), a.correlation_id.as_str())
+        );
+        // An ownerless expiry (the scheduler's, a sender's) is one too.
+        let b = m(2);
+        let x = settlement(ReminderState::Expired, Some(ReasonCode::MissedScheduleWindow), 0);
+        must("expire", ledger.settle(&b, None, base, &x)).await;
+        let e = entry_of(ledger, &b).await.unwrap_or_else(|| panic!("the expiry wrote no event"));
+        assert_eq!(e.events[0].reason.as_deref(), Some("missed_schedule_window"));
+        // An event added after the read: the clear refuses, and both are swept next.
+        let seen = entry_of(ledger, &b).await.unwrap_or_else(|| panic!("gone"));
+        let later = base + TimeDelta::seconds(1);
+        let redriven = OutcomeEvent::new(&b, Outcome::Redriven, later, 0, None);
+        must("append", ledger.append_outcome(&b, &redriven, later)).await;
+        assert!(!must("clear", ledger.clear(&seen)).await, "a clear removed an event added after its read");
+        assert_eq!(entry_of(ledger, &b).await.map(|e| e.events.len()), Some(2));
+        // No record, no event.
+        let none = m(3);
+        must(
+            "append",
+            ledger.append_outcome(&none, &OutcomeEvent::new(&none, Outcome::Redriven, later, 0, None), later),
+        )
+        .await;
+        assert!(
+            entry_of(ledger, &none).await.is_none(),
+            "an event was written for a reminder the ledger does not know"
+        );
+        // The publisher: a refusing sink clears nothing; a lost answer republishes (same ids);
+        // then the outbox is empty and every event was published.
+        let sink = MemorySink::default();
+        let publisher = Publisher::new(ledger.clone(), sink.clone());
+        sink.refuse_next(1);
+        let r = must("sweep", publisher.sweep(later, 10, || false)).await;
+        assert_eq!((r.published, r.cleared), (0, 0), "{r:?}");
+        assert!(entry_of(ledger, &a).await.is_some(), "a refused publish cleared the outbox");
+        sink.lose_next_answers(1);
+        must("sweep", publisher.sweep(later, 10, || false)).await;
+        assert!(entry_of(ledger, &a).await.is_some(), "an unconfirmed publish cleared the outbox");
+        let r = must("sweep", publisher.sweep(later, 10, || false)).await;
+        assert_eq!(r.left, 0, "{r:?}");
+        assert!(must("pending", ledger.pending(100)).await.is_empty(), "the outbox is not empty after a good sweep");
+        let published = sink.events();
+        for want in [event_id(&a, Outcome::Delivered), event_id(&b, Outcome::Expired), redriven.event_id.clone()] {
+            assert!(published.iter().any(|e| e.event_id == want), "{want} was never published: {published:?}");
+        }
+        let ids: std::collections::HashSet<&str> = published.iter().map(|e| e.event_id.as_str()).collect();
+        assert!(published.len() > ids.len(), "the lost answer's events were not published again");
+        // Nothing left: a sweep of an empty outbox publishes nothing.
+        let r = must("sweep", publisher.sweep(later, 10, || false)).await;
+        assert_eq!((r.records, r.published, r.oldest_age_seconds), (0, 0, 0.0));
     }
 }
 

@@ -723,6 +723,15 @@ impl Ledger for UncertainMark {
     ) -> Result<Option<punctual_core::ports::LedgerRecord>, punctual_core::ports::LedgerError> {
         self.inner.get(id).await
     }
+
+    async fn append_outcome(
+        &self,
+        msg: &punctual_core::ReminderMessage,
+        event: &punctual_core::outcome::OutcomeEvent,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), punctual_core::ports::LedgerError> {
+        self.inner.append_outcome(msg, event, now).await
+    }
 }
 
 /// The ledger failing on the call mark is a failure before the call too: the worker knows

@@ -198,6 +198,7 @@ async fn row(
                         message: &msg,
                         recipient_ref: None,
                         channel: None,
+                        data: None,
                         timeout: Duration::from_secs(2),
                     };
                     match provider.send(&call).await {

@@ -22,8 +22,8 @@ use std::path::Path;
 
 use chrono::Utc;
 use punctual_aws::renewals::{DynamoRenewals, RowOutcome};
-use punctual_core::ports::{EmailAddress, RenewalsError};
-use punctual_core::renewal::{Renewal, RenewalInput};
+use punctual_core::ports::RenewalsError;
+use punctual_core::renewal::{CheckedRow, Renewal, RenewalInput, check_row};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -131,6 +131,9 @@ pub struct ImportSummary {
     pub reactivated: usize,
     /// Already present and identical.
     pub unchanged: usize,
+    /// Rows with a `version` column not newer than the stored one: nothing written
+    /// (docs/design.md#versions).
+    pub stale: usize,
     /// Rejected lines (validation or conflict), with reasons.
     pub rejected: Vec<Reject>,
     /// Imported rows that carry an address (written to the recipients table).
@@ -151,8 +154,9 @@ impl ImportSummary {
                 .filter(|(n, _)| *n > 0)
                 .map(|(n, what)| format!("{n} {what}, "))
                 .collect::<String>();
+        let stale = if self.stale > 0 { format!("{} stale, ", self.stale) } else { String::new() };
         format!(
-            "{} inserted, {} updated, {after_release}{} unchanged, {} rejected",
+            "{} inserted, {} updated, {after_release}{} unchanged, {stale}{} rejected",
             self.inserted,
             self.updated,
             self.unchanged,
@@ -195,19 +199,7 @@ impl ImportSummary {
 const REQUIRED: &[&str] =
     &["tenant_id", "renewal_id", "recipient_ref", "channel", "zone", "local_due_date", "window_minutes"];
 /// Every column punctual reads.
-const KNOWN: &[&str] = &[
-    "tenant_id",
-    "renewal_id",
-    "recipient_ref",
-    "channel",
-    "zone",
-    "local_due_date",
-    "local_send_time",
-    "window_minutes",
-    "status",
-    "kind",
-    "email",
-];
+const KNOWN: &[&str] = &punctual_core::renewal::COLUMNS;
 
 fn format_of(path: &Path, explicit: Option<Format>) -> Result<Format, ImportError> {
     if let Some(f) = explicit {
@@ -448,6 +440,7 @@ fn json_row(text: &str) -> Result<RenewalInput, String> {
         status: field("status")?,
         kind: field("kind")?,
         email: field("email")?,
+        version: field("version")?,
     })
 }
 
@@ -512,31 +505,16 @@ async fn check(
                 continue;
             }
         };
-        let address = if row.email.trim().is_empty() {
-            None
-        } else {
-            if recipients.is_none() {
-                return Err(ImportError::NoRecipientsTable);
-            }
-            match EmailAddress::parse(&row.email) {
-                Ok(a) => Some(a),
-                Err(e) => {
-                    out.rejected.push(reject(format!("email: {e}")));
-                    continue;
-                }
-            }
-        };
-        let r = match Renewal::validate(&row) {
-            Ok(r) => r,
+        if !row.email.trim().is_empty() && recipients.is_none() {
+            return Err(ImportError::NoRecipientsTable);
+        }
+        let (r, address) = match check_row(&row, channels) {
+            Ok(CheckedRow { renewal, address }) => (renewal, address),
             Err(e) => {
                 out.rejected.push(reject(e.to_string()));
                 continue;
             }
         };
-        if let Some(why) = undeclared(&r, channels) {
-            out.rejected.push(reject(why));
-            continue;
-        }
         let key = digest(&[r.tenant_id.as_str(), r.renewal_id.as_str()]);
         if let Some(first) = keys.get(&key) {
             out.rejected.push(reject(format!("duplicate of line {first} (same tenant_id and renewal_id)")));
@@ -672,13 +650,6 @@ pub async fn run(
     run_with(store, None, &[], path, format, progress).await
 }
 
-/// Why `r` cannot be imported into a deployment declaring `channels` (none: any channel).
-fn undeclared(r: &Renewal, channels: &[String]) -> Option<String> {
-    (!channels.is_empty() && !channels.contains(&r.channel)).then(|| {
-        format!("channel {:?} is not declared by this deployment (declared: {})", r.channel, channels.join(", "))
-    })
-}
-
 /// The rows of one chunk: each with its line and whether it carries an address.
 #[derive(Default)]
 struct Chunk {
@@ -702,6 +673,10 @@ impl Chunk {
                 RowOutcome::Rescheduled => summary.rescheduled += 1,
                 RowOutcome::Reactivated => summary.reactivated += 1,
                 RowOutcome::Unchanged => summary.unchanged += 1,
+                RowOutcome::Stale { .. } => {
+                    summary.stale += 1;
+                    continue;
+                }
                 RowOutcome::Conflict(reason) => {
                     rejected.push(Reject { line: *line, reason });
                     continue;
@@ -752,8 +727,8 @@ async fn run_with(
                 }
                 // The first pass checked it; a line that fails now changed between the passes.
                 let r = row.and_then(|r| {
-                    let v = Renewal::validate(&r).map_err(|e| e.to_string())?;
-                    undeclared(&v, channels).map_or(Ok((v, !r.email.trim().is_empty())), Err)
+                    let checked = check_row(&r, channels).map_err(|e| e.to_string())?;
+                    Ok((checked.renewal, checked.address.is_some()))
                 });
                 match r {
                     Ok((r, addressed)) => {

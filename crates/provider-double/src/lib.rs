@@ -197,7 +197,12 @@ struct State {
     tokens: f64,
     refilled: Instant,
     ses_requests: Vec<serde_json::Value>,
+    /// The last [`KEPT_BODIES`] message bodies, oldest first (bounded: a run sends millions).
+    bodies: VecDeque<serde_json::Value>,
 }
+
+/// Message bodies [`Double::recent_bodies`] keeps.
+pub const KEPT_BODIES: usize = 16;
 
 #[derive(Debug)]
 struct Shared {
@@ -231,6 +236,7 @@ impl Double {
                 tokens: config.burst,
                 refilled: Instant::now(),
                 ses_requests: Vec::new(),
+                bodies: VecDeque::new(),
             }),
             config,
             started: Instant::now(),
@@ -270,6 +276,11 @@ impl Double {
     /// The SES `SendEmail` request bodies received so far.
     pub fn ses_requests(&self) -> Vec<serde_json::Value> {
         lock(&self.shared).ses_requests.clone()
+    }
+
+    /// The last [`KEPT_BODIES`] bodies `POST /v1/messages` received (JSON), oldest first.
+    pub fn recent_bodies(&self) -> Vec<serde_json::Value> {
+        lock(&self.shared).bodies.iter().cloned().collect()
     }
 
     /// The SES endpoint (`AWS_ENDPOINT_URL_SESV2` for the SDK).
@@ -467,6 +478,10 @@ async fn messages(shared: &Shared, req: &Request) -> Answer {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     let mut s = lock(shared);
+    if s.bodies.len() == KEPT_BODIES {
+        s.bodies.pop_front();
+    }
+    s.bodies.push_back(serde_json::from_slice(&req.body).unwrap_or(serde_json::Value::Null));
     if behaviour.drop {
         s.stats.dropped += 1;
         return Answer::Close;

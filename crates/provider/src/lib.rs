@@ -318,7 +318,7 @@ impl HttpProvider {
         timeout: Duration,
     ) -> Result<ProviderOutcome, ProviderError> {
         let m = req.message;
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "reminder_id": m.reminder_id.as_str(),
             "tenant_id": m.tenant_id.as_str(),
             "renewal_id": m.renewal_id.as_str(),
@@ -327,6 +327,10 @@ impl HttpProvider {
             "channel": req.channel,
             "correlation_id": m.correlation_id.as_str(),
         });
+        // The producer's template variables, as the renewal holds them (docs/integration.md).
+        if let Some(data) = req.data {
+            body["data"] = serde_json::Value::Object(data.object());
+        }
         let v = &*self.vendor;
         let auth_name = match &v.auth {
             Auth::Bearer => reqwest::header::AUTHORIZATION,

@@ -27,7 +27,7 @@ async fn setup() -> (Double, HttpProvider) {
 
 async fn send(client: &HttpProvider, m: &ReminderMessage, timeout: Duration) -> ProviderOutcome {
     client
-        .send(&ProviderRequest { message: m, recipient_ref: Some("r"), channel: Some("email"), timeout })
+        .send(&ProviderRequest { message: m, recipient_ref: Some("r"), channel: Some("email"), data: None, timeout })
         .await
         .unwrap()
 }
@@ -469,4 +469,29 @@ async fn a_401_just_after_a_read_is_confirmed_only_by_a_fresh_read() {
     let second = send(&client, &message(101), Duration::from_secs(5)).await;
     assert!(matches!(second, ProviderOutcome::Accepted { .. }), "a 401 confirmed by a read from before it: {second:?}");
     assert_eq!(source.reads.load(std::sync::atomic::Ordering::Relaxed), 2, "the 401 read the source again");
+}
+
+#[tokio::test]
+async fn the_renewals_template_variables_travel_in_the_body_and_nowhere_else() {
+    let (double, client) = setup().await;
+    let m = message(40);
+    let mut fields = serde_json::Map::new();
+    fields.insert("plan".into(), "pro".into());
+    fields.insert("amount".into(), "49.00 EUR".into());
+    let data = punctual_core::renewal::TemplateData::from_object(&fields).unwrap();
+    let req = ProviderRequest {
+        message: &m,
+        recipient_ref: Some("r"),
+        channel: Some("email"),
+        data: Some(&data),
+        timeout: Duration::from_secs(2),
+    };
+    assert!(matches!(client.send(&req).await.unwrap(), ProviderOutcome::Accepted { .. }));
+    let body = double.recent_bodies().pop().unwrap();
+    assert_eq!(body["data"], serde_json::json!({"plan": "pro", "amount": "49.00 EUR"}));
+    assert_eq!(body["reminder_id"], m.reminder_id.as_str());
+    assert!(!format!("{req:?}").contains("49.00"), "the request's Debug shows the data: {req:?}");
+    // Without data the body has no `data` key.
+    send(&client, &message(41), Duration::from_secs(2)).await;
+    assert!(double.recent_bodies().pop().unwrap().get("data").is_none());
 }

@@ -10,7 +10,9 @@ use punctual_aws::control::DynamoControl;
 use punctual_aws::ledger::DynamoLedger;
 use punctual_aws::renewals::DynamoRenewals;
 use punctual_aws::sqs::SqsQueues;
+use punctual_core::outcome::Publisher;
 use punctual_core::pause::PauseGate;
+use punctual_core::ports::OutcomeSink;
 use punctual_core::scheduler::Scheduler;
 use punctual_lambda::SystemClock;
 
@@ -18,6 +20,16 @@ use crate::config::SchedulerConfig;
 
 /// The scheduler as production composes it.
 pub type App = Scheduler<DynamoRenewals, SqsQueues, SystemClock>;
+
+/// The outbox's publisher: the ledger's unpublished outcome events into `sink` (EventBridge in
+/// production, [`crate::outcomes::EventBridgeSink`]; the local outcomes queue in `punctual local`).
+pub fn build_publisher<S: OutcomeSink>(
+    config: &SchedulerConfig,
+    dynamodb: &DynamoClient,
+    sink: S,
+) -> Publisher<DynamoLedger, S> {
+    Publisher::new(DynamoLedger::new(dynamodb.clone(), &config.ledger_table), sink)
+}
 
 /// Builds the scheduler. The pause switch is read at every tick (once a minute in production):
 /// a pause takes effect at the next tick. What it finds past its deadline is expired through

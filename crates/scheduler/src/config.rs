@@ -29,6 +29,9 @@ pub struct SchedulerConfig {
     pub ledger_table: String,
     /// `METRICS_NAMESPACE` (default `punctual`).
     pub metrics_namespace: String,
+    /// `OUTCOME_BUS_NAME` (default `default`): the EventBridge bus outcome events are
+    /// published to after each tick.
+    pub outcome_bus: String,
     /// Tick tunables.
     pub settings: SchedulerSettings,
 }
@@ -60,6 +63,7 @@ impl SchedulerConfig {
             channels,
             ledger_table: env.required("LEDGER_TABLE")?,
             metrics_namespace: env.optional("METRICS_NAMESPACE").unwrap_or_else(|| "punctual".to_owned()),
+            outcome_bus: env.optional("OUTCOME_BUS_NAME").unwrap_or_else(|| "default".to_owned()),
             settings: SchedulerSettings {
                 lookahead: Duration::from_secs(lookahead),
                 page_size: env.parse("PAGE_SIZE", d.page_size, "an integer in 1..=1000", |v| (1..=1000).contains(v))?,

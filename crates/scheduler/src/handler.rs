@@ -3,13 +3,53 @@
 use aws_lambda_events::event::eventbridge::EventBridgeEvent;
 use lambda_runtime::LambdaEvent;
 use punctual_core::clock::Clock;
+use punctual_core::outcome::{Publisher, SweepReport};
 use punctual_core::ports::{DueStore, ReleaseQueue};
+use punctual_core::ports::{Outbox, OutcomeSink};
 use punctual_core::scheduler::{Scheduler, TickReport};
 use punctual_lambda::error::HandlerError;
 use punctual_lambda::invocation_deadline;
 
 // The tick's metrics are assembled in the core, where the simulator builds the same ones.
 pub use punctual_core::metrics::scheduler::{failure_metrics, metrics, name};
+
+/// Rounds of [`publish`]'s sweep: 100 records a round.
+pub const SWEEP_ROUNDS: usize = 50;
+
+/// Time a sweep leaves before the invocation's deadline.
+pub const SWEEP_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// After the tick: publishes the ledger's outcome events (also while paused: a pause holds
+/// reminders, not what became of them), until the outbox is empty or the invocation's time is
+/// nearly spent. A failed sweep is logged and reported; it never fails the tick (what it did
+/// not publish stays in the outbox for the next one, and `OutboxOldestAgeSeconds` rises).
+pub async fn publish<O: Outbox, K: OutcomeSink>(
+    publisher: &Publisher<O, K>,
+    deadline: chrono::DateTime<chrono::Utc>,
+) -> Option<SweepReport> {
+    let margin = chrono::TimeDelta::from_std(SWEEP_MARGIN).unwrap_or_default();
+    let now = chrono::Utc::now();
+    match publisher.sweep(now, SWEEP_ROUNDS, || chrono::Utc::now() + margin >= deadline).await {
+        Ok(r) => {
+            if r.published > 0 || r.failed > 0 || r.left > 0 {
+                tracing::info!(
+                    published = r.published,
+                    failed = r.failed,
+                    cleared = r.cleared,
+                    left = r.left,
+                    unreadable = r.unreadable,
+                    oldest_age_s = r.oldest_age_seconds,
+                    "outcome events"
+                );
+            }
+            Some(r)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "sweeping the outbox failed; its events stay for the next tick");
+            None
+        }
+    }
+}
 
 /// Runs one tick. Fails the invocation only when the store or queue failed; what was released
 /// before the failure stays released and the next tick resumes.

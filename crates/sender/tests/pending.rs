@@ -43,6 +43,7 @@ async fn an_unreadable_channel_token_blocks_that_channel_until_a_read_succeeds()
         message: &m,
         recipient_ref: Some("r-1"),
         channel: Some("sms"),
+        data: None,
         timeout: Duration::from_secs(1),
     };
     for _ in 0..2 {

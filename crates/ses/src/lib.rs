@@ -112,13 +112,19 @@ impl<R: Recipients> SesProvider<R> {
         let build = |e: aws_sdk_sesv2::error::BuildError| ProviderError::Unknown(Box::new(e));
         match self.settings.content {
             SesContent::Template => {
-                let data = serde_json::json!({
-                    "tenant_id": m.tenant_id.as_str(),
-                    "renewal_id": m.renewal_id.as_str(),
-                    "reminder_id": m.reminder_id.as_str(),
-                    "kind": m.kind.as_str(),
-                    "deliver_by": punctual_core::contract::format_instant(m.deliver_by),
-                });
+                // The producer's variables (a command's `data`), then punctual's own, which
+                // win a clash: a template can rely on them.
+                let mut data = req.data.map(|d| d.object()).unwrap_or_default();
+                for (k, v) in [
+                    ("tenant_id", m.tenant_id.as_str().to_owned()),
+                    ("renewal_id", m.renewal_id.as_str().to_owned()),
+                    ("reminder_id", m.reminder_id.as_str().to_owned()),
+                    ("kind", m.kind.as_str().to_owned()),
+                    ("deliver_by", punctual_core::contract::format_instant(m.deliver_by)),
+                ] {
+                    data.insert(k.to_owned(), serde_json::Value::String(v));
+                }
+                let data = serde_json::Value::Object(data);
                 let template = Template::builder()
                     .template_name(format!("{}{}", self.settings.template_prefix, m.kind.as_str()))
                     .template_data(data.to_string())

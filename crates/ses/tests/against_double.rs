@@ -49,6 +49,7 @@ async fn send(p: &SesProvider<MemoryRecipients>, recipient: Option<&str>) -> Pro
         message: &m,
         recipient_ref: recipient,
         channel: Some("email"),
+        data: None,
         timeout: Duration::from_secs(2),
     })
     .await
@@ -278,6 +279,7 @@ async fn a_budget_spent_on_the_lookup_sends_nothing() {
             message: &m,
             recipient_ref: Some("cust-1"),
             channel: Some("email"),
+            data: None,
             timeout: Duration::from_millis(500),
         })
         .await
@@ -289,4 +291,30 @@ async fn a_budget_spent_on_the_lookup_sends_nothing() {
         double.ses_requests().len()
     );
     assert!(double.ses_requests().is_empty(), "nothing may reach SES");
+}
+
+#[tokio::test]
+async fn the_renewals_template_variables_are_the_templates_data_beside_punctuals_own() {
+    let double = Double::start(Config::default(), 0).await.unwrap();
+    let p = provider(&double.ses_endpoint(), SesContent::Template);
+    let now = Utc::now();
+    let m = punctual_core::testing::message("1", now, now + TimeDelta::hours(1));
+    let mut fields = serde_json::Map::new();
+    fields.insert("plan".into(), "pro".into());
+    // A clash: punctual's own variable wins, so a template can rely on it.
+    fields.insert("renewal_id".into(), "spoofed".into());
+    let data = punctual_core::renewal::TemplateData::from_object(&fields).unwrap();
+    let req = ProviderRequest {
+        message: &m,
+        recipient_ref: Some("cust-1"),
+        channel: Some("email"),
+        data: Some(&data),
+        timeout: Duration::from_secs(2),
+    };
+    assert!(matches!(p.send(&req).await.unwrap(), ProviderOutcome::Accepted { .. }));
+    let reqs = double.ses_requests();
+    let sent: serde_json::Value =
+        serde_json::from_str(reqs[0]["Content"]["Template"]["TemplateData"].as_str().unwrap()).unwrap();
+    assert_eq!(sent["plan"], "pro");
+    assert_eq!(sent["renewal_id"], m.renewal_id.as_str());
 }

@@ -850,6 +850,15 @@ impl<L: Ledger> Ledger for ReadsCounted<L> {
         Usage::add(&self.1, 1);
         self.0.get(id).await
     }
+
+    async fn append_outcome(
+        &self,
+        msg: &punctual_core::ReminderMessage,
+        event: &punctual_core::outcome::OutcomeEvent,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), punctual_core::ports::LedgerError> {
+        self.0.append_outcome(msg, event, now).await
+    }
 }
 
 impl punctual_core::ports::DeadLetters for SimDeadLetters {

@@ -378,6 +378,7 @@ async fn one_channels_unreadable_secret_blocks_that_channel_only_until_it_can_be
         message: &m,
         recipient_ref: Some("r-1"),
         channel: Some("sms"),
+        data: None,
         timeout: Duration::from_secs(2),
     };
     let blocked = channels[1].send(&req).await.unwrap();

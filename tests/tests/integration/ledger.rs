@@ -240,3 +240,23 @@ async fn a_compacting_claim_whose_answer_was_lost_is_its_own_claim() {
     assert!(matches!(view, ClaimView::Claimed { unsettled_call: false, .. }), "{view:?}");
     client.delete_table().table_name(&table).send().await.unwrap();
 }
+
+/// The outbox's contract on both engines: its GSI, its list appends and its conditioned clear.
+#[tokio::test]
+async fn dynamodb_ledger_keeps_its_outbox_as_the_contract_says() {
+    let config = sdk_config().await;
+    let mut engines = vec![(aws_sdk_dynamodb::Client::new(&config), false)];
+    if let Some(d) = dynalite_client().await {
+        engines.push((d, true));
+    }
+    for (client, on_dynalite) in engines {
+        let table = unique("punctual-outbox");
+        punctual_aws::ledger::create_table(&client, &table).await.unwrap();
+        if on_dynalite {
+            assert_on_dynalite(&table).await;
+        }
+        let ledger = DynamoLedger::new(client.clone(), &table);
+        punctual_core::testing::outbox_contract::run(&ledger, Utc::now()).await;
+        client.delete_table().table_name(&table).send().await.unwrap();
+    }
+}

@@ -7,6 +7,7 @@
 mod adapters;
 mod events;
 mod explain;
+mod ingest;
 mod ledger;
 mod limiter;
 mod redrive;

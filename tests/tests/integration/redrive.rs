@@ -261,6 +261,7 @@ async fn a_redriven_reminder_reaches_the_provider_with_its_original_key() {
         message: &m,
         recipient_ref: None,
         channel: None,
+        data: None,
         timeout: Duration::from_secs(1),
     };
     punctual_core::ports::Provider::send(&provider, &req).await.unwrap();

@@ -53,6 +53,7 @@ async fn ses_on_the_emulator_sends_once_refuses_unverified_and_needs_a_recipient
         message: &m,
         recipient_ref: recipient,
         channel: Some("email"),
+        data: None,
         timeout: Duration::from_secs(5),
     };
     let before =

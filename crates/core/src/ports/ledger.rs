@@ -308,4 +308,14 @@ pub trait Ledger: Send + Sync {
 
     /// Reads a reminder's record and history.
     fn get(&self, id: &ReminderId) -> impl Future<Output = Result<Option<LedgerRecord>, LedgerError>> + Send;
+
+    /// Appends `event` to the reminder's outbox (docs/design.md#outcome-events) without
+    /// changing its state: a redrive's `redriven`. (A settle that ends a reminder appends its
+    /// own event in the same write.)
+    fn append_outcome(
+        &self,
+        msg: &ReminderMessage,
+        event: &crate::outcome::OutcomeEvent,
+        now: DateTime<Utc>,
+    ) -> impl Future<Output = Result<(), LedgerError>> + Send;
 }

@@ -15,6 +15,8 @@
 //! | [`ReleaseQueue`] | the scheduler's release | SQS, memory |
 //! | [`DeadLetters`] | the DLQ as the redrive sees it | SQS, memory |
 //! | [`Control`] | the pause switch and audit records | DynamoDB, memory |
+//! | [`Outbox`] | the ledger's unpublished outcome events | DynamoDB, memory |
+//! | [`OutcomeSink`] | where outcome events are published | EventBridge, SQS (local), memory |
 //!
 //! Ports are native async traits; services are generic over them (no `dyn`). Normal results —
 //! a lost claim race, an already-delivered reminder, a 429 — are values, never errors. An
@@ -27,6 +29,7 @@ mod control;
 mod due;
 mod ledger;
 mod limiter;
+mod outbox;
 mod provider;
 mod queue;
 mod recipients;
@@ -40,6 +43,7 @@ pub use ledger::{
     Settlement, compact_history, covered_by_operator, keeps_call_mark, revives_cancelled, revives_dead_letter,
 };
 pub use limiter::{Book, Booked, Lane, Limiter, LimiterClass, LimiterError, LimiterRequest, SlotStore, SlotView};
+pub use outbox::{Outbox, OutboxEntry, OutboxError, OutcomeSink, SinkError};
 pub use provider::{Provider, ProviderError, ProviderRequest};
 pub use queue::{DeadLetter, DeadLetters, DeadLettersError, Quarantine, QueueError, Release, ReleaseQueue, SendQueue};
 pub use recipients::{EmailAddress, InvalidAddress, Recipients, RecipientsError};

@@ -18,6 +18,9 @@ pub struct ProviderRequest<'a> {
     pub recipient_ref: Option<&'a str>,
     /// From the renewal.
     pub channel: Option<&'a str>,
+    /// The renewal's template variables (a command's `data`), for the provider's body; never
+    /// logged.
+    pub data: Option<&'a crate::renewal::TemplateData>,
     /// The whole call, connect to last byte, must finish within this.
     pub timeout: Duration,
 }

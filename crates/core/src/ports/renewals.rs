@@ -42,6 +42,8 @@ pub struct RenewalLookup {
     /// The version the row holds now; `None` for a row written without computed times (tests'
     /// and local runs' bare rows), which no copy can be stale against.
     pub version: Option<RenewalVersion>,
+    /// The template variables the producer gave (`data`), for the provider call.
+    pub data: Option<crate::renewal::TemplateData>,
 }
 
 impl RenewalLookup {

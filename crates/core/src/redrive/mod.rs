@@ -303,6 +303,18 @@ impl<L: Ledger, D: DeadLetters, K: Control, C: Clock> Redriver<L, D, K, C> {
                     // latency (a slow first answer made a paced run read above its cap).
                     let t = self.clock.now();
                     let lane = crate::lanes::lane_at(msg.deliver_by, t, self.urgent_below);
+                    // The `redriven` event goes into the reminder's outbox before the letter
+                    // moves: a crash between the two then tells of a redrive whose copy was not
+                    // sent (the letter stays in the DLQ, and the next run's event has its own
+                    // id), never of a copy sent without its event (docs/design.md#outcome-events).
+                    let event = crate::outcome::OutcomeEvent::new(
+                        &msg,
+                        crate::outcome::Outcome::Redriven,
+                        t,
+                        msg.attempt,
+                        None,
+                    );
+                    self.ledger.append_outcome(&msg, &event, t).await.map_err(port("writing the redriven event"))?;
                     self.dlq.send_back(&msg.encode(), lane).await.map_err(port("sending back to the send queue"))?;
                     held.retain(|h| *h != dl.handle);
                     self.dlq.delete(&dl.handle).await.map_err(port("deleting from the DLQ"))?;

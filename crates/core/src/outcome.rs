@@ -1,0 +1,358 @@
+//! Outcome events (docs/integration.md#consuming-outcomes): what became of each reminder, told
+//! to the producing application at least once, none lost.
+//!
+//! **The outbox.** The ledger's own record of a reminder is the outbox: the write that ends a
+//! reminder (delivered, expired, cancelled, dead-lettered) appends the event to the record in
+//! the same conditional write, and a redrive appends `redriven`. A publisher ([`Publisher`])
+//! sweeps the records that hold events, publishes them, and clears what it published. A crash
+//! between the ledger's commit and the publish loses nothing: the event is in the record until
+//! a sweep publishes it. Why a sweep of the ledger and not DynamoDB Streams:
+//! docs/design.md#outcome-events.
+//!
+//! **Identity.** `event_id` is derived, never random: `evt_` + 32 hex digits of SHA-256 over
+//! `punctual/outcome/v1`, the reminder id, the outcome, the redrive id (empty outside one) and
+//! the copy's `first_enqueued`, each followed by a NUL byte. A settle written again after an
+//! indeterminate failure, a second sweep of an event whose clear failed, and a redelivered
+//! copy all give the same id: consumers deduplicate on it.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::contract::{ReminderMessage, format_instant};
+use crate::ports::Settlement;
+use crate::reason::{ReasonCode, ReminderState};
+
+/// The event's `source`.
+pub const SOURCE: &str = "punctual";
+/// The event's `detail-type`.
+pub const DETAIL_TYPE: &str = "punctual.outcome";
+/// The detail's contract version.
+pub const OUTCOME_VERSION: u64 = 1;
+
+/// What became of a reminder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The provider accepted it.
+    Delivered,
+    /// Its deadline passed before it could be sent.
+    Expired,
+    /// The renewal was cancelled, paid or moved before the call.
+    Cancelled,
+    /// Quarantined to the DLQ for an operator.
+    DeadLettered,
+    /// An operator's redrive sent it back from the DLQ.
+    Redriven,
+}
+
+impl Outcome {
+    /// The wire string.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Delivered => "delivered",
+            Self::Expired => "expired",
+            Self::Cancelled => "cancelled",
+            Self::DeadLettered => "dead_lettered",
+            Self::Redriven => "redriven",
+        }
+    }
+
+    /// The outcome a ledger state ends a reminder with (`None`: not an end).
+    pub const fn of_state(state: ReminderState) -> Option<Self> {
+        match state {
+            ReminderState::Delivered => Some(Self::Delivered),
+            ReminderState::Expired => Some(Self::Expired),
+            ReminderState::Cancelled => Some(Self::Cancelled),
+            ReminderState::DeadLettered => Some(Self::DeadLettered),
+            _ => None,
+        }
+    }
+}
+
+/// One outcome event's `detail`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeEvent {
+    /// [`OUTCOME_VERSION`].
+    pub v: u64,
+    /// Stable per reminder and outcome (see the module docs).
+    pub event_id: String,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Renewal.
+    pub renewal_id: String,
+    /// Reminder.
+    pub reminder_id: String,
+    /// Reminder kind.
+    pub kind: String,
+    /// The renewal's channel as released (absent from copies released before channels).
+    pub channel: Option<String>,
+    /// What became of it.
+    pub outcome: Outcome,
+    /// When (RFC 3339, UTC, milliseconds).
+    pub at: String,
+    /// The copy's window.
+    pub deliver_after: String,
+    /// The copy's window.
+    pub deliver_by: String,
+    /// Provider attempts made.
+    pub attempts: u32,
+    /// Why (the closed reason set; `None` for a delivery).
+    pub reason: Option<String>,
+    /// Carried from the release.
+    pub correlation_id: String,
+    /// The redrive this copy belongs to, if any.
+    pub redrive_id: Option<String>,
+}
+
+/// The id of `outcome` of the copy `msg` (see the module docs).
+pub fn event_id(msg: &ReminderMessage, outcome: Outcome) -> String {
+    let mut h = Sha256::new();
+    for part in [
+        "punctual/outcome/v1",
+        msg.reminder_id.as_str(),
+        outcome.as_str(),
+        msg.redrive.as_ref().map_or("", |r| r.id.as_str()),
+        &msg.first_enqueued.timestamp_millis().to_string(),
+    ] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    let hex: String = h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("evt_{hex}")
+}
+
+impl OutcomeEvent {
+    /// The event of `msg` ending with `outcome` at `at`.
+    pub fn new(
+        msg: &ReminderMessage,
+        outcome: Outcome,
+        at: DateTime<Utc>,
+        attempts: u32,
+        reason: Option<ReasonCode>,
+    ) -> Self {
+        Self {
+            v: OUTCOME_VERSION,
+            event_id: event_id(msg, outcome),
+            tenant_id: msg.tenant_id.to_string(),
+            renewal_id: msg.renewal_id.to_string(),
+            reminder_id: msg.reminder_id.to_string(),
+            kind: msg.kind.to_string(),
+            channel: msg.channel.clone(),
+            outcome,
+            at: format_instant(at),
+            deliver_after: format_instant(msg.deliver_after),
+            deliver_by: format_instant(msg.deliver_by),
+            attempts,
+            reason: reason.map(|r| r.as_str().to_owned()),
+            correlation_id: msg.correlation_id.to_string(),
+            redrive_id: msg.redrive.as_ref().map(|r| r.id.to_string()),
+        }
+    }
+
+    /// The event a settlement writes, when it ends the reminder (`None` for a deferral or a
+    /// lease).
+    pub fn of_settlement(msg: &ReminderMessage, x: &Settlement, at: DateTime<Utc>) -> Option<Self> {
+        Outcome::of_state(x.state).map(|o| Self::new(msg, o, at, x.attempts, x.reason))
+    }
+
+    /// The detail as JSON text (what the outbox stores and EventBridge carries).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// A detail read back from the outbox.
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// The whole EventBridge event, as a rule's SQS target delivers it (the local stand-in for
+    /// the bus: `punctual local`'s outcomes queue).
+    pub fn envelope(&self, bus: &str) -> serde_json::Value {
+        serde_json::json!({
+            "version": "0",
+            "id": self.event_id,
+            "detail-type": DETAIL_TYPE,
+            "source": SOURCE,
+            "account": "000000000000",
+            "time": self.at.get(..19).map(|t| format!("{t}Z")).unwrap_or_default(),
+            "region": "us-east-1",
+            "resources": [format!("arn:aws:events:us-east-1:000000000000:event-bus/{bus}")],
+            "detail": self,
+        })
+    }
+}
+
+/// Records one round of a sweep reads.
+pub const SWEEP_PAGE: usize = 100;
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SweepReport {
+    /// Records read holding events.
+    pub records: u64,
+    /// Events the sink accepted.
+    pub published: u64,
+    /// Events the sink refused or could not take (they stay in the outbox).
+    pub failed: u64,
+    /// Records cleared after all their events were published.
+    pub cleared: u64,
+    /// Records an event was added to meanwhile (swept again next time, whole).
+    pub changed: u64,
+    /// Stored events that could not be read (left in the outbox, reported).
+    pub unreadable: u64,
+    /// The oldest event's age when the sweep began, in seconds (0 with none).
+    pub oldest_age_seconds: f64,
+    /// Records still holding events when the sweep stopped (its round or time budget was
+    /// spent, or their events failed).
+    pub left: u64,
+}
+
+/// The publisher: drains the outbox into the sink, clearing only what the sink accepted.
+#[derive(Debug, Clone)]
+pub struct Publisher<O, S> {
+    outbox: O,
+    sink: S,
+}
+
+impl<O: crate::ports::Outbox, S: crate::ports::OutcomeSink> Publisher<O, S> {
+    /// A publisher of `outbox` into `sink`.
+    pub fn new(outbox: O, sink: S) -> Self {
+        Self { outbox, sink }
+    }
+
+    /// The outbox (tests).
+    pub fn outbox(&self) -> &O {
+        &self.outbox
+    }
+
+    /// The sink (tests).
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+
+    /// Publishes what the outbox holds, round by round ([`SWEEP_PAGE`] records a round), until
+    /// it is empty, a round clears nothing, `rounds` are spent or `stop` says so (checked
+    /// between rounds: the caller's time budget). A sink failure ends the sweep with what it
+    /// did; nothing it did not publish is cleared.
+    pub async fn sweep(
+        &self,
+        now: DateTime<Utc>,
+        rounds: usize,
+        mut stop: impl FnMut() -> bool,
+    ) -> Result<SweepReport, crate::ports::OutboxError> {
+        let mut report = SweepReport::default();
+        for round in 0..rounds {
+            let entries = self.outbox.pending(SWEEP_PAGE).await?;
+            if round == 0 {
+                report.oldest_age_seconds = entries
+                    .iter()
+                    .map(|e| e.added_ms)
+                    .min()
+                    .map_or(0.0, |t| ((now.timestamp_millis() - t).max(0) as f64) / 1000.0);
+            }
+            if entries.is_empty() {
+                report.left = 0;
+                return Ok(report);
+            }
+            report.records += entries.len() as u64;
+            // Each entry's distinct events, flattened with their entry's index.
+            let mut flat: Vec<(usize, &OutcomeEvent)> = Vec::new();
+            for (i, e) in entries.iter().enumerate() {
+                report.unreadable += e.unreadable as u64;
+                let mut seen = std::collections::HashSet::new();
+                flat.extend(e.events.iter().filter(|ev| seen.insert(ev.event_id.as_str())).map(|ev| (i, ev)));
+            }
+            let mut ok = vec![true; entries.len()];
+            let mut sink_failed = false;
+            for chunk in flat.chunks(self.sink.batch_limit().max(1)) {
+                let events: Vec<OutcomeEvent> = chunk.iter().map(|(_, ev)| (*ev).clone()).collect();
+                match self.sink.publish(&events).await {
+                    Ok(accepted) => {
+                        for (k, (i, _)) in chunk.iter().enumerate() {
+                            if accepted.get(k).copied().unwrap_or(false) {
+                                report.published += 1;
+                            } else {
+                                report.failed += 1;
+                                ok[*i] = false;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "publishing outcome events failed; they stay in the outbox");
+                        for (i, _) in chunk {
+                            ok[*i] = false;
+                        }
+                        report.failed += chunk.len() as u64;
+                        sink_failed = true;
+                        break;
+                    }
+                }
+            }
+            let mut cleared = 0;
+            for (e, published) in entries.iter().zip(&ok) {
+                if !*published || e.unreadable > 0 {
+                    continue;
+                }
+                if self.outbox.clear(e).await? {
+                    cleared += 1;
+                } else {
+                    report.changed += 1;
+                }
+            }
+            report.cleared += cleared;
+            report.left = entries.len() as u64 - cleared;
+            if sink_failed || cleared == 0 || entries.len() < SWEEP_PAGE || stop() {
+                return Ok(report);
+            }
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::message;
+
+    #[test]
+    fn an_event_id_is_stable_per_reminder_outcome_and_copy() {
+        let now = Utc::now();
+        let m = message("1", now, now + chrono::TimeDelta::hours(1));
+        assert_eq!(event_id(&m, Outcome::Delivered), event_id(&m.clone(), Outcome::Delivered));
+        assert_ne!(event_id(&m, Outcome::Delivered), event_id(&m, Outcome::Expired));
+        let mut later = m.clone();
+        later.first_enqueued = m.first_enqueued + chrono::TimeDelta::seconds(1);
+        assert_ne!(
+            event_id(&m, Outcome::Cancelled),
+            event_id(&later, Outcome::Cancelled),
+            "a re-release is a new copy"
+        );
+        let id = event_id(&m, Outcome::Delivered);
+        assert!(id.starts_with("evt_") && id.len() == 36, "{id}");
+    }
+
+    #[test]
+    fn only_an_ending_settlement_has_an_event_and_it_round_trips() {
+        let now = Utc::now();
+        let m = message("2", now, now + chrono::TimeDelta::hours(1));
+        let x = |state| Settlement {
+            state,
+            reason: Some(ReasonCode::ProviderTransient),
+            attempts: 2,
+            receipt: None,
+            provider_status: None,
+            next_at: None,
+        };
+        assert!(OutcomeEvent::of_settlement(&m, &x(ReminderState::Deferred), now).is_none());
+        let e = OutcomeEvent::of_settlement(&m, &x(ReminderState::DeadLettered), now).unwrap();
+        assert_eq!(
+            (e.outcome, e.attempts, e.reason.as_deref()),
+            (Outcome::DeadLettered, 2, Some("provider_transient"))
+        );
+        assert_eq!(OutcomeEvent::from_json(&e.to_json()).unwrap(), e);
+        let env = e.envelope("default");
+        assert_eq!((env["source"].as_str(), env["detail-type"].as_str()), (Some("punctual"), Some("punctual.outcome")));
+        assert_eq!(env["detail"]["outcome"], "dead_lettered");
+    }
+}

@@ -1,0 +1,236 @@
+//! The ingest function's one composition root and its service: the Lambda's `main.rs`, the
+//! local harness (`punctual local drain`, `bench-ingest`) and the tests call [`build`], so every
+//! command goes through the same wiring.
+//!
+//! A batch of commands is applied in four steps:
+//! 1. each body is decoded and checked with the rules `punctual import` applies to a row
+//!    ([`RenewalCommand::read`]); what fails is a rejection;
+//! 2. the addresses of the commands that carry one are written to the recipients table (before
+//!    any renewal that needs one, as the import does);
+//! 3. the renewals are written by the import's own conditional write
+//!    ([`DynamoRenewals::import`]: one `BatchGetItem` for the batch, one conditional write per
+//!    changed renewal), which applies the producer's version order: an equal or older version
+//!    is `stale` and writes nothing;
+//! 4. every rejection (malformed, invalid, or refused by the import rules) is sent to the
+//!    commands DLQ, its `data` redacted, with `reason` and `error_class` attributes.
+//!
+//! A command whose step failed on infrastructure (a table or the DLQ unreachable) is an `Err`:
+//! the handler reports it as a batch item failure and SQS delivers it again; its version makes
+//! the retry safe (what was written is then stale).
+
+use aws_sdk_dynamodb::Client as DynamoClient;
+use aws_sdk_sqs::Client as SqsClient;
+use chrono::{DateTime, Utc};
+use punctual_aws::recipients::{DynamoRecipients, Entry};
+use punctual_aws::renewals::{DynamoRenewals, RowOutcome};
+use punctual_aws::sqs::{EntryResult, Letter, send_letters};
+use punctual_core::command::{CommandError, RenewalCommand, redacted_body};
+
+use crate::config::IngestConfig;
+
+/// The ingest service as production composes it.
+#[derive(Debug, Clone)]
+pub struct Ingest {
+    renewals: DynamoRenewals,
+    recipients: Option<DynamoRecipients>,
+    sqs: SqsClient,
+    dlq_url: String,
+    channels: Vec<String>,
+}
+
+/// Builds the ingest service.
+pub fn build(config: &IngestConfig, dynamodb: &DynamoClient, sqs: &SqsClient) -> Ingest {
+    Ingest {
+        renewals: DynamoRenewals::new(dynamodb.clone(), &config.renewals_table),
+        recipients: config.recipients_table.as_deref().map(|t| DynamoRecipients::new(dynamodb.clone(), t)),
+        sqs: sqs.clone(),
+        dlq_url: config.commands_dlq_url.clone(),
+        channels: config.channels.clone(),
+    }
+}
+
+/// One received command.
+#[derive(Debug, Clone, Copy)]
+pub struct Received<'a> {
+    /// SQS message id (the DLQ letter keeps it as `source_message_id`).
+    pub message_id: &'a str,
+    /// The body.
+    pub body: &'a str,
+}
+
+/// What became of one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// Written: the import's outcome (inserted, updated, rescheduled, reactivated; unchanged
+    /// for a newer version of identical content, whose version alone was recorded).
+    Applied {
+        /// Tenant and renewal.
+        renewal: (String, String),
+        /// The version applied.
+        version: u64,
+        /// What the write did.
+        outcome: RowOutcome,
+    },
+    /// Its version is not newer than the stored one: acknowledged, nothing written.
+    Stale {
+        /// Tenant and renewal.
+        renewal: (String, String),
+        /// The command's version.
+        version: u64,
+        /// The stored one.
+        stored: u64,
+    },
+    /// Sent to the commands DLQ with its reason.
+    Rejected {
+        /// `malformed`, `invalid` or `refused`.
+        class: &'static str,
+        /// What is wrong (the DLQ's `reason` attribute).
+        reason: String,
+    },
+}
+
+impl Applied {
+    /// `applied`, `stale` or `rejected`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Applied { .. } => "applied",
+            Self::Stale { .. } => "stale",
+            Self::Rejected { .. } => "rejected",
+        }
+    }
+}
+
+/// A command that could not be settled now; SQS delivers it again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: {source_text}")]
+pub struct IngestError {
+    /// The step that failed.
+    pub what: &'static str,
+    /// Why (the source error's text; never the body).
+    pub source_text: String,
+}
+
+fn failed(what: &'static str, e: &dyn std::error::Error) -> IngestError {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    IngestError { what, source_text: text }
+}
+
+impl Ingest {
+    /// Applies a batch of commands; one result per command, in order.
+    pub async fn apply(&self, commands: &[Received<'_>], now: DateTime<Utc>) -> Vec<Result<Applied, IngestError>> {
+        let mut results: Vec<Option<Result<Applied, IngestError>>> = vec![None; commands.len()];
+        // 1. decode and check.
+        let mut valid = Vec::new();
+        for (i, c) in commands.iter().enumerate() {
+            match RenewalCommand::read(c.body, &self.channels) {
+                Ok((_, row)) if row.address.is_some() && self.recipients.is_none() => {
+                    results[i] = Some(Ok(Applied::Rejected {
+                        class: "invalid",
+                        reason: "email: this deployment has no recipients table (RECIPIENTS_TABLE), so no address can be kept; send the command without email".into(),
+                    }));
+                }
+                Ok((command, row)) => valid.push((i, command, row)),
+                Err(e) => results[i] = Some(Ok(rejected(&e))),
+            }
+        }
+        // 2. addresses, before any renewal that needs one.
+        let book: Vec<Entry> = valid
+            .iter()
+            .filter_map(|(_, _, row)| {
+                row.address.clone().map(|a| (row.renewal.tenant_id.clone(), row.renewal.recipient_ref.clone(), a))
+            })
+            .collect();
+        if let (Some(recipients), false) = (&self.recipients, book.is_empty())
+            && let Err(e) = recipients.put_all(&book, now.timestamp_millis()).await
+        {
+            let err = failed("writing the recipients table", &e);
+            valid.retain(|(i, _, row)| {
+                if row.address.is_some() {
+                    results[*i] = Some(Err(err.clone()));
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        // 3. the renewals, through the import's conditional write.
+        let rows: Vec<_> = valid.iter().map(|(_, _, row)| row.renewal.clone()).collect();
+        if !rows.is_empty() {
+            match self.renewals.import(&rows, now).await {
+                Ok(outcomes) => {
+                    for ((i, command, row), outcome) in valid.iter().zip(outcomes) {
+                        let renewal = (row.renewal.tenant_id.to_string(), row.renewal.renewal_id.to_string());
+                        results[*i] = Some(Ok(match outcome {
+                            RowOutcome::Stale { stored } => {
+                                Applied::Stale { renewal, version: command.version, stored }
+                            }
+                            RowOutcome::Conflict(reason) => Applied::Rejected { class: "refused", reason },
+                            outcome => Applied::Applied { renewal, version: command.version, outcome },
+                        }));
+                    }
+                }
+                Err(e) => {
+                    let err = failed("writing the renewals table", &e);
+                    for (i, _, _) in &valid {
+                        results[*i] = Some(Err(err.clone()));
+                    }
+                }
+            }
+        }
+        // 4. the rejections, to the commands DLQ.
+        let letters: Vec<(usize, Letter)> = results
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Ok(Applied::Rejected { class, reason })) => Some((
+                    i,
+                    Letter {
+                        id: format!("c{i}"),
+                        body: redacted_body(commands[i].body),
+                        attributes: vec![
+                            ("reason", reason.clone()),
+                            ("error_class", (*class).to_owned()),
+                            ("source_message_id", commands[i].message_id.to_owned()),
+                        ],
+                    },
+                )),
+                _ => None,
+            })
+            .collect();
+        if !letters.is_empty() {
+            let batch: Vec<Letter> = letters.iter().map(|(_, l)| l.clone()).collect();
+            match send_letters(&self.sqs, &self.dlq_url, &batch).await {
+                Ok(sent) => {
+                    for ((i, _), entry) in letters.iter().zip(sent) {
+                        if let EntryResult::Failed { code, message, .. } = entry {
+                            results[*i] = Some(Err(IngestError {
+                                what: "sending to the commands DLQ",
+                                source_text: format!("{code}: {message}"),
+                            }));
+                        }
+                    }
+                }
+                Err(e) => {
+                    let err = failed("sending to the commands DLQ", &e);
+                    for (i, _) in &letters {
+                        results[*i] = Some(Err(err.clone()));
+                    }
+                }
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(IngestError { what: "applying", source_text: "no outcome".into() })))
+            .collect()
+    }
+}
+
+fn rejected(e: &CommandError) -> Applied {
+    Applied::Rejected { class: e.class(), reason: e.to_string() }
+}
