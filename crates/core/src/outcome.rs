@@ -263,32 +263,39 @@ impl<O: crate::ports::Outbox, S: crate::ports::OutcomeSink> Publisher<O, S> {
                 let mut seen = std::collections::HashSet::new();
                 flat.extend(e.events.iter().filter(|ev| seen.insert(ev.event_id.as_str())).map(|ev| (i, ev)));
             }
-            let mut ok = vec![true; entries.len()];
+            // An entry is cleared only when every one of its events was accepted: a chunk the
+            // sink refused, and every chunk after a failed call, leave theirs in the outbox.
+            let mut wanted = vec![0usize; entries.len()];
+            for (i, _) in &flat {
+                wanted[*i] += 1;
+            }
+            let mut accepted_of = vec![0usize; entries.len()];
             let mut sink_failed = false;
             for chunk in flat.chunks(self.sink.batch_limit().max(1)) {
+                if sink_failed {
+                    report.failed += chunk.len() as u64;
+                    continue;
+                }
                 let events: Vec<OutcomeEvent> = chunk.iter().map(|(_, ev)| (*ev).clone()).collect();
                 match self.sink.publish(&events).await {
                     Ok(accepted) => {
                         for (k, (i, _)) in chunk.iter().enumerate() {
                             if accepted.get(k).copied().unwrap_or(false) {
                                 report.published += 1;
+                                accepted_of[*i] += 1;
                             } else {
                                 report.failed += 1;
-                                ok[*i] = false;
                             }
                         }
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "publishing outcome events failed; they stay in the outbox");
-                        for (i, _) in chunk {
-                            ok[*i] = false;
-                        }
                         report.failed += chunk.len() as u64;
                         sink_failed = true;
-                        break;
                     }
                 }
             }
+            let ok: Vec<bool> = wanted.iter().zip(&accepted_of).map(|(w, a)| w == a).collect();
             let mut cleared = 0;
             for (e, published) in entries.iter().zip(&ok) {
                 if !*published || e.unreadable > 0 {
@@ -330,6 +337,49 @@ mod tests {
         );
         let id = event_id(&m, Outcome::Delivered);
         assert!(id.starts_with("evt_") && id.len() == 36, "{id}");
+    }
+
+    /// A bus that fails its second call.
+    #[derive(Clone, Default)]
+    struct SecondCallFails(std::sync::Arc<std::sync::atomic::AtomicU32>);
+
+    impl crate::ports::OutcomeSink for SecondCallFails {
+        async fn publish(&self, events: &[OutcomeEvent]) -> Result<Vec<bool>, crate::ports::SinkError> {
+            if self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                return Err(crate::ports::SinkError::Unknown("down".into()));
+            }
+            Ok(vec![true; events.len()])
+        }
+    }
+
+    #[tokio::test]
+    async fn found_by_the_checker_a_failed_call_clears_nothing_it_did_not_publish() {
+        use crate::ports::{Ledger, Outbox, OwnerToken};
+        let ledger = crate::testing::MemoryLedger::with_outbox();
+        let now = Utc::now();
+        // 25 reminders delivered: three calls of 10, 10 and 5 events; the second fails.
+        for i in 0..25 {
+            let m = message(&format!("p{i}"), now, now + chrono::TimeDelta::hours(1));
+            let owner = OwnerToken::new("o");
+            ledger.claim(&m, &owner, now, now + chrono::TimeDelta::minutes(1)).await.unwrap();
+            let x = Settlement {
+                state: ReminderState::Delivered,
+                reason: None,
+                attempts: 1,
+                receipt: None,
+                provider_status: None,
+                next_at: None,
+            };
+            ledger.settle(&m, Some(&owner), now, &x).await.unwrap();
+        }
+        let publisher = Publisher::new(ledger.clone(), SecondCallFails::default());
+        let r = publisher.sweep(now, 5, || false).await.unwrap();
+        assert_eq!((r.published, r.failed), (10, 15), "{r:?}");
+        // Only the first call's ten are cleared: the failed call's and the one skipped after it stay.
+        assert_eq!(ledger.pending(100).await.unwrap().len(), 15);
+        let r = publisher.sweep(now, 5, || false).await.unwrap();
+        assert_eq!((r.published, r.cleared), (15, 15), "{r:?}");
+        assert!(ledger.pending(100).await.unwrap().is_empty());
     }
 
     #[test]

@@ -215,6 +215,11 @@ impl MemoryLedger {
         self.requests[0].load(Ordering::Relaxed)
     }
 
+    /// The id of every record (the fault checker's census).
+    pub fn reminder_ids(&self) -> Vec<ReminderId> {
+        lock(&self.records).iter().map(|r| r.0.reminder_id.clone()).collect()
+    }
+
     /// Read requests received so far.
     pub fn reads(&self) -> u64 {
         self.requests[1].load(Ordering::Relaxed)

@@ -17,6 +17,7 @@
 //! | I6 | throttling sends no healthy reminder to the DLQ (a reminder the provider only ever throttled, with a long window, never ends `attempt_limit`) |
 //! | I7 | the DLQ never holds a delivered reminder, and every DLQ message carries a known reason |
 //! | I8 | nothing is delivered for a version of a renewal the table no longer holds, nor before the current `deliver_after`: no provider call for a copy whose version (reminder, `deliver_after`, `deliver_by`) is not the one its sender read from the renewals table, nor before that version's `deliver_after` (beyond the skew bound); and every renewal's current version ends (I3 over the versions the table holds at the end) |
+//! | I11 | every reminder the ledger ended has a published outcome event of that ending; events sharing an id agree; at most one delivery event per reminder, and none unless it is delivered; the outbox is empty after the last sweep |
 //!
 //! Fault classes (each counted in `faults_injected`): a crash at every step boundary (after the
 //! claim — its answer lost; during the call — a timeout; after the call before the settle;
@@ -50,6 +51,7 @@ use punctual_core::decision::{RenewalView, SenderPolicy};
 use punctual_core::ids::{ReminderKind, RenewalId, TenantId};
 use punctual_core::lanes::{LaneDepths, QueueLane};
 use punctual_core::limiter::{LimiterSettings, SharedLimiter};
+use punctual_core::outcome::{Outcome, OutcomeEvent, Publisher};
 use punctual_core::pause::PauseGate;
 use punctual_core::ports::{
     Control, DeadLetter, DeadLetters, DeadLettersError, Ledger, Pause, Pending, Provider, ProviderError,
@@ -62,7 +64,7 @@ use punctual_core::redrive::{RedriveRequest, Redriver, Selection};
 use punctual_core::scheduler::{Scheduler, SchedulerSettings};
 use punctual_core::sender::{Received, Sender, SenderSettings};
 use punctual_core::testing::{
-    Fault, FaultyLedger, MemoryControl, MemoryDueStore, MemoryLedger, MemoryRenewals, MemorySlotStore,
+    Fault, FaultyLedger, MemoryControl, MemoryDueStore, MemoryLedger, MemoryRenewals, MemorySink, MemorySlotStore,
 };
 
 /// The clock-skew bound between instances: each sender's clock reads the true time ± this.
@@ -89,10 +91,10 @@ const OVERHEAD: Duration = Duration::from_millis(20);
 const HORIZON: Duration = Duration::from_secs(40 * 60);
 
 /// The invariants, by name.
-pub const INVARIANTS: [&str; 9] = ["I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I10"];
+pub const INVARIANTS: [&str; 10] = ["I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I10", "I11"];
 
 /// The fault classes, by name (every one appears in `faults_injected`).
-pub const FAULT_CLASSES: [&str; 26] = [
+pub const FAULT_CLASSES: [&str; 28] = [
     "crash_after_claim",
     "crash_during_call",
     "crash_after_call_before_settle",
@@ -119,6 +121,8 @@ pub const FAULT_CLASSES: [&str; 26] = [
     "renewal_moved",
     "renewal_moved_under_tick",
     "catch_up_over_the_lookahead",
+    "outcome_publish_refused",
+    "outcome_publish_answer_lost",
 ];
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1043,7 +1047,9 @@ fn run_here(
         population.iter().filter(|_| rng.next_unit() < plan.outage).map(|p| p.reminder_id.to_string()).collect(),
     );
 
-    let ledger = MemoryLedger::new();
+    // The ledger keeps its outbox, as the DynamoDB ledger does (I11).
+    let ledger = MemoryLedger::with_outbox();
+    let sink = MemorySink::default();
     let sqs = Sqs { state: Arc::default(), clock: truth.clone() };
     let provider = ChaosProvider {
         state: Arc::default(),
@@ -1343,6 +1349,28 @@ fn run_here(
                 }
             }));
         }
+        // The outbox's publisher, as the scheduler runs it after each minute's tick: the bus
+        // refuses some sweeps, and loses the answer to others after taking their events (a
+        // crash between the publish and the clear).
+        {
+            let publisher = Publisher::new(ledger.clone(), sink.clone());
+            let (truth, faults, sink, stop) = (truth.clone(), faults.clone(), sink.clone(), Rc::clone(&stop));
+            let mut prng = SplitMix64::new(seed ^ 0x0b0c);
+            tasks.push(tokio::task::spawn_local(async move {
+                while !stop.get() {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                    let draw = prng.next_unit();
+                    if draw < 0.15 {
+                        sink.refuse_next(1);
+                        faults.add("outcome_publish_refused");
+                    } else if draw < 0.3 {
+                        sink.lose_next_answers(1);
+                        faults.add("outcome_publish_answer_lost");
+                    }
+                    let _ = publisher.sweep(truth.truth(), 50, || false).await;
+                }
+            }));
+        }
         // Until everything settled (or the horizon).
         let settled = {
             let (sqs, truth, due, population) = (sqs.clone(), truth.clone(), due.clone(), population.clone());
@@ -1381,6 +1409,11 @@ fn run_here(
     let population: Vec<Pending> =
         population.iter().map(|p| due.current(&p.tenant_id, &p.renewal_id).unwrap_or_else(|| p.clone())).collect();
     let mut out = verify(seed, &population, &due, &ledger, &sqs, &provider, &errs.borrow(), &outage, spread);
+    // I11: after a last sweep with the bus answering, every ended reminder has its event.
+    sink.refuse_next(0);
+    sink.lose_next_answers(0);
+    let swept = block_on(Publisher::new(ledger.clone(), sink.clone()).sweep(truth.truth(), 1_000, || false));
+    out.violations.extend(outcome_violations(seed, &ledger, &sink, swept.is_ok()));
     // I10: a channel's pause holds that channel only. The fleet's hold writes nothing to the
     // ledger (it requeues before the claim), so an email reminder whose history shows
     // `operator_pause` was held by SMS's pause.
@@ -1411,6 +1444,84 @@ fn run_here(
         }
     }
     out.faults = lock(&faults.0).clone();
+    out
+}
+
+/// I11: every reminder the ledger ended has a published event of that ending (its outcome and
+/// reason), and no two events for one reminder disagree: events sharing an id say the same
+/// (outcome, attempts, reason, redrive), a reminder has at most one delivery event and none
+/// unless the ledger records it delivered, and the outbox is empty after the last sweep.
+fn outcome_violations(seed: u64, ledger: &MemoryLedger, sink: &MemorySink, swept: bool) -> Vec<Violation> {
+    let replay = format!("punctual check --seeds 1 --first-seed {seed}");
+    let mut out = Vec::new();
+    let mut flag = |reminder: &str, detail: String| {
+        out.push(Violation {
+            seed,
+            invariant: "I11",
+            reminder_id: reminder.to_owned(),
+            detail,
+            replay: replay.clone(),
+        });
+    };
+    if !swept {
+        flag("", "the last sweep of the outbox failed".into());
+    }
+    let left = block_on(punctual_core::ports::Outbox::pending(ledger, 1_000)).unwrap_or_default();
+    for e in &left {
+        flag(&e.reminder_id, format!("{} events still unpublished after the last sweep", e.events.len()));
+    }
+    let mut by_reminder: HashMap<&str, Vec<&OutcomeEvent>> = HashMap::new();
+    let events = sink.events();
+    for e in &events {
+        by_reminder.entry(e.reminder_id.as_str()).or_default().push(e);
+    }
+    let mut ids: HashMap<&str, &OutcomeEvent> = HashMap::new();
+    for e in &events {
+        let first = *ids.entry(e.event_id.as_str()).or_insert(e);
+        let key =
+            |x: &OutcomeEvent| (x.outcome, x.attempts, x.reason.clone(), x.redrive_id.clone(), x.reminder_id.clone());
+        if key(first) != key(e) {
+            flag(&e.reminder_id, format!("two events {} disagree: {first:?} and {e:?}", e.event_id));
+        }
+    }
+    // Every reminder the ledger knows (a moved renewal's earlier reminders too) and every one
+    // an event names.
+    let mut reminders: Vec<String> = ledger.reminder_ids().iter().map(ToString::to_string).collect();
+    reminders.extend(by_reminder.keys().map(|k| (*k).to_owned()));
+    reminders.sort();
+    reminders.dedup();
+    for rid in reminders {
+        let Ok(id) = punctual_core::ReminderId::parse(&rid) else { continue };
+        let record = block_on(ledger.get(&id)).ok().flatten();
+        let mine = by_reminder.get(rid.as_str()).cloned().unwrap_or_default();
+        let deliveries: HashSet<&str> =
+            mine.iter().filter(|e| e.outcome == Outcome::Delivered).map(|e| e.event_id.as_str()).collect();
+        if deliveries.len() > 1 {
+            flag(&rid, format!("{} delivery events", deliveries.len()));
+        }
+        let Some(r) = record else {
+            if !mine.is_empty() {
+                flag(&rid, format!("{} events for a reminder the ledger does not know", mine.len()));
+            }
+            continue;
+        };
+        if !deliveries.is_empty() && r.state != ReminderState::Delivered {
+            flag(&rid, format!("a delivery event, but the ledger records {}", r.state.as_str()));
+        }
+        if let Some(ending) = Outcome::of_state(r.state) {
+            let reason = r.last_reason.map(|x| x.as_str().to_owned());
+            if !mine.iter().any(|e| e.outcome == ending && e.reason == reason) {
+                flag(
+                    &rid,
+                    format!(
+                        "ended {} ({reason:?}) with no such event among {} published",
+                        r.state.as_str(),
+                        mine.len()
+                    ),
+                );
+            }
+        }
+    }
     out
 }
 
