@@ -104,6 +104,7 @@ impl Stack {
                 recipients_table: String::new(),
                 provider_kind: String::new(),
                 channels: Vec::new(),
+                ..punctual_ops::Resources::default()
             },
             dynamodb_endpoint: None,
             quota: 100.0,

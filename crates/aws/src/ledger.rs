@@ -353,11 +353,11 @@ impl Outbox for DynamoLedger {
     /// index is eventually consistent: a record just cleared may be read again and its events
     /// published twice; one just written is found by the next sweep).
     async fn pending(&self, limit: usize) -> Result<Vec<OutboxEntry>, OutboxError> {
-        let per_shard = (limit / OUTBOX_SHARDS as usize).max(1) as i32;
+        let per_shard = limit.div_ceil(OUTBOX_SHARDS as usize).max(1) as i32;
         let mut out = Vec::new();
-        for shard in 0..OUTBOX_SHARDS {
-            let page = self
-                .client
+        // The 16 shards side by side.
+        let pages = futures_util::future::join_all((0..OUTBOX_SHARDS).map(|shard| {
+            self.client
                 .query()
                 .table_name(&self.table)
                 .index_name(OUTBOX_INDEX)
@@ -365,8 +365,10 @@ impl Outbox for DynamoLedger {
                 .expression_attribute_values(":s", s(format!("outbox#{shard:02}")))
                 .limit(per_shard)
                 .send()
-                .await
-                .map_err(|e| OutboxError::Unknown(Box::new(e)))?;
+        }))
+        .await;
+        for page in pages {
+            let page = page.map_err(|e| OutboxError::Unknown(Box::new(e)))?;
             for item in page.items.unwrap_or_default() {
                 let (Some(pk), Some(added_ms)) = (get_s(&item, "pk"), get_i64(&item, "outbox_at_ms")) else { continue };
                 let stored: Vec<&AttributeValue> =

@@ -186,6 +186,9 @@ impl OutcomeEvent {
 /// Records one round of a sweep reads.
 pub const SWEEP_PAGE: usize = 100;
 
+/// Clears a sweep has in flight at once.
+pub const CLEARS_IN_FLIGHT: usize = 16;
+
 /// What one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SweepReport {
@@ -296,20 +299,20 @@ impl<O: crate::ports::Outbox, S: crate::ports::OutcomeSink> Publisher<O, S> {
                 }
             }
             let ok: Vec<bool> = wanted.iter().zip(&accepted_of).map(|(w, a)| w == a).collect();
-            let mut cleared = 0;
-            for (e, published) in entries.iter().zip(&ok) {
-                if !*published || e.unreadable > 0 {
-                    continue;
-                }
-                if self.outbox.clear(e).await? {
-                    cleared += 1;
-                } else {
-                    report.changed += 1;
-                }
-            }
+            // The clears, 16 in flight.
+            use futures_util::stream::{self, StreamExt, TryStreamExt};
+            let clears: Vec<bool> = stream::iter(
+                entries.iter().zip(&ok).filter(|(e, published)| **published && e.unreadable == 0).map(|(e, _)| e),
+            )
+            .map(|e| self.outbox.clear(e))
+            .buffer_unordered(CLEARS_IN_FLIGHT)
+            .try_collect()
+            .await?;
+            let cleared = clears.iter().filter(|c| **c).count() as u64;
+            report.changed += clears.len() as u64 - cleared;
             report.cleared += cleared;
             report.left = entries.len() as u64 - cleared;
-            if sink_failed || cleared == 0 || entries.len() < SWEEP_PAGE || stop() {
+            if sink_failed || cleared == 0 || stop() {
                 return Ok(report);
             }
         }

@@ -511,15 +511,20 @@ pub async fn provision(
         move |e: Box<dyn std::error::Error + Send + Sync>| EnvError::Provision { what, source: e }
     };
     let sqs = aws_sdk_sqs::Client::new(config);
-    let dlq_url = sqs
-        .create_queue()
-        .queue_name(format!("{prefix}-dlq"))
-        .attributes(QueueAttributeName::MessageRetentionPeriod, "1209600")
-        .send()
-        .await
-        .map_err(|e| p("the DLQ")(Box::new(e)))?
-        .queue_url
-        .unwrap_or_default();
+    // A queue without a redrive policy, kept 14 days (the DLQs, the outcomes queue).
+    let plain = |name: String, what: &'static str| {
+        let sqs = sqs.clone();
+        async move {
+            sqs.create_queue()
+                .queue_name(name)
+                .attributes(QueueAttributeName::MessageRetentionPeriod, "1209600")
+                .send()
+                .await
+                .map_err(|e| EnvError::Provision { what: what.to_owned(), source: Box::new(e) })
+                .map(|o| o.queue_url.unwrap_or_default())
+        }
+    };
+    let dlq_url = plain(format!("{prefix}-dlq"), "the DLQ").await?;
     let dlq_arn = queue_arn(&sqs, &dlq_url).await?;
     let send_queue_url = lane_queue(&sqs, format!("{prefix}-send"), &dlq_arn, "the send queue").await?;
     let urgent_queue_url = lane_queue(&sqs, format!("{prefix}-urgent"), &dlq_arn, "the urgent lane's queue").await?;
@@ -533,7 +538,17 @@ pub async fn provision(
     punctual_aws::renewals::create_table(ddb, &renewals_table)
         .await
         .map_err(|e| p("the renewals table")(Box::new(e)))?;
+    // The producers' side: the commands queue (five receives, then its own DLQ, as the
+    // template's) and the stand-in for the outcome bus.
+    let commands_dlq_url = plain(format!("{prefix}-commands-dlq"), "the commands DLQ").await?;
+    let commands_dlq_arn = queue_arn(&sqs, &commands_dlq_url).await?;
+    let commands_queue_url =
+        lane_queue(&sqs, format!("{prefix}-commands"), &commands_dlq_arn, "the commands queue").await?;
+    let outcomes_queue_url = plain(format!("{prefix}-outcomes"), "the outcomes queue").await?;
     Ok(Resources {
+        commands_queue_url,
+        commands_dlq_url,
+        outcomes_queue_url,
         endpoint: String::new(),
         send_queue_url,
         urgent_queue_url,

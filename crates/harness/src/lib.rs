@@ -10,6 +10,7 @@
 
 pub mod bench;
 pub mod canary;
+pub mod commands;
 pub mod count;
 pub mod counted;
 pub mod cpu;

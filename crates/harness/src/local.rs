@@ -227,6 +227,19 @@ pub fn message_for(
     punctual_core::scheduler::message_for(&pending, after)
 }
 
+/// A renewal command (docs/integration.md) for `tenant-0`/`cmd-1`, due in 2 minutes (UTC,
+/// window 60 minutes), version 1, for `aws sqs send-message` to the commands queue.
+pub fn demo_command() -> String {
+    let at = Utc::now() + TimeDelta::minutes(2);
+    serde_json::json!({
+        "v": 1, "version": 1, "tenant_id": "tenant-0", "renewal_id": "cmd-1", "recipient_ref": "demo-recipient-0",
+        "channel": "email", "zone": "UTC", "local_due_date": at.format("%Y-%m-%d").to_string(),
+        "local_send_time": at.format("%H:%M").to_string(), "window_minutes": 60,
+        "data": {"plan": "pro"},
+    })
+    .to_string()
+}
+
 /// Human description of a running local pipeline.
 pub fn describe(s: &LocalState) -> String {
     let r = &s.resources;
@@ -240,6 +253,12 @@ pub fn describe(s: &LocalState) -> String {
         r.renewals_table,
         r.provider_url
     );
+    if !r.commands_queue_url.is_empty() {
+        out.push_str(&format!(
+            "commands_queue_url {}\ncommands_dlq_url  {}\noutcomes_queue_url {}\n",
+            r.commands_queue_url, r.commands_dlq_url, r.outcomes_queue_url
+        ));
+    }
     for c in &r.channels {
         let provider = if c.kind == "ses" { "Amazon SES on the emulator".to_owned() } else { c.provider_url.clone() };
         let queue = match (c.queue_url.is_empty(), c.urgent_queue_url.is_empty()) {
@@ -251,13 +270,22 @@ pub fn describe(s: &LocalState) -> String {
         out.push_str(&format!("channel {:<9} {provider} (quota {}/s), on {queue}\n", c.name, c.quota));
     }
     out.push_str(&format!(
-        "\nTry it (dummy credentials are fine for the emulator):\n  export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  aws --endpoint-url {} sqs send-message --queue-url {} --message-body '{}'\n  aws --endpoint-url {} sqs send-message --queue-url {} --message-body '{{\"v\":1}}'\n  punctual local drain\n  punctual local down\n",
+        "\nTry it (dummy credentials are fine for the emulator):\n  export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  aws --endpoint-url {} sqs send-message --queue-url {} --message-body '{}'\n  aws --endpoint-url {} sqs send-message --queue-url {} --message-body '{{\"v\":1}}'\n",
         r.endpoint,
         r.send_queue_url,
         demo_message(0).unwrap_or_default(),
         r.endpoint,
         r.send_queue_url
     ));
+    if !r.commands_queue_url.is_empty() {
+        out.push_str(&format!(
+            "  aws --endpoint-url {} sqs send-message --queue-url {} --message-body '{}'\n",
+            r.endpoint,
+            r.commands_queue_url,
+            demo_command()
+        ));
+    }
+    out.push_str("  punctual local drain\n  punctual local down\n");
     out
 }
 
@@ -291,6 +319,10 @@ pub struct DrainReport {
     /// provider count is not read: SES's is a 24-hour one).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub channels: std::collections::BTreeMap<String, crate::run::RunChannel>,
+    /// What the ingest did with the commands queue, before the pipeline ran.
+    pub commands: crate::commands::CommandsReport,
+    /// The outcome events published onto the outcomes queue after the pipeline drained.
+    pub outcomes: punctual_core::outcome::SweepReport,
 }
 
 impl DrainReport {
@@ -313,7 +345,17 @@ impl DrainReport {
         ) + &format!(
             "records        {} reminders written by this drain (the requests below are per one of them)\n",
             self.handled
-        ) + &self.requests.render(15)
+        ) + &self.commands.render()
+            + &format!(
+                "outcomes       {} events published to the outcomes queue{}\n",
+                self.outcomes.published,
+                if self.outcomes.left > 0 {
+                    format!(", {} records could not be cleared (published again next drain)", self.outcomes.left)
+                } else {
+                    String::new()
+                }
+            )
+            + &self.requests.render(15)
             + &self.cpu.render(15)
             + &self
                 .channels
@@ -362,6 +404,26 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
         },
     )?;
     let scheduler = &pipeline.scheduler;
+    // The producers' commands first, through the ingest handler, until the queue is empty.
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let commands = if r.commands_queue_url.is_empty() {
+        crate::commands::CommandsReport::default()
+    } else {
+        let ingest = crate::commands::ingest_for(r, &ddb, &sqs);
+        let plain = punctual_aws::sqs::SqsQueues::new(sqs.clone(), "", "");
+        let mut line = punctual_core::progress::Progress::timed(Duration::from_secs(10));
+        let line = Mutex::new(&mut line);
+        let report = crate::commands::drain_commands(&ingest, &plain, &r.commands_queue_url, 4, |n| {
+            if progress && let Ok(mut l) = line.lock() {
+                l.update(0, || format!("ingesting  {n:>6} commands   "));
+            }
+        })
+        .await;
+        if let Ok(l) = line.into_inner() {
+            l.finish();
+        }
+        report
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let stats = Arc::new(EsmStats::default());
     let metrics = Arc::new(Mutex::new(Metrics::new()));
@@ -454,14 +516,22 @@ pub async fn drain(progress: bool) -> Result<DrainReport, LocalError> {
         crate::count::check_window(
             r,
             state.dynamodb_endpoint.clone(),
-            ddb,
+            ddb.clone(),
             &queues,
             as_of - TimeDelta::hours(24),
             as_of + TimeDelta::milliseconds(1),
         )
         .await?,
     );
+    // Every outcome event, before the drain returns.
+    let outcomes = if r.outcomes_queue_url.is_empty() {
+        punctual_core::outcome::SweepReport::default()
+    } else {
+        crate::commands::publish_outcomes(r, &ddb, &sqs).await.map_err(step("publishing the outcome events"))?
+    };
     Ok(DrainReport {
+        commands,
+        outcomes,
         reminders,
         counts,
         records: stats.records.load(Ordering::Relaxed),

@@ -62,6 +62,16 @@ pub struct Resources {
     /// The declared channels (empty: none, one provider for every renewal).
     #[serde(default)]
     pub channels: Vec<ChannelResources>,
+    /// Where producers send renewal commands (empty: not known; `COMMANDS_QUEUE_URL`).
+    #[serde(default)]
+    pub commands_queue_url: String,
+    /// Where the ingest function sends the commands it cannot apply (`COMMANDS_DLQ_URL`).
+    #[serde(default)]
+    pub commands_dlq_url: String,
+    /// `punctual local` only: the stand-in for the outcome bus, each message the whole
+    /// EventBridge event as a rule's SQS target delivers it.
+    #[serde(default)]
+    pub outcomes_queue_url: String,
 }
 
 impl Resources {
@@ -257,6 +267,9 @@ impl Target {
                     provider_url: env("PROVIDER_URL").unwrap_or_default(),
                     recipients_table: env("RECIPIENTS_TABLE").unwrap_or_default(),
                     provider_kind: env("PROVIDER_KIND").unwrap_or_default(),
+                    commands_queue_url: env("COMMANDS_QUEUE_URL").unwrap_or_default(),
+                    commands_dlq_url: env("COMMANDS_DLQ_URL").unwrap_or_default(),
+                    outcomes_queue_url: String::new(),
                     // Names, own queues and quotas (what `import`, `pause --channel`,
                     // `status`, `reconcile` and `forecast` need); the senders read each
                     // channel's provider.

@@ -344,3 +344,99 @@ fn run_over_ses_sends_each_reminder_exactly_once_at_ses() {
     assert_each_once_on_time(&r);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The producers' path on the local pipeline: commands (bare, as an EventBridge event, a bad
+/// one, a cancel that overtakes its put) on the commands queue; `local drain` ingests them,
+/// delivers what is due, and publishes every outcome before it returns.
+#[tokio::test]
+#[allow(clippy::await_holding_lock)] // held on purpose across the whole test: see ONE_PIPELINE
+async fn commands_in_through_local_drain_and_an_outcome_event_out_for_each_ending() {
+    let _one = one_pipeline();
+    let state = std::env::temp_dir().join(unique("punctual-local-commands"));
+    let up = punctual(&state, &["local", "up", "--json"]);
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let res: serde_json::Value = serde_json::from_slice(&up.stdout).unwrap();
+    let url = |k: &str| res[k].as_str().unwrap_or_else(|| panic!("local up --json has no {k}: {res}")).to_owned();
+    let (commands, commands_dlq, outcomes) =
+        (url("commands_queue_url"), url("commands_dlq_url"), url("outcomes_queue_url"));
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config().await);
+    // Due a minute ago (UTC, to the minute), window 60 minutes: released at the first tick.
+    let at = Utc::now() - TimeDelta::minutes(1);
+    let command = |renewal: &str, version: u64, status: &str| {
+        serde_json::json!({
+            "v": 1, "version": version, "tenant_id": "acme", "renewal_id": renewal, "recipient_ref": "cust-1",
+            "channel": "email", "zone": "UTC", "local_due_date": at.format("%Y-%m-%d").to_string(),
+            "local_send_time": at.format("%H:%M").to_string(), "window_minutes": 60, "status": status,
+            "data": {"plan": "pro"},
+        })
+    };
+    let envelope = serde_json::json!({
+        "version": "0", "id": "e-1", "detail-type": "punctual.renewal", "source": "com.example.billing",
+        "account": "000000000000", "time": "2026-12-07T00:00:00Z", "region": "us-east-1", "resources": [],
+        "detail": command("ren-bus", 1, "active"),
+    });
+    for body in [
+        command("ren-direct", 1, "active").to_string(),
+        envelope.to_string(),
+        command("ren-cancelled", 2, "cancelled").to_string(),
+        "renewal please".to_owned(),
+    ] {
+        sqs.send_message().queue_url(&commands).message_body(body).send().await.unwrap();
+    }
+    // The older put arrives after the cancel that supersedes it.
+    let drain = punctual(&state, &["local", "drain", "--json"]);
+    assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
+    sqs.send_message()
+        .queue_url(&commands)
+        .message_body(command("ren-cancelled", 1, "active").to_string())
+        .send()
+        .await
+        .unwrap();
+    let drain = punctual(&state, &["local", "drain", "--json"]);
+    assert!(drain.status.success(), "{}", String::from_utf8_lossy(&drain.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&drain.stdout).unwrap();
+    assert_eq!(
+        (report["commands"]["received"].as_u64(), report["commands"]["stale"].as_u64()),
+        (Some(1), Some(1)),
+        "{report}"
+    );
+    assert_eq!(report["delivered"], 2, "the two due commands' reminders: {report}");
+    assert_eq!(report["lost"], 0, "{report}");
+    // The bad command is on the commands DLQ with its reason.
+    let letters = sqs
+        .receive_message()
+        .queue_url(&commands_dlq)
+        .message_attribute_names("All")
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(letters.messages().len(), 1, "{letters:?}");
+    let reason =
+        letters.messages()[0].message_attributes().and_then(|a| a.get("reason")).and_then(|v| v.string_value());
+    assert!(reason.is_some_and(|r| r.contains("not JSON")), "{reason:?}");
+    // One delivered event per delivered reminder, each the whole EventBridge event.
+    let mut delivered = std::collections::BTreeSet::new();
+    loop {
+        let got = sqs.receive_message().queue_url(&outcomes).max_number_of_messages(10).send().await.unwrap();
+        if got.messages().is_empty() {
+            break;
+        }
+        for m in got.messages() {
+            let e: serde_json::Value = serde_json::from_str(m.body().unwrap_or_default()).unwrap();
+            assert_eq!((e["source"].as_str(), e["detail-type"].as_str()), (Some("punctual"), Some("punctual.outcome")));
+            if e["detail"]["outcome"] == "delivered" {
+                delivered.insert(e["detail"]["renewal_id"].as_str().unwrap_or_default().to_owned());
+            }
+            sqs.delete_message()
+                .queue_url(&outcomes)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    assert_eq!(delivered.into_iter().collect::<Vec<_>>(), ["ren-bus", "ren-direct"]);
+    let down = punctual(&state, &["local", "down"]);
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+}
