@@ -410,6 +410,64 @@ impl Outbox for DynamoLedger {
     }
 }
 
+impl DynamoLedger {
+    /// How many records hold unpublished outcome events, and when the oldest of their last
+    /// additions was (`punctual status`): per shard of [`OUTBOX_INDEX`] one `Select=COUNT`
+    /// query (paged) and one query of one item, side by side. Returns the count, the oldest
+    /// instant and the requests made.
+    pub async fn outbox_summary(&self) -> Result<(u64, Option<DateTime<Utc>>, u32), OutboxError> {
+        let err = |e: Box<dyn std::error::Error + Send + Sync>| OutboxError::Unknown(e);
+        let shard = |i: u32| async move {
+            let key = s(format!("outbox#{i:02}"));
+            let (mut count, mut requests, mut start) = (0u64, 0u32, None);
+            loop {
+                let page = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(OUTBOX_INDEX)
+                    .key_condition_expression("outbox_shard = :s")
+                    .expression_attribute_values(":s", key.clone())
+                    .select(aws_sdk_dynamodb::types::Select::Count)
+                    .set_exclusive_start_key(start.take())
+                    .send()
+                    .await
+                    .map_err(|e| err(Box::new(e)))?;
+                requests += 1;
+                count += u64::try_from(page.count).unwrap_or(0);
+                match page.last_evaluated_key.filter(|k| !k.is_empty()) {
+                    Some(k) => start = Some(k),
+                    None => break,
+                }
+            }
+            let first = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(OUTBOX_INDEX)
+                .key_condition_expression("outbox_shard = :s")
+                .expression_attribute_values(":s", key)
+                .limit(1)
+                .send()
+                .await
+                .map_err(|e| err(Box::new(e)))?;
+            let oldest = first.items().first().and_then(|i| get_i64(i, "outbox_at_ms"));
+            Ok::<_, OutboxError>((count, oldest, requests + 1))
+        };
+        let mut total = (0u64, None::<i64>, 0u32);
+        for r in futures_util::future::join_all((0..OUTBOX_SHARDS).map(shard)).await {
+            let (count, oldest, requests) = r?;
+            total.0 += count;
+            total.1 = match (total.1, oldest) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            total.2 += requests;
+        }
+        Ok((total.0, total.1.and_then(DateTime::<Utc>::from_timestamp_millis), total.2))
+    }
+}
+
 /// The ledger's sparse GSI of dead-lettered reminders: partition key `dead_reason` (present
 /// only while a reminder is dead-lettered), sort key `deliver_by_ms`, keys only.
 pub const DEAD_INDEX: &str = "dead";

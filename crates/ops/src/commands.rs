@@ -120,8 +120,32 @@ pub struct Status {
     pub slo_today_by_channel: BTreeMap<String, punctual_core::slo::SloSummary>,
     /// Why `slo_today` is absent.
     pub slo_unavailable: Option<String>,
+    /// The commands queue and its DLQ (absent when the target names no commands queue:
+    /// `COMMANDS_QUEUE_URL`).
+    pub commands: Option<CommandsStatus>,
+    /// Records holding outcome events not yet published, and the age of the oldest (the
+    /// ledger's sparse `outbox` index; absent on a ledger table from before it).
+    pub outbox: Option<OutboxStatus>,
     /// AWS requests this status made (none of them a Scan).
     pub requests: u32,
+}
+
+/// The producers' queue as `status` reads it.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CommandsStatus {
+    /// Commands waiting for the ingest function.
+    pub queue: QueueDepth,
+    /// Commands it could not apply, waiting for an operator (`commands_dlq` of the target).
+    pub dlq: u64,
+}
+
+/// The outbox as `status` reads it.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct OutboxStatus {
+    /// Ledger records holding unpublished events.
+    pub pending: u64,
+    /// Seconds since the oldest of them was added to (`None`: none pending).
+    pub oldest_seconds: Option<f64>,
 }
 
 /// One queue's messages: visible, in flight, delayed (JSON keys are a contract).
@@ -165,7 +189,7 @@ impl Status {
              dlq               {} ({})\n\
              unreleased        {}\n\
              projected drain   {:.1} s for both lanes' backlog at the quota\n\
-             slo today         {}\n\
+             slo today         {}\n{}\
              cost              {} requests, no scan\n",
             self.paused
                 .as_ref()
@@ -206,12 +230,41 @@ impl Status {
             ),
             self.projected_drain_seconds,
             self.slo_line(),
+            self.producer_lines(),
             self.requests,
         )
     }
 }
 
 impl Status {
+    fn producer_lines(&self) -> String {
+        let mut out = String::new();
+        if let Some(c) = &self.commands {
+            out += &format!(
+                "commands          {} visible, {} in flight; commands dlq {}{}\n",
+                c.queue.visible,
+                c.queue.in_flight,
+                c.dlq,
+                if c.dlq > 0 { " (read their reason: docs/operations.md#commandsdeadletteralarm)" } else { "" }
+            );
+        }
+        match &self.outbox {
+            Some(o) => {
+                out += &format!(
+                    "outcome events    {}\n",
+                    match o.oldest_seconds {
+                        None => "every outcome published".to_owned(),
+                        Some(s) => format!("{} records unpublished, the oldest for {s:.0} s", o.pending),
+                    }
+                )
+            }
+            None => {
+                out += "outcome events    unavailable (the ledger's `outbox` index could not be read; a stack from before it: update the stack)\n"
+            }
+        }
+        out
+    }
+
     fn slo_line(&self) -> String {
         match (&self.slo_today, &self.slo_unavailable) {
             (Some(s), _) => {
@@ -298,6 +351,32 @@ pub async fn status_with(
         requests += 1;
         channels_paused.insert(c.name.clone(), p);
     }
+    // The producers' side: the commands queue and its DLQ, and the outbox.
+    let r = &target.resources;
+    let commands = if r.commands_queue_url.is_empty() {
+        None
+    } else {
+        let queue = queues.depth_of(&r.commands_queue_url).await.map_err(step("reading the commands queue"))?;
+        requests += 1;
+        let dlq = if r.commands_dlq_url.is_empty() {
+            0
+        } else {
+            requests += 1;
+            queues.depth_of(&r.commands_dlq_url).await.map_err(step("reading the commands DLQ"))?.total()
+        };
+        Some(CommandsStatus { queue: queue.into(), dlq })
+    };
+    let outbox = match ledger.outbox_summary().await {
+        Ok((pending, oldest, n)) => {
+            requests += n;
+            Some(OutboxStatus {
+                pending,
+                oldest_seconds: oldest.map(|t| (now - t).num_milliseconds().max(0) as f64 / 1000.0),
+            })
+        }
+        // A ledger table from before the index.
+        Err(_) => None,
+    };
     // Today's SLO: reconcile's judgement of 00:00 UTC → now, O(today's due population).
     let mut slo_today_by_channel = BTreeMap::new();
     let (slo_today, slo_unavailable) = match crate::reconcile::slo_policy() {
@@ -342,6 +421,8 @@ pub async fn status_with(
         channel_queues,
         paused,
         channels_paused,
+        commands,
+        outbox,
         slo_today,
         slo_today_by_channel,
         slo_unavailable,

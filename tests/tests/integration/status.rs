@@ -64,10 +64,14 @@ async fn status_reads_indexes_never_scans_and_its_cost_does_not_grow_with_the_ta
     let sent = ops.sent();
     assert!(!sent.iter().any(|op| op == "Scan"), "status scanned: {sent:?}");
     assert!(sent.iter().all(|op| op == "Query" || op == "GetItem"), "{sent:?}");
-    // One COUNT query per reason code, one per due shard, one GetItem for the pause switch:
-    // the same number for 60 reminders as for 60 million.
+    // One COUNT query per reason code, one per due shard, one GetItem for the pause switch,
+    // two per outbox shard (its count, its oldest): the same number for 60 reminders as for 60
+    // million (an outbox of more than a page per shard, 1 MB of keys, adds a page).
     let queries = sent.iter().filter(|op| *op == "Query").count();
-    assert_eq!(queries, ReasonCode::ALL.len() + 1 + punctual_aws::renewals::DUE_SHARDS as usize, "{sent:?}");
+    let outbox = 2 * punctual_aws::ledger::OUTBOX_SHARDS as usize;
+    assert_eq!(queries, ReasonCode::ALL.len() + 1 + punctual_aws::renewals::DUE_SHARDS as usize + outbox, "{sent:?}");
+    let o = s.outbox.expect("the outbox index exists");
+    assert_eq!(o.pending > 0, o.oldest_seconds.is_some(), "{o:?}");
     assert_eq!(s.requests as usize, sent.len() + 3, "the reported cost is the real one (3 SQS reads)");
     assert!(s.slo_today.is_none());
 
