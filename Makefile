@@ -11,7 +11,7 @@ VENV_STAMP := $(VENV)/.installed
 DYNALITE := .tools/dynalite/node_modules/dynalite/package.json
 CARGO ?= cargo
 
-.PHONY: bench-run fidelity fidelity-fast cold-start check-seeds soak drill drill-fast help test run build deploy stack-policy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean localstack e2e
+.PHONY: bench-ingest bench-run fidelity fidelity-fast cold-start check-seeds soak drill drill-fast help test run build deploy stack-policy localstack-test bench-limiter invoke-smoke fmt-check clippy core-deps test-all lint-template tools build-tools clean localstack e2e
 
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
@@ -331,6 +331,15 @@ BENCH_RUN_ARGS ?=
 bench-run: tools
 	$(CARGO) build --locked --release -q -p punctual
 	$(VENV)/bin/python tools/bench_run.py $(BENCH_RUN_ARGS)
+
+## The ingest measured for real (docs/measurements.md#ingest; not part of `make test`): 200,000
+## renewal commands through the ingest function on its own moto + dynalite, beside dynalite's raw
+## conditional-write rate in the same run, with the ingest's requests per command. Writes
+## target/bench/ingest.json. BENCH_INGEST_ARGS="--commands 20000 --instances 4" for a short one.
+BENCH_INGEST_ARGS ?=
+bench-ingest: tools
+	$(CARGO) build --locked --release -q -p punctual
+	target/release/punctual bench-ingest $(BENCH_INGEST_ARGS)
 
 ## The shared limiter measured for real (not part of `make test`): 10 senders against the
 ## provider double at 100/s, one row per block size. Writes target/bench/limiter.json.

@@ -85,6 +85,9 @@ enum Command {
     /// Measure the shared limiter for real: sender instances drawing from one DynamoDB
     /// schedule against the provider double, one row per block size (the frontier).
     BenchLimiter(BenchLimiterArgs),
+    /// Measure the ingest for real: a campaign of renewal commands through the ingest
+    /// function on the local emulators, beside the emulator's raw conditional-write rate.
+    BenchIngest(BenchIngestArgs),
     /// Serve the provider double (used by `local up`; also handy on its own).
     #[command(hide = true)]
     ProviderDouble(ProviderDoubleArgs),
@@ -299,6 +302,16 @@ struct CanaryArgs {
     json: bool,
 }
 
+/// `punctual bench-ingest`.
+#[derive(Args)]
+struct BenchIngestArgs {
+    #[command(flatten)]
+    options: punctual_harness::bench_ingest::BenchIngestOptions,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
 /// `punctual bench-limiter`.
 #[derive(Args)]
 struct BenchLimiterArgs {
@@ -440,6 +453,7 @@ async fn main() -> ExitCode {
         Command::Redrive(a) => redrive(a).await,
         Command::Canary(a) => canary_command(a).await,
         Command::BenchLimiter(a) => bench_limiter(a).await,
+        Command::BenchIngest(a) => bench_ingest(a).await,
         Command::ProviderDouble(a) => provider_double(a).await,
     }
 }
@@ -724,6 +738,21 @@ async fn canary_command(a: CanaryArgs) -> ExitCode {
                 print!("{}", c.render());
             }
             if c.ok { ExitCode::SUCCESS } else { ExitCode::from(3) }
+        }
+        Err(e) => harness_err(&e),
+    }
+}
+
+async fn bench_ingest(a: BenchIngestArgs) -> ExitCode {
+    let opts = punctual_harness::bench_ingest::BenchIngestOptions { progress: !a.json, ..a.options };
+    if opts.commands == 0 || opts.instances == 0 {
+        eprintln!("punctual bench-ingest: --commands and --instances must be positive");
+        return ExitCode::from(2);
+    }
+    match punctual_harness::bench_ingest::bench_ingest(&opts).await {
+        Ok(report) => {
+            report_out(&report, "target/bench/ingest.json", a.json, report.render(), "report: ");
+            ExitCode::SUCCESS
         }
         Err(e) => harness_err(&e),
     }

@@ -35,8 +35,10 @@ pub struct CommandsReport {
     pub failed: u64,
     /// `ReceiveMessage` + `DeleteMessageBatch` calls the mapping made.
     pub sqs_requests: u64,
-    /// Seconds from the first receive to the last batch's delete.
+    /// Seconds from the first receive to the mapping's stop (its last empty polls included).
     pub seconds: f64,
+    /// Seconds from the first receive to the last batch's delete: the span of the work.
+    pub busy_seconds: f64,
 }
 
 impl CommandsReport {
@@ -62,9 +64,11 @@ pub async fn drain_commands(
 ) -> CommandsReport {
     let started = Instant::now();
     let totals: [AtomicU64; 7] = Default::default();
+    // Microseconds from `started` to the end of the latest batch.
+    let last_done = AtomicU64::new(0);
     let add = |i: usize, n: u64| totals[i].fetch_add(n, Ordering::Relaxed);
     let poller = |k: usize| {
-        let (add, progress, totals) = (&add, &progress, &totals);
+        let (add, progress, totals, last_done) = (&add, &progress, &totals, &last_done);
         async move {
             let mut empty = 0;
             let mut batch = 0u64;
@@ -105,6 +109,7 @@ pub async fn drain_commands(
                     }
                 }
                 count(&handled.metrics, add, msgs.len() as u64);
+                last_done.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
                 progress(totals[0].load(Ordering::Relaxed));
             }
         }
@@ -119,6 +124,7 @@ pub async fn drain_commands(
         failed: get(4),
         sqs_requests: get(5),
         seconds: started.elapsed().as_secs_f64(),
+        busy_seconds: last_done.load(Ordering::Relaxed) as f64 / 1e6,
     }
 }
 

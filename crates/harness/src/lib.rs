@@ -9,6 +9,7 @@
 //! No in-memory fake is used here: every adapter is the real one, against the emulator.
 
 pub mod bench;
+pub mod bench_ingest;
 pub mod canary;
 pub mod commands;
 pub mod count;

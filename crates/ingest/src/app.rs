@@ -8,9 +8,12 @@
 //! 2. the addresses of the commands that carry one are written to the recipients table (before
 //!    any renewal that needs one, as the import does);
 //! 3. the renewals are written by the import's own conditional write
-//!    ([`DynamoRenewals::import`]: one `BatchGetItem` for the batch, one conditional write per
-//!    changed renewal), which applies the producer's version order: an equal or older version
-//!    is `stale` and writes nothing;
+//!    ([`DynamoRenewals::write_import`]), without the import's read first
+//!    ([`ImportRead::unread`]): each is tried as a new renewal, and a refusal hands back the
+//!    stored item, against which the import's planner decides again. A campaign of new
+//!    renewals costs one write each and no read; a change of a stored one, a refused write
+//!    and the real one. The planner applies the producer's version order: an equal or older
+//!    version is `stale` and writes nothing;
 //! 4. every rejection (malformed, invalid, or refused by the import rules) is sent to the
 //!    commands DLQ, its `data` redacted, with `reason` and `error_class` attributes.
 //!
@@ -22,7 +25,7 @@ use aws_sdk_dynamodb::Client as DynamoClient;
 use aws_sdk_sqs::Client as SqsClient;
 use chrono::{DateTime, Utc};
 use punctual_aws::recipients::{DynamoRecipients, Entry};
-use punctual_aws::renewals::{DynamoRenewals, RowOutcome};
+use punctual_aws::renewals::{DynamoRenewals, ImportRead, RowOutcome};
 use punctual_aws::sqs::{EntryResult, Letter, send_letters};
 use punctual_core::command::{CommandError, RenewalCommand, redacted_body};
 
@@ -162,7 +165,7 @@ impl Ingest {
         // 3. the renewals, through the import's conditional write.
         let rows: Vec<_> = valid.iter().map(|(_, _, row)| row.renewal.clone()).collect();
         if !rows.is_empty() {
-            match self.renewals.import(&rows, now).await {
+            match self.renewals.write_import(&rows, ImportRead::unread(), now).await {
                 Ok(outcomes) => {
                     for ((i, command, row), outcome) in valid.iter().zip(outcomes) {
                         let renewal = (row.renewal.tenant_id.to_string(), row.renewal.renewal_id.to_string());
