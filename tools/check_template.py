@@ -182,8 +182,11 @@ LANES = {"SendQueue": "normal lane", "UrgentQueue": "urgent lane"}
 # A channel's own queue (docs/configuration.md#channels), with the condition that declares the
 # channel: the sms channel's (SmsProviderUrl).
 CHANNEL_QUEUES = {"SmsQueue": ("sms", "HasSms"), "SmsUrgentQueue": ("sms", "HasSms")}
-check("the queues are the two lanes, the channels' own and the DLQ",
-      set(queues) == set(LANES) | set(CHANNEL_QUEUES) | {"DeadLetterQueue"}, str(sorted(queues)))
+# The producers' commands queue and its own DLQ (docs/integration.md): drained by the ingest.
+COMMANDS_QUEUES = {"CommandsQueue": "CommandsDeadLetterQueue"}
+check("the queues are the two lanes, the channels' own, the DLQ, and the commands queue with its DLQ",
+      set(queues) == set(LANES) | set(CHANNEL_QUEUES) | {"DeadLetterQueue"} | set(COMMANDS_QUEUES) | set(COMMANDS_QUEUES.values()),
+      str(sorted(queues)))
 
 # --- the sender's event source mappings: one per lane -----------------------------------
 # As deployed with the default parameters (SenderPollerMode max_concurrency); the provisioned
@@ -243,21 +246,27 @@ for lane in LANES:
     )
     check(f"DLQ retention > {lane} retention", dlq_retention > int(q.get("MessageRetentionPeriod", 345600)))
     check(f"{lane} is encrypted at rest", q.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in q)
-# Every queue but the DLQ is a source of it: no message can be lost to a crash loop.
+# Every queue but a DLQ is a source of its DLQ (the commands queue of its own): no message can
+# be lost to a crash loop.
 for name, queue in queues.items():
-    if name == "DeadLetterQueue":
+    if name == "DeadLetterQueue" or name in COMMANDS_QUEUES.values():
         continue
     q = queue.get("Properties", {})
     redrive = q.get("RedrivePolicy", {})
-    check(f"{name} redrives to the DLQ", ref_name(redrive.get("deadLetterTargetArn")) == "DeadLetterQueue")
+    target = COMMANDS_QUEUES.get(name, "DeadLetterQueue")
+    check(f"{name} redrives to {target}", ref_name(redrive.get("deadLetterTargetArn")) == target)
     check(f"{name} maxReceiveCount is a backstop (>= 3)", int(redrive.get("maxReceiveCount", 0)) >= 3)
     # byQueue refuses any source not listed; the list is built from names (a cycle otherwise).
     qname = q.get("QueueName")
     suffix = qname.get("Fn::Sub") if isinstance(qname, dict) else qname
+    sources = allowed_sources if target == "DeadLetterQueue" else [
+        a.get("Fn::Sub") if isinstance(a, dict) else a
+        for item in queues.get(target, {}).get("Properties", {}).get("RedriveAllowPolicy", {}).get("sourceQueueArns", [])
+        for a in branches(item)]
     check(
-        f"the DLQ's redrive allow policy lists {name}",
-        isinstance(suffix, str) and any(isinstance(a, str) and a.endswith(f":{suffix}") for a in allowed_sources),
-        f"QueueName {json.dumps(qname)} not in {allowed_sources}",
+        f"{target}'s redrive allow policy lists {name}",
+        isinstance(suffix, str) and any(isinstance(a, str) and a.endswith(f":{suffix}") for a in sources),
+        f"QueueName {json.dumps(qname)} not in {sources}",
     )
 send_q = queues.get("SendQueue", {}).get("Properties", {})
 urgent_q = queues.get("UrgentQueue", {}).get("Properties", {})
@@ -329,6 +338,10 @@ SQS_NEEDS = {
         "UrgentQueue": ["sqs:SendMessage", "sqs:GetQueueAttributes"],
         "SmsQueue": ["sqs:SendMessage", "sqs:GetQueueAttributes"],
         "SmsUrgentQueue": ["sqs:SendMessage", "sqs:GetQueueAttributes"],
+    },
+    "ingest": {  # polls the commands queue, sends what it cannot apply to the commands DLQ
+        "CommandsQueue": POLL,
+        "CommandsDeadLetterQueue": ["sqs:SendMessage"],
     },
     "redrive": {  # reads the DLQ, sends each letter back to its lane
         "DeadLetterQueue": ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"],
@@ -482,7 +495,7 @@ check("functions build with cargo-lambda", all(
 ))
 
 binaries = {f.get("Metadata", {}).get("BuildProperties", {}).get("Binary"): f for f in functions.values()}
-check("three functions: sender, scheduler, redrive", set(binaries) == {"sender", "scheduler", "redrive"}, str(sorted(map(str, binaries))))
+check("four functions: sender, scheduler, redrive, ingest", set(binaries) == {"sender", "scheduler", "redrive", "ingest"}, str(sorted(map(str, binaries))))
 check("the redrive function has no trigger", not binaries.get("redrive", {}).get("Properties", {}).get("Events"))
 # The variables each binary's config requires (crates/*/src/config.rs): a missing one would
 # fail the cold start.
@@ -625,6 +638,14 @@ MISSING_DATA = {
     "SchedulerErrorsAlarm": ("notBreaching", HEARTBEAT),
     "SenderErrorsAlarm": ("notBreaching", ["NormalLaneStalledAlarm", "UrgentLaneStalledAlarm"]),
     "RedriveErrorsAlarm": ("notBreaching", []),  # absent = no operator run: nothing to watch
+    # The producers' side: SQS keeps a queue with messages active; absent = no command, nothing
+    # to watch. The outbox's age is the scheduler's: its silence is the heartbeat's.
+    "CommandsOldestMessageAgeAlarm": ("notBreaching", []),
+    "CommandsQueueStalledAlarm": ("notBreaching", []),
+    "CommandsDeadLetterAlarm": ("notBreaching", []),
+    "IngestErrorsAlarm": ("notBreaching", []),
+    "IngestThrottlesAlarm": ("notBreaching", []),
+    "OutboxOldestAgeAlarm": ("notBreaching", HEARTBEAT),
     "SchedulerThrottlesAlarm": ("notBreaching", HEARTBEAT),
     "SenderThrottlesAlarm": ("notBreaching", ["NormalLaneStalledAlarm", "UrgentLaneStalledAlarm"]),
     "RedriveThrottlesAlarm": ("notBreaching", []),
@@ -1068,7 +1089,8 @@ WRITES = {"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dyn
 # The keys each function writes, each read back from the Rust source that builds it.
 KEY_SOURCES = {
     "sender": [("reminder:", "crates/aws/src/ledger.rs"), ("limiter:", "crates/aws/src/limiter.rs")],
-    "redrive": [("redrive:", "crates/aws/src/control.rs")],
+    # Its audit records, and the `redriven` event into each moved reminder's record.
+    "redrive": [("redrive:", "crates/aws/src/control.rs"), ("reminder:", "crates/aws/src/ledger.rs")],
     "scheduler": [("reminder:", "crates/aws/src/ledger.rs")],
 }
 control = rust("crates/aws/src/control.rs")
@@ -1101,16 +1123,19 @@ check(
     len(sender_trips) == 1 and "fn trip" in rust("crates/core/src/pause.rs"),
 )
 for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
-    for st in ledger_writes(f):
-        if binary == "sender" and is_pause_trip(st):
-            continue
+    writes = [st for st in ledger_writes(f) if not (binary == "sender" and is_pause_trip(st))]
+    # Every key prefix it writes is allowed by one of its write statements (the redrive's two:
+    # PutItem of its audit records, UpdateItem of the reminders' outboxes).
+    every = [p for st in writes for p in as_list(st.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys", []))]
+    for prefix, rel in KEY_SOURCES.get(binary, []):
+        in_code = f'format!("{prefix}{{' in rust(rel)
+        check(f"{binary}: writes {prefix}… ({rel}) and a condition allows it",
+              in_code and any(fnmatch.fnmatchcase(prefix + "x", p) for p in every), f"in code: {in_code}, patterns {every}")
+    for st in writes:
         patterns = st.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
         check(f"{binary}: its ledger writes are restricted by dynamodb:LeadingKeys (ForAllValues:StringLike)", bool(patterns), json.dumps(st.get("Condition")))
         patterns = as_list(patterns or [])
         allowed = lambda key: any(fnmatch.fnmatchcase(key, p) for p in patterns)
-        for prefix, rel in KEY_SOURCES.get(binary, []):
-            in_code = f'format!("{prefix}{{' in rust(rel)
-            check(f"{binary}: writes {prefix}… ({rel}) and the condition allows it", in_code and allowed(prefix + "x"), f"in code: {in_code}, patterns {patterns}")
         # Only operators write the pause switch and its audit; only the redrive its records.
         keep_out = OPERATOR_KEYS + ([] if binary == "redrive" else ["redrive:x"])
         forbidden = [k for k in keep_out if allowed(k)]
@@ -1368,12 +1393,14 @@ for name, f in sorted(functions.items()):
     binary = f.get("Metadata", {}).get("BuildProperties", {}).get("Binary")
     acts = sorted({a for st in statements(f) for a in as_list(st.get("Action", []))
                    if any(mentions(r, RECIPIENTS) for r in as_list(st.get("Resource", [])))})
-    want = ["dynamodb:GetItem"] if binary == "sender" else []
+    # The sender reads an address at the call; the ingest writes a command's `email`.
+    want = {"sender": ["dynamodb:GetItem"], "ingest": ["dynamodb:BatchWriteItem"]}.get(binary, [])
     check(f"{binary}: recipients table access is {want or 'none'}", acts == want, ", ".join(acts))
     env_all = [resolve(f.get("Properties", {}).get("Environment", {}).get("Variables", {}), ps) for ps in SCENARIOS]
     given = sorted({k for env in env_all for k, v in env.items() if mentions(v, RECIPIENTS)})
-    check(f"{binary}: {'is given RECIPIENTS_TABLE' if binary == 'sender' else 'is not given the recipients table'}",
-          given == (["RECIPIENTS_TABLE"] if binary == "sender" else []), ", ".join(given))
+    reads = binary in ("sender", "ingest")
+    check(f"{binary}: {'is given RECIPIENTS_TABLE' if reads else 'is not given the recipients table'}",
+          given == (["RECIPIENTS_TABLE"] if reads else []), ", ".join(given))
 check("an output gives the recipients table's name", any(ref_name(o.get("Value")) == RECIPIENTS for o in outputs.values()))
 
 # The ledger's sparse `dead` index: the name, keys and projection `punctual status` queries
@@ -1992,7 +2019,9 @@ for binary, (name, f) in sorted((b, v) for b, v in by_binary.items() if b):
             wrong.append(f"condition {json.dumps(st.get('Condition'))}")
     check(f"{binary}: GetItem on the ledger only under the keys its adapters read ({', '.join(sorted(want)) or 'none'}; "
           f"{', '.join(adapters) or 'no adapter'} in crates/{binary}/src/app.rs)",
-          adapters and not unknown_adapters and bool(gets) == bool(want) and not wrong,
+          # The ingest touches no ledger: no adapter over it, and no grant on it.
+          (not adapters and not gets and binary == "ingest")
+          or (adapters and not unknown_adapters and bool(gets) == bool(want) and not wrong),
           "; ".join(wrong + [f"unknown adapter {a}" for a in unknown_adapters] + ([] if gets or not want else ["no GetItem statement"])))
 
 # --- 20. Outputs: every name an operator needs --------------------------------------------------

@@ -245,7 +245,7 @@ impl Status {
                 c.queue.visible,
                 c.queue.in_flight,
                 c.dlq,
-                if c.dlq > 0 { " (read their reason: docs/operations.md#commandsdeadletteralarm)" } else { "" }
+                if c.dlq > 0 { " (read their reason: docs/operations.md#commands-rejected)" } else { "" }
             );
         }
         match &self.outbox {
