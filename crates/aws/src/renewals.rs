@@ -644,7 +644,8 @@ impl DynamoRenewals {
             // that is there (stale): read it, and decide again.
             if unread && old.is_none() && matches!(outcome, RowOutcome::Conflict(_)) {
                 unread = false;
-                old = get(&self.client, &self.table, &renewal_key(&r.tenant_id, &r.renewal_id)).await.map_err(unknown)?;
+                old =
+                    get(&self.client, &self.table, &renewal_key(&r.tenant_id, &r.renewal_id)).await.map_err(unknown)?;
                 continue;
             }
             let Some(write) = write else { return Ok(outcome) };

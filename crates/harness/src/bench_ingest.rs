@@ -137,7 +137,9 @@ pub async fn bench_ingest(opts: &BenchIngestOptions) -> Result<BenchIngestReport
     let batches: Vec<Vec<Letter>> = (0..opts.commands)
         .collect::<Vec<_>>()
         .chunks(10)
-        .map(|c| c.iter().map(|n| Letter { id: format!("c{n}"), body: command(*n, due), attributes: Vec::new() }).collect())
+        .map(|c| {
+            c.iter().map(|n| Letter { id: format!("c{n}"), body: command(*n, due), attributes: Vec::new() }).collect()
+        })
         .collect();
     use futures_util::stream::{self, StreamExt};
     let mut sends = stream::iter(batches.iter().map(|b| {
@@ -204,13 +206,16 @@ pub async fn bench_ingest(opts: &BenchIngestOptions) -> Result<BenchIngestReport
     say(format!("ingest    {} commands on {} instances …", opts.commands, opts.instances));
     let line = std::sync::Mutex::new(punctual_core::progress::Progress::timed(Duration::from_secs(5)));
     let t = Instant::now();
-    let report = crate::commands::drain_commands(&ingest, &counted_queues, &resources.commands_queue_url, opts.instances, |n| {
-        if opts.progress && let Ok(mut l) = line.lock() {
-            let rate = n as f64 / t.elapsed().as_secs_f64().max(1e-3);
-            l.update(0, || format!("ingesting {n:>7}/{} commands  {rate:.0}/s", opts.commands));
-        }
-    })
-    .await;
+    let report =
+        crate::commands::drain_commands(&ingest, &counted_queues, &resources.commands_queue_url, opts.instances, |n| {
+            if opts.progress
+                && let Ok(mut l) = line.lock()
+            {
+                let rate = n as f64 / t.elapsed().as_secs_f64().max(1e-3);
+                l.update(0, || format!("ingesting {n:>7}/{} commands  {rate:.0}/s", opts.commands));
+            }
+        })
+        .await;
     if let Ok(mut l) = line.lock() {
         l.finish();
     }
@@ -220,8 +225,11 @@ pub async fn bench_ingest(opts: &BenchIngestOptions) -> Result<BenchIngestReport
     let requests = counts.snapshot();
     let n = (report.received.max(1)) as f64;
     let dynamo: Vec<(&String, &u64)> = requests.iter().filter(|(k, _)| k.starts_with("dynamodb/")).collect();
-    let reads: u64 =
-        dynamo.iter().filter(|(k, _)| is_dynamodb_read(k.split('/').nth(1).unwrap_or_default())).map(|(_, v)| **v).sum();
+    let reads: u64 = dynamo
+        .iter()
+        .filter(|(k, _)| is_dynamodb_read(k.split('/').nth(1).unwrap_or_default()))
+        .map(|(_, v)| **v)
+        .sum();
     let writes: u64 = dynamo.iter().map(|(_, v)| **v).sum::<u64>() - reads;
     let sqs_requests: u64 = requests.iter().filter(|(k, _)| k.starts_with("sqs/")).map(|(_, v)| v).sum();
     let commands_per_second = report.received as f64 / busy;

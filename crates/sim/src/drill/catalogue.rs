@@ -260,11 +260,15 @@ pub enum Incident {
     /// with ten-minute windows fall due at 09:00 (its normal queue still drains). It must page
     /// before they miss, and email must deliver every reminder in its window.
     SmsUrgentLaneNotPolled,
+    /// The commands queue's event source mapping is disabled for 30 minutes while producers
+    /// send their steady 30 commands a minute: no producer change (a cancel included) reaches
+    /// the renewals table, and nothing on the delivery path can see it. It must page.
+    IngestStalled,
 }
 
 impl Incident {
     /// Every incident, in the runbook's order.
-    pub const ALL: [Self; 24] = [
+    pub const ALL: [Self; 25] = [
         Self::ProviderOutage,
         Self::ProviderSlow,
         Self::CredentialsRevoked,
@@ -289,6 +293,7 @@ impl Incident {
         Self::SmsOverload,
         Self::SmsQueueNotPolled,
         Self::SmsUrgentLaneNotPolled,
+        Self::IngestStalled,
     ];
 
     /// Its name.
@@ -318,6 +323,7 @@ impl Incident {
             Self::SmsOverload => "sms_overload",
             Self::SmsQueueNotPolled => "sms_queue_not_polled",
             Self::SmsUrgentLaneNotPolled => "sms_urgent_lane_not_polled",
+            Self::IngestStalled => "ingest_stalled",
         }
     }
 
@@ -364,6 +370,7 @@ impl Incident {
                 | Self::SmsCredentialsRevoked
                 | Self::SmsQueueNotPolled
                 | Self::SmsUrgentLaneNotPolled
+                | Self::IngestStalled
         )
     }
 
@@ -513,6 +520,7 @@ pub fn stage(incident: Incident, seed: u64) -> Staged {
         Incident::LaneNotPolled => {
             staged(vec![window(Trouble::LaneNotPolled(QueueLane::Normal), nine, at(9, 30))], nine, at(9, 30))
         }
+        Incident::IngestStalled => staged(vec![window(Trouble::IngestStalled, nine, at(9, 30))], nine, at(9, 30)),
         Incident::UrgentLaneNotPolled => {
             let mut s =
                 staged(vec![window(Trouble::LaneNotPolled(QueueLane::Urgent), nine, at(9, 30))], nine, at(9, 30));

@@ -47,6 +47,8 @@ pub mod names {
     pub const SMS_QUEUE: &str = "SmsQueue";
     /// SMS's own urgent lane.
     pub const SMS_URGENT_QUEUE: &str = "SmsUrgentQueue";
+    /// The producers' commands queue.
+    pub const COMMANDS_QUEUE: &str = "CommandsQueue";
     /// The dead-letter queue.
     pub const DLQ: &str = "DeadLetterQueue";
     /// The sender function.
@@ -121,6 +123,8 @@ pub enum Trouble {
     LaneNotPolled(QueueLane),
     /// SMS's own queue's event source mapping is disabled.
     ChannelQueueNotPolled,
+    /// The commands queue's event source mapping is disabled: producers' commands wait.
+    IngestStalled,
     /// SMS's own urgent lane's event source mapping is disabled.
     ChannelUrgentQueueNotPolled,
     /// The sender's concurrency is 0: every invocation is throttled.
@@ -454,6 +458,39 @@ impl Sink {
         self.put("AWS/SQS", "ApproximateAgeOfOldestMessage", &dims, at, s.oldest_age.unwrap_or(0.0));
         self.put("AWS/SQS", "NumberOfMessagesReceived", &dims, at, received as f64);
         self.put("AWS/SQS", "NumberOfMessagesSent", &dims, at, sent as f64);
+    }
+}
+
+/// The commands queue as the drill models it: [`CommandsModel::PER_MINUTE`] commands sent every
+/// minute, all received by the ingest in that minute unless its mapping is stalled.
+#[derive(Default)]
+struct CommandsModel {
+    /// When each waiting command was sent.
+    waiting: std::collections::VecDeque<DateTime<Utc>>,
+    sent: u64,
+    received: u64,
+}
+
+impl CommandsModel {
+    const PER_MINUTE: u64 = 30;
+
+    /// One minute: its sends, its receives; the queue's stats, and this minute's receives and sends.
+    fn minute(&mut self, now: DateTime<Utc>, stalled: bool) -> (QueueStats, u64, u64) {
+        for _ in 0..Self::PER_MINUTE {
+            self.waiting.push_back(now);
+        }
+        self.sent += Self::PER_MINUTE;
+        let received = if stalled { 0 } else { self.waiting.drain(..).count() as u64 };
+        self.received += received;
+        let stats = QueueStats {
+            visible: self.waiting.len() as u64,
+            not_visible: 0,
+            delayed: 0,
+            oldest_age: self.waiting.front().map(|t| (now - *t).num_seconds().max(0) as f64),
+            received: self.received,
+            sent: self.sent,
+        };
+        (stats, received, Self::PER_MINUTE)
     }
 }
 
@@ -893,11 +930,17 @@ fn run_here(cfg: &WorldConfig) -> Result<WorldRun, String> {
         local.spawn_local(async move {
             clock.sleep(Duration::from_secs(30)).await;
             let mut before: HashMap<&str, (u64, u64)> = HashMap::from([(names::DLQ, (0, lock(&dead).sent))]);
+            // The producers' commands queue: a steady trickle the ingest's mapping receives
+            // within its minute, unless it is stalled (the commands then wait, aging).
+            let mut commands = CommandsModel::default();
             loop {
                 let now = clock.now();
                 if now >= end {
                     break;
                 }
+                let stalled = windows.iter().any(|w| w.active(now) && w.trouble == Trouble::IngestStalled);
+                let (stats, received, sent) = commands.minute(now, stalled);
+                sink.queue(names::COMMANDS_QUEUE, &stats, received, sent, now);
                 let dlq = lock(&dead).stats(now.timestamp_millis());
                 let own = lanes.channel.as_ref().map(|(_, q)| (names::SMS_QUEUE, q.stats(age_from)));
                 let own_urgent = lanes.channel_urgent.as_ref().map(|q| (names::SMS_URGENT_QUEUE, q.stats(age_from)));
