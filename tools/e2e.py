@@ -79,6 +79,13 @@ What happens, in order (state and logs under target/e2e/, emptied at each run):
        ProviderKind http without ProviderUrl); the ledger's DeletionProtectionEnabled, PITR, TTL
        and SSE as DescribeTable reports them; where the functions' logs went; the scheduler's
        EventInvokeConfig. It fails only if the failed-create probe did not fail.
+    h. the producer's whole path (docs/integration.md): a renewal command put as an event on
+       the producer bus (source ProducerSource, detail-type punctual.renewal) is routed by the
+       stack's rule to the commands queue, applied by the ingest function (its row carries the
+       producer version), released by a tick, delivered by the sender, and its `delivered`
+       outcome event published by a later tick's sweep of the outbox onto the outcome bus,
+       where a capture rule of the test's own delivers it to a queue; a command that is not
+       JSON sent straight to the commands queue lands on the commands DLQ with its reason.
 
 What LocalStack (2026.3.0 community, host mode) cannot do, and what this check does instead:
 - Metric-math alarms are never evaluated: its alarm scheduler takes only alarms with a
@@ -144,7 +151,8 @@ STACK = "punctual-e2e"
 TOKEN = "e2e-provider-token"
 # The sms channel's own double and secret (SmsProviderUrl, SmsProviderTokenSecretArn).
 SMS_TOKEN = "e2e-sms-token"
-FUNCTIONS = {"SenderFunction": "sender", "SchedulerFunction": "scheduler", "RedriveFunction": "redrive"}
+FUNCTIONS = {"SenderFunction": "sender", "SchedulerFunction": "scheduler", "RedriveFunction": "redrive",
+             "IngestFunction": "ingest"}
 T0 = time.monotonic()
 CURRENT = "setup"  # the step running, named when something unexpected fails
 
@@ -371,11 +379,11 @@ class Run:
                 built[msg["target"]["name"]] = msg["executable"]
         # Copied at once: the target directory may be shared with other builds.
         (WORK / "bin").mkdir(exist_ok=True)
-        for name in ("sender", "scheduler", "redrive", "punctual"):
+        for name in ("sender", "scheduler", "redrive", "ingest", "punctual"):
             if name not in built:
                 raise StepFailed("build", f"cargo built no `{name}` binary")
             self.bins[name] = Path(shutil.copy2(built[name], WORK / "bin" / name))
-        ok("build", "debug binaries sender, scheduler, redrive (+ the punctual CLI)", started)
+        ok("build", "debug binaries sender, scheduler, redrive, ingest (+ the punctual CLI)", started)
 
     def package(self):
         """Each binary zipped as `bootstrap` (mode 0755), while LocalStack starts."""
@@ -389,7 +397,7 @@ class Run:
                 info.compress_type = zipfile.ZIP_DEFLATED
                 z.writestr(info, self.bins[FUNCTIONS[logical]].read_bytes(), compresslevel=1)
             return logical, buf.getvalue()
-        with ThreadPoolExecutor(3) as pool:  # zlib releases the GIL
+        with ThreadPoolExecutor(4) as pool:  # zlib releases the GIL
             self.packages = dict(pool.map(one, FUNCTIONS))
         sizes = ", ".join(f"{FUNCTIONS[k]} {len(v) / 1e6:.1f} MB" for k, v in self.packages.items())
         ok("package", f"zips with bootstrap: {sizes}", started)
@@ -539,6 +547,12 @@ class Run:
             raise StepFailed("mappings", f"the sender's mappings poll {polled}, want both lanes and the sms queue and urgent lane {sorted(lanes)} with MaximumConcurrency")
         for logical in FUNCTIONS:
             env = lam.get_function_configuration(FunctionName=self.physical[logical]).get("Environment", {}).get("Variables", {})
+            if logical == "IngestFunction":
+                # The ingest touches no lane: its table, its DLQ, the recipients and the channels.
+                if (env.get("COMMANDS_DLQ_URL") != o["CommandsDeadLetterQueueUrl"] or env.get("CHANNELS") != "email,sms"
+                        or env.get("RENEWALS_TABLE") != o["RenewalsTableName"]):
+                    raise StepFailed("function config", f"IngestFunction has {env}")
+                continue
             if env.get("URGENT_QUEUE_URL") != o["UrgentQueueUrl"]:
                 raise StepFailed("function config", f"{logical} has URGENT_QUEUE_URL={env.get('URGENT_QUEUE_URL')!r}")
             if (env.get("CHANNELS") != "email,sms" or env.get("CHANNEL_SMS_QUEUE_URL") != o["SmsQueueUrl"]
@@ -548,7 +562,7 @@ class Run:
                                  f"CHANNEL_SMS_URGENT_QUEUE_URL={env.get('CHANNEL_SMS_URGENT_QUEUE_URL')!r}")
         ok("outputs", f"the queue, table and function outputs resolve ({dashboard}); sender polls both lanes, the sms queue and its "
            f"urgent lane (MaximumConcurrency {sorted(polled.values())}); URGENT_QUEUE_URL, CHANNELS=email,sms and the sms queues on "
-           "all three functions", started)
+           "the sender, scheduler and redrive; the ingest's table, commands DLQ and channels", started)
 
     # -- 5. checks ----------------------------------------------------------------------------
     def ops_env(self) -> dict:
@@ -563,6 +577,7 @@ class Run:
             # The channels, as the functions are given them: what reconcile and status read.
             "CHANNELS": "email,sms", "CHANNEL_SMS_QUEUE_URL": o["SmsQueueUrl"],
             "CHANNEL_SMS_URGENT_QUEUE_URL": o["SmsUrgentQueueUrl"],
+            "COMMANDS_QUEUE_URL": o["CommandsQueueUrl"], "COMMANDS_DLQ_URL": o["CommandsDeadLetterQueueUrl"],
             # Never fall back to a `punctual local up` left running in this tree.
             "PUNCTUAL_STATE_DIR": str(WORK / "no-local-state"),
         })
@@ -647,6 +662,83 @@ class Run:
         item = self.aws("dynamodb").get_item(TableName=self.outputs["LedgerTableName"],
                                              Key={"pk": {"S": f"reminder:{reminder_id}"}}, ConsistentRead=True).get("Item") or {}
         return {k: list(v.values())[0] for k, v in item.items() if k in ("state", "attempts", "last_reason", "release_id")}
+
+    # -- h. the producer's whole path ------------------------------------------------------------
+    def start_producer(self):
+        """A producer's command as an event on its bus (source ProducerSource, detail-type
+        punctual.renewal) and a bad one sent straight to the commands queue; a capture rule on
+        the outcome bus (source punctual) into a queue of the test's own. Checked at the end
+        (check_producer), once two ticks have released, delivered and published it."""
+        self.t_producer = time.monotonic()
+        sqs, events = self.aws("sqs"), self.aws("events")
+        capture = sqs.create_queue(QueueName=f"{STACK}-outcomes-capture")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=capture, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events.put_rule(Name=f"{STACK}-outcomes-capture", EventBusName="default",
+                        EventPattern=json.dumps({"source": ["punctual"], "detail-type": ["punctual.outcome"]}))
+        events.put_targets(Rule=f"{STACK}-outcomes-capture", EventBusName="default",
+                           Targets=[{"Id": "capture", "Arn": arn}])
+        self.capture_url = capture
+        # Due five minutes ago (UTC, to the minute), window 60: released by the next tick, and
+        # before the window reconcile (step f) counts (it starts a minute before the imported
+        # renewals' due time, which step b has just seen delivered).
+        at = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+        self.producer_renewal = "ren-bus-1"
+        command = {
+            "v": 1, "version": 1, "tenant_id": "e2e-producer", "renewal_id": self.producer_renewal,
+            "recipient_ref": "cust-bus-1", "channel": "email", "zone": "UTC",
+            "local_due_date": at.date().isoformat(), "local_send_time": at.strftime("%H:%M"),
+            "window_minutes": 60, "data": {"plan": "pro"},
+        }
+        out = events.put_events(Entries=[{"Source": "com.example.billing", "DetailType": "punctual.renewal",
+                                          "Detail": json.dumps(command), "EventBusName": "default"}])
+        if out.get("FailedEntryCount"):
+            raise StepFailed("h. producer → outcome", f"PutEvents refused the command: {out}")
+        sqs.send_message(QueueUrl=self.outputs["CommandsQueueUrl"], MessageBody="renewal please")
+
+    def check_producer(self):
+        step = "h. producer → outcome"
+        started = self.t_producer
+        ddb, sqs = self.aws("dynamodb"), self.aws("sqs")
+        key = {"pk": {"S": f"renewal:e2e-producer:{self.producer_renewal}"}}
+
+        def applied():
+            item = ddb.get_item(TableName=self.outputs["RenewalsTableName"], Key=key, ConsistentRead=True).get("Item")
+            return item or (False, "no row yet")
+        row = wait_for(step, "the command's renewal in the renewals table (rule → commands queue → ingest)", applied, timeout=60)
+        if row.get("producer_version", {}).get("N") != "1":
+            raise StepFailed(step, f"the renewal was written without its producer version: {row}")
+
+        def rejected():
+            got = sqs.receive_message(QueueUrl=self.outputs["CommandsDeadLetterQueueUrl"], MessageAttributeNames=["All"],
+                                      MaxNumberOfMessages=10, VisibilityTimeout=0).get("Messages", [])
+            return got or (False, "the commands DLQ is empty")
+        letters = wait_for(step, "the bad command on the commands DLQ", rejected, timeout=60)
+        reason = letters[0].get("MessageAttributes", {}).get("reason", {}).get("StringValue", "")
+        if "not JSON" not in reason:
+            raise StepFailed(step, f"the bad command's letter does not say what is wrong: {letters[0]}")
+        ingest = self.physical["IngestFunction"]
+        calls = [j for j in self.journal() if j["function"] == ingest]
+        if not calls or any(j["is_error"] for j in calls):
+            raise StepFailed(step, f"the ingest's invocations: {calls}")
+
+        def published():
+            got = sqs.receive_message(QueueUrl=self.capture_url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+            for m in got:
+                event = json.loads(m["Body"])
+                d = event.get("detail") or {}
+                if d.get("renewal_id") == self.producer_renewal and d.get("outcome") == "delivered":
+                    return event
+            return (False, [json.loads(m["Body"]).get("detail", {}).get("outcome") for m in got])
+        # Released by a tick, delivered, published by a later tick's sweep of the outbox.
+        event = wait_for(step, f"the delivered outcome event of {self.producer_renewal} on the capture rule's queue",
+                         published, timeout=200, interval=1)
+        d = event["detail"]
+        if not (event.get("source") == "punctual" and event.get("detail-type") == "punctual.outcome"
+                and d.get("event_id", "").startswith("evt_") and d.get("tenant_id") == "e2e-producer"):
+            raise StepFailed(step, f"the outcome event is not the contract's: {event}")
+        ok(step, f"PutEvents → rule → commands queue → ingest ({len(calls)} invocations) → scheduler → sender → "
+           f"outcome {d['event_id']} on the bus → capture rule's queue; the bad command on the commands DLQ "
+           f"({reason[:50]})", started)
 
     def journal(self) -> list[dict]:
         path = WORK / "localstack" / "lambda" / "invocations.jsonl"
@@ -950,7 +1042,7 @@ class Run:
             self.build()
         else:
             (WORK / "bin").mkdir(exist_ok=True)
-            for name in ("sender", "scheduler", "redrive", "punctual"):
+            for name in ("sender", "scheduler", "redrive", "ingest", "punctual"):
                 self.bins[name] = Path(shutil.copy2(ROOT / "target" / "debug" / name, WORK / "bin" / name))
         begin("package")
         self.package()
@@ -982,10 +1074,15 @@ class Run:
         self.check_tick()
         begin("b. each queue's mapping → sender → its provider")
         self.check_lanes()
+        # After b, whose counts are the imported renewals' alone.
+        begin("h. producer → outcome")
+        self.start_producer()
         begin("f. status + reconcile")
         self.check_ops()
         begin("g. template on LocalStack")
         self.check_template_limits()
+        begin("h. producer → outcome")
+        self.check_producer()
 
 
 def main():
