@@ -16,7 +16,7 @@ CARGO ?= cargo
 help:
 	@echo "make test   fmt, clippy, unit + handler + adapter + integration tests against moto, template lint"
 	@echo "make run    the whole pipeline on this machine against the emulator, with a final report"
-	@echo "make build  three Lambda packages (cargo-lambda);  make deploy  sam deploy --guided, then the stack policy"
+	@echo "make build  four Lambda packages (cargo-lambda);  make deploy  sam deploy --guided, then the stack policy"
 	@echo "make bench-limiter   the shared limiter's frontier;  make localstack-test  suite on LocalStack"
 	@echo "make bench-run  release punctual run at the quota, recorded in target/bench-run.json and compared"
 	@echo "make soak   the fault checker over 10,000 seeds (make test runs 300)"
@@ -244,7 +244,7 @@ $(BUILD_STAMP): tools/requirements-build.txt $(VENV_STAMP)
 LAMBDA_BUILD_ENV := AWS_LC_SYS_NO_JITTER_ENTROPY=1
 build: build-tools
 	$(LAMBDA_BUILD_ENV) PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/cargo-lambda lambda build --release --locked \
-	  $(if $(filter arm64,$(ARCH)),--arm64,--x86-64) --bin sender --bin scheduler --bin redrive
+	  $(if $(filter arm64,$(ARCH)),--arm64,--x86-64) --bin sender --bin scheduler --bin redrive --bin ingest
 	@ls -l target/lambda/*/bootstrap
 
 ## Each package from `make build` started under the Lambda runtime API emulator with its real
@@ -301,7 +301,7 @@ deploy: build-tools
 	@case "$(ARCH)" in x86_64|arm64) ;; *) echo "ARCH must be x86_64 or arm64, not '$(ARCH)'" >&2; exit 2;; esac
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(SAM_CLI)
 	cd infra && $(LAMBDA_BUILD_ENV) $(SAM) build --beta-features --parameter-overrides Architecture=$(ARCH)
-	$(VENV)/bin/python -c '$(CHECK_ARCH)' $(ARCH) infra/.aws-sam/build/{Sender,Scheduler,Redrive}Function/bootstrap
+	$(VENV)/bin/python -c '$(CHECK_ARCH)' $(ARCH) infra/.aws-sam/build/{Sender,Scheduler,Redrive,Ingest}Function/bootstrap
 	@echo "==> deploying with Architecture=$(ARCH) (binaries checked); keep that answer if prompted"
 	overrides=$$($(VENV)/bin/python -c '$(SAVED_OVERRIDES)' $(ARCH)) && \
 	  cd infra && $(SAM) deploy $(DEPLOY_FLAGS) --parameter-overrides "$$overrides"

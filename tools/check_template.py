@@ -503,9 +503,11 @@ required = {
     "sender": ["SEND_QUEUE_URL", "URGENT_QUEUE_URL", "DLQ_URL", "LEDGER_TABLE", "RENEWALS_TABLE", "PROVIDER_URL"],
     "scheduler": ["RENEWALS_TABLE", "SEND_QUEUE_URL", "URGENT_QUEUE_URL", "LEDGER_TABLE"],
     "redrive": ["SEND_QUEUE_URL", "URGENT_QUEUE_URL", "DLQ_URL", "LEDGER_TABLE"],
+    "ingest": ["RENEWALS_TABLE", "COMMANDS_DLQ_URL"],
 }
 # …and each queue variable names the right queue (swapped lanes would still start).
-QUEUE_VARS = {"SEND_QUEUE_URL": "SendQueue", "URGENT_QUEUE_URL": "UrgentQueue", "DLQ_URL": "DeadLetterQueue"}
+QUEUE_VARS = {"SEND_QUEUE_URL": "SendQueue", "URGENT_QUEUE_URL": "UrgentQueue", "DLQ_URL": "DeadLetterQueue",
+              "COMMANDS_DLQ_URL": "CommandsDeadLetterQueue"}
 for binary, names in required.items():
     # As deployed with the defaults (ProviderKind http); the ses kind's variables are checked below.
     env = resolve(binaries.get(binary, {}).get("Properties", {}).get("Environment", {}).get("Variables", {}), DEFAULTS)
@@ -645,7 +647,8 @@ MISSING_DATA = {
     "CommandsDeadLetterAlarm": ("notBreaching", []),
     "IngestErrorsAlarm": ("notBreaching", []),
     "IngestThrottlesAlarm": ("notBreaching", []),
-    "OutboxOldestAgeAlarm": ("notBreaching", HEARTBEAT),
+    "OutboxOldestAgeAlarm": ("notBreaching", HEARTBEAT + ["OutboxSweepFailingAlarm"]),
+    "OutboxSweepFailingAlarm": ("notBreaching", HEARTBEAT),
     "SchedulerThrottlesAlarm": ("notBreaching", HEARTBEAT),
     "SenderThrottlesAlarm": ("notBreaching", ["NormalLaneStalledAlarm", "UrgentLaneStalledAlarm"]),
     "RedriveThrottlesAlarm": ("notBreaching", []),
@@ -2132,6 +2135,108 @@ check(f"sam deploy uploads the template to S3 (resolve_s3 or s3_bucket): it is {
 # The build cache hashes CodeUri (the repository root, target/ included): it never hits.
 check("sam build is not told cached = true (it hashes target/ under CodeUri and never hits)",
       build_params.get("cached") is not True, json.dumps(build_params))
+
+# --- 23. The producers' side: commands in, outcome events out (docs/integration.md) -----------
+# The commands queue as the lanes are checked: its visibility against its function's timeout,
+# encrypted at rest, drained by one mapping with partial batch failures; its DLQ keeps a
+# backstop letter as long as the queue would have (SQS keeps a moved message's first enqueue
+# time, and 14 days is SQS's most, so the lanes' strict "longer" cannot hold here).
+ingest_name, ingest_f = by_binary.get("ingest", (None, {}))
+ingest_p = ingest_f.get("Properties", {})
+cq = queues.get("CommandsQueue", {}).get("Properties", {})
+cdlq = queues.get("CommandsDeadLetterQueue", {}).get("Properties", {})
+check("CommandsQueue visibility >= 6 x ingest timeout",
+      int(cq.get("VisibilityTimeout", 30)) >= 6 * int(ingest_p.get("Timeout", 3)),
+      f"{cq.get('VisibilityTimeout')} vs 6 x {ingest_p.get('Timeout', 3)}")
+for qn, qp in [("CommandsQueue", cq), ("CommandsDeadLetterQueue", cdlq)]:
+    check(f"{qn} is encrypted at rest", qp.get("SqsManagedSseEnabled") is True or "KmsMasterKeyId" in qp)
+check("CommandsDeadLetterQueue keeps a letter at least as long as CommandsQueue",
+      int(cdlq.get("MessageRetentionPeriod", 345600)) >= int(cq.get("MessageRetentionPeriod", 345600)),
+      f"{cdlq.get('MessageRetentionPeriod')} vs {cq.get('MessageRetentionPeriod')}")
+# One mapping (a SAM SQS event of the ingest, or an AWS::Lambda::EventSourceMapping) drains it.
+cmd_maps = [m.get("Properties", {}) for m in mappings.values()
+            if ref_name(m.get("Properties", {}).get("EventSourceArn")) == "CommandsQueue"]
+cmd_maps = [dict(m, FunctionName=m.get("FunctionName")) for m in cmd_maps] + [
+    dict(e.get("Properties", {}), FunctionName={"Ref": ingest_name})
+    for e in ingest_p.get("Events", {}).values()
+    if e.get("Type") == "SQS" and ref_name(e.get("Properties", {}).get("Queue")) == "CommandsQueue"]
+cm = resolve(cmd_maps[0], DEFAULTS) if len(cmd_maps) == 1 else {}
+cm_mc = cm.get("ScalingConfig", {}).get("MaximumConcurrency")
+check("CommandsQueue is drained by one mapping to the ingest (partial failures, batch <= 10, MaximumConcurrency in 2..1000 if set)",
+      len(cmd_maps) == 1 and ingest_name is not None and ref_name(cm.get("FunctionName")) == ingest_name
+      and "ReportBatchItemFailures" in cm.get("FunctionResponseTypes", [])
+      and 1 <= int(default(cm.get("BatchSize", 10)) or 0) <= 10
+      and (cm_mc is None or 2 <= int(default(cm_mc) or 0) <= 1000),
+      json.dumps(cmd_maps))
+check("no other function polls or is given the commands queues",
+      not [f"{n}: {a}" for n, f in functions.items() if n != ingest_name for st in statements(f)
+           for a in as_list(st.get("Action", []))
+           if any(ref_name(r) in ("CommandsQueue", "CommandsDeadLetterQueue") for r in as_list(st.get("Resource", [])))])
+
+# The rule: the producer's bus, its source, the contract's detail-type (crates/core/src/command.rs
+# DETAIL_TYPE), one target, the commands queue.
+detail_type = (re.findall(r'pub const DETAIL_TYPE: &str = "([^"]+)"', rust("crates/core/src/command.rs")) or [None])[0]
+rules = of_type("AWS::Events::Rule")
+rule_p = rules.get("ProducerCommandsRule", {}).get("Properties", {})
+pattern = rule_p.get("EventPattern", {})
+targets = rule_p.get("Targets", [])
+check(f"ProducerCommandsRule: on ProducerEventBusName, source [ProducerSource], detail-type [{detail_type}] (command.rs DETAIL_TYPE), enabled",
+      bool(detail_type) and ref_name(rule_p.get("EventBusName")) == "ProducerEventBusName"
+      and [ref_name(s) for s in as_list(pattern.get("source", []))] == ["ProducerSource"]
+      and pattern.get("detail-type") == [detail_type] and set(pattern) == {"source", "detail-type"}
+      and rule_p.get("State", "ENABLED") == "ENABLED", json.dumps(rule_p))
+check("ProducerCommandsRule's one target is the commands queue (the whole event as the body: no InputTransformer)",
+      len(targets) == 1 and ref_name(targets[0].get("Arn")) == "CommandsQueue"
+      and not {"Input", "InputPath", "InputTransformer"} & set(targets[0]), json.dumps(targets))
+# The queue policy: EventBridge may send, only for that rule; nothing else is granted.
+qpols = [q.get("Properties", {}) for q in of_type("AWS::SQS::QueuePolicy").values()
+         if [ref_name(x) for x in as_list(q.get("Properties", {}).get("Queues", []))] == ["CommandsQueue"]]
+qsts = qpols[0].get("PolicyDocument", {}).get("Statement", []) if len(qpols) == 1 else []
+check("CommandsQueuePolicy: events.amazonaws.com may sqs:SendMessage to the commands queue only when aws:SourceArn is ProducerCommandsRule, nothing else",
+      len(qsts) == 1 and qsts[0].get("Effect") == "Allow"
+      and qsts[0].get("Principal") == {"Service": "events.amazonaws.com"}
+      and as_list(qsts[0].get("Action")) == ["sqs:SendMessage"]
+      and [ref_name(r) for r in as_list(qsts[0].get("Resource"))] == ["CommandsQueue"]
+      and ref_name(qsts[0].get("Condition", {}).get("ArnEquals", {}).get("aws:SourceArn")) == "ProducerCommandsRule",
+      json.dumps(qsts))
+# What a producer is given: sends to the commands queue, puts on its bus; nothing else.
+PRODUCER_BUS = "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:event-bus/${ProducerEventBusName}"
+OUTCOME_BUS = "arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:event-bus/${OutcomeEventBusName}"
+pp = of_type("AWS::IAM::ManagedPolicy").get("ProducerPolicy", {}).get("Properties", {})
+pp_grants = sorted((tuple(sorted(as_list(st.get("Action")))),
+                    tuple(ref_name(r) or (r.get("Fn::Sub") if isinstance(r, dict) else r) for r in as_list(st.get("Resource"))))
+                   for st in pp.get("PolicyDocument", {}).get("Statement", []) if st.get("Effect") == "Allow")
+check("ProducerPolicy: sqs:SendMessage on the commands queue and events:PutEvents on the producer bus, nothing else",
+      pp_grants == sorted([(("sqs:SendMessage",), ("CommandsQueue",)), (("events:PutEvents",), (PRODUCER_BUS,))]), str(pp_grants))
+check("an output gives the ProducerPolicy's ARN, and the commands queue's and its DLQ's URLs",
+      {"ProducerPolicy", "CommandsQueue", "CommandsDeadLetterQueue"} <= {ref_name(o.get("Value")) for o in outputs.values()})
+
+# The outbox: the index the scheduler sweeps (crates/aws/src/ledger.rs OUTBOX_INDEX), its keys
+# and projection as the code writes and reads them; the scheduler's sweep and publish grants,
+# on that index and on the bus OUTCOME_BUS_NAME names; no other function publishes.
+outbox_name = (re.findall(r'pub const OUTBOX_INDEX: &str = "([^"]+)"', ledger_src) or [None])[0]
+obx = [g for g in ledger_props.get("GlobalSecondaryIndexes", []) if g.get("IndexName") == outbox_name]
+okeys = [(k.get("AttributeName"), k.get("KeyType")) for k in (obx[0].get("KeySchema", []) if obx else [])]
+check(f"LedgerTable has the sparse index {outbox_name!r} the scheduler sweeps (ledger.rs OUTBOX_INDEX)", bool(outbox_name) and len(obx) == 1)
+check("its keys are outbox_shard (HASH, S) and outbox_at_ms (RANGE, N), as the code writes them",
+      okeys == [("outbox_shard", "HASH"), ("outbox_at_ms", "RANGE")] and types.get("outbox_shard") == "S"
+      and types.get("outbox_at_ms") == "N" and "outbox_shard = :outbox_shard, outbox_at_ms = :now" in ledger_src, str(okeys))
+check("it projects the events (INCLUDE [outbox]): the sweep reads them from the index",
+      bool(obx) and obx[0].get("Projection") == {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["outbox"]}
+      and 'item.get("outbox")' in ledger_src)
+sched_f = by_binary.get("scheduler", (None, {}))[1]
+sched_env = sched_f.get("Properties", {}).get("Environment", {}).get("Variables", {})
+check("scheduler: OUTCOME_BUS_NAME is OutcomeEventBusName", ref_name(sched_env.get("OUTCOME_BUS_NAME")) == "OutcomeEventBusName",
+      json.dumps(sched_env.get("OUTCOME_BUS_NAME")))
+sub_of = lambda r: r.get("Fn::Sub") if isinstance(r, dict) else r
+publishes = {b: [sub_of(r) for st in statements(f) if st.get("Effect") == "Allow" and "events:PutEvents" in as_list(st.get("Action", []))
+                 for r in as_list(st.get("Resource", []))] for b, (_, f) in by_binary.items() if b}
+check("scheduler: events:PutEvents on the outcome bus (OutcomeEventBusName) only", publishes.get("scheduler") == [OUTCOME_BUS], str(publishes.get("scheduler")))
+check("no other function may put events", not [b for b, rs in publishes.items() if rs and b != "scheduler"], json.dumps(publishes))
+sweeps = [sub_of(r) for st in statements(sched_f) if "dynamodb:Query" in as_list(st.get("Action", []))
+          for r in as_list(st.get("Resource", [])) if "LedgerTable" in json.dumps(r)]
+check(f"scheduler: dynamodb:Query on the ledger's {outbox_name!r} index only (no table-wide Query)",
+      sweeps == [f"${{LedgerTable.Arn}}/index/{outbox_name}"], str(sweeps))
 
 failed = [c for c in checks if not c[1]]
 for name, ok, detail in checks:

@@ -322,10 +322,27 @@ enum RowWrite {
     /// the index): only if still in the released state read, and still at the `deliver_after`
     /// the key was computed from (a key on another day than the instant it sorts would hide the
     /// row from both days' queries).
-    Status { status: String, seen_state: String, day_shard: String, seen_after: Option<AttributeValue> },
+    /// Also only if not updated since it was read (found by review: without it, a write decided
+    /// against one state of the row landed over another written meanwhile).
+    Status {
+        status: String,
+        seen_state: String,
+        day_shard: String,
+        seen_after: Option<AttributeValue>,
+        seen_updated: Option<AttributeValue>,
+    },
     /// A newer producer version with nothing else changed: only the version is recorded, so an
-    /// older command arriving after it stays stale.
-    Version,
+    /// older command arriving after it stays stale. Only if the row was not updated since it
+    /// was read (its content is what "unchanged" was judged against).
+    Version { seen_updated: Option<AttributeValue> },
+}
+
+/// The condition that the item was not updated since it was read (`seen`: its `updated_ms`).
+fn not_updated_since(seen: &Option<AttributeValue>) -> &'static str {
+    match seen {
+        Some(_) => "updated_ms = :seen_updated",
+        None => "attribute_not_exists(updated_ms)",
+    }
 }
 
 /// The status write of a released row `old` whose version `r` shares (see [`RowWrite::Status`]).
@@ -335,6 +352,7 @@ fn status_write(r: &Renewal, seen_state: &str, old: &Item) -> RowWrite {
         seen_state: seen_state.to_owned(),
         day_shard: day_shard(r.deliver_after, &r.reminder_id),
         seen_after: old.get("deliver_after_ms").cloned(),
+        seen_updated: old.get("updated_ms").cloned(),
     }
 }
 
@@ -357,7 +375,8 @@ fn plan(r: &Renewal, old: Option<&Item>, now: DateTime<Utc>) -> (RowOutcome, Opt
     }
     let (outcome, write) = plan_row(r, old, now);
     if r.version.is_some() && old.is_some() && outcome == RowOutcome::Unchanged && write.is_none() {
-        return (RowOutcome::Unchanged, Some(RowWrite::Version));
+        let seen_updated = old.and_then(|o| o.get("updated_ms").cloned());
+        return (RowOutcome::Unchanged, Some(RowWrite::Version { seen_updated }));
     }
     // A window already over when the row arrives: a new or moved renewal whose deliver_by
     // has passed would only be expired at release and burn the SLO for a reminder nobody could
@@ -573,8 +592,8 @@ impl DynamoRenewals {
     /// same state). A tick that released the row meanwhile fails the condition: the row is
     /// decided again against the item as it is now (`ALL_OLD`), so an import never re-arms a
     /// released renewal (the unconditional `BatchWriteItem` it replaces did: the row went
-    /// back to `scheduled` and into the due index, and was released twice). For several rows
-    /// with the same key, the last one is written.
+    /// back to `scheduled` and into the due index, and was released twice). Several rows with the same key are written
+    /// one after the other, in version order (unversioned: input order).
     pub async fn write_import(
         &self,
         rows: &[Renewal],
@@ -583,43 +602,62 @@ impl DynamoRenewals {
     ) -> Result<Vec<RowOutcome>, RenewalsError> {
         /// Conditional writes in flight at once.
         const PARALLEL: usize = 16;
-        // The row written for a key: the highest producer version (commands of one batch
-        // arrive in any order), else the last.
-        let mut last: HashMap<String, usize> = HashMap::new();
+        // Rows of one key are written one after the other, in the producer's version order
+        // (unversioned ones in input order), each decided against what the one before left:
+        // commands of one batch arrive in any order, and an older one judged stale against a
+        // newer one that is then refused (found by review: a cancel before a refused change
+        // was lost) must have been written first. Keys run side by side.
+        let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+        let mut at: HashMap<String, usize> = HashMap::new();
         for (i, r) in rows.iter().enumerate() {
             let key = renewal_key(&r.tenant_id, &r.renewal_id);
-            match last.get(&key) {
-                Some(&j) if rows[j].version > r.version => {}
-                _ => {
-                    last.insert(key, i);
+            match at.get(&key) {
+                Some(&g) => groups[g].1.push(i),
+                None => {
+                    at.insert(key.clone(), groups.len());
+                    groups.push((key, vec![i]));
                 }
             }
+        }
+        for (_, g) in &mut groups {
+            g.sort_by_key(|&i| (rows[i].version, i));
         }
         let mut outcomes: Vec<Option<RowOutcome>> = vec![None; rows.len()];
-        let mut jobs = Vec::new();
-        for (i, r) in rows.iter().enumerate() {
-            let key = renewal_key(&r.tenant_id, &r.renewal_id);
-            match last.get(&key).map(|&w| (w, rows[w].version)) {
-                Some((w, _)) if w == i => jobs.push((i, r.clone(), read.existing.get(&key).cloned())),
-                // Overtaken within the batch by a newer version of the same renewal.
-                Some((_, Some(newer))) if r.version.is_some() => {
-                    outcomes[i] = Some(RowOutcome::Stale { stored: newer })
-                }
-                _ => outcomes[i] = Some(plan(r, read.existing.get(&key), now).0),
-            }
-        }
-        let mut jobs = jobs.into_iter();
+        let mut jobs = groups.into_iter().map(|(key, g)| {
+            let old = read.existing.get(&key).cloned();
+            let rows: Vec<(usize, Renewal)> = g.into_iter().map(|i| (i, rows[i].clone())).collect();
+            (rows, old)
+        });
         let mut running = tokio::task::JoinSet::new();
         loop {
             while running.len() < PARALLEL {
-                let Some((i, r, old)) = jobs.next() else { break };
+                let Some((group, old)) = jobs.next() else { break };
                 let this = self.clone();
                 let unread = read.unread;
-                running.spawn(async move { (i, this.write_row(&r, old, unread, now).await) });
+                running.spawn(async move {
+                    let mut done = Vec::with_capacity(group.len());
+                    let mut old = Some(old);
+                    for (i, r) in group {
+                        // The first row against what was read; each later one against the item
+                        // as the write before left it (refused inserts hand it back).
+                        let (seen, unread) = match old.take() {
+                            Some(o) => (o, unread),
+                            None => (None, true),
+                        };
+                        let outcome = this.write_row(&r, seen, unread, now).await;
+                        let failed = outcome.is_err();
+                        done.push((i, outcome));
+                        if failed {
+                            break;
+                        }
+                    }
+                    done
+                });
             }
             let Some(done) = running.join_next().await else { break };
-            let (i, outcome) = done.map_err(|e| RenewalsError::Unknown(Box::new(e)))?;
-            outcomes[i] = Some(outcome?);
+            for (i, outcome) in done.map_err(|e| RenewalsError::Unknown(Box::new(e)))? {
+                outcomes[i] = Some(outcome?);
+            }
         }
         Ok(outcomes.into_iter().map(|o| o.unwrap_or(RowOutcome::Unchanged)).collect())
     }
@@ -680,7 +718,7 @@ impl DynamoRenewals {
                         ConditionalPut::ConditionFailed { existing } => existing,
                     }
                 }
-                RowWrite::Status { status, seen_state, day_shard, seen_after } => {
+                RowWrite::Status { status, seen_state, day_shard, seen_after, seen_updated } => {
                     // The status, the data (read at the call, so it may change after release)
                     // and the producer's version.
                     let mut set = "SET #status = :status, updated_ms = :now, day_shard = :day".to_owned();
@@ -708,14 +746,18 @@ impl DynamoRenewals {
                     if let Some(d) = &r.data {
                         update = update.expression_attribute_values(":data", s(d.expose()));
                     }
+                    let since = not_updated_since(&seen_updated);
+                    if let Some(v) = seen_updated {
+                        update = update.expression_attribute_values(":seen_updated", v);
+                    }
                     update = match seen_after {
                         Some(after) => update
                             .condition_expression(format!(
-                                "sched_state = :seen AND deliver_after_ms = :after AND {guard}"
+                                "sched_state = :seen AND deliver_after_ms = :after AND {since} AND {guard}"
                             ))
                             .expression_attribute_values(":after", after),
                         None => update.condition_expression(format!(
-                            "sched_state = :seen AND attribute_not_exists(deliver_after_ms) AND {guard}"
+                            "sched_state = :seen AND attribute_not_exists(deliver_after_ms) AND {since} AND {guard}"
                         )),
                     };
                     let update = update
@@ -728,17 +770,21 @@ impl DynamoRenewals {
                         ConditionalUpdate::ConditionFailed(existing) => existing,
                     }
                 }
-                RowWrite::Version => {
+                RowWrite::Version { seen_updated } => {
                     let (guard, pv) = version_guard(r);
-                    let update = self
+                    let since = not_updated_since(&seen_updated);
+                    let mut update = self
                         .client
                         .update_item()
                         .table_name(&self.table)
                         .key("pk", s(renewal_key(&r.tenant_id, &r.renewal_id)))
                         .update_expression("SET producer_version = :pv, updated_ms = :now")
-                        .condition_expression(format!("attribute_exists(pk) AND {guard}"))
+                        .condition_expression(format!("attribute_exists(pk) AND {since} AND {guard}"))
                         .set_expression_attribute_values(pv.map(|v| [(":pv".to_owned(), v)].into()))
                         .expression_attribute_values(":now", ms(now));
+                    if let Some(v) = seen_updated {
+                        update = update.expression_attribute_values(":seen_updated", v);
+                    }
                     match update_if(&self.client, update).await.map_err(unknown)? {
                         ConditionalUpdate::Written(_) => return Ok(outcome),
                         ConditionalUpdate::ConditionFailed(existing) => existing,
@@ -1102,7 +1148,7 @@ mod tests {
                 item.insert("day_shard".into(), s(day_shard.as_str()));
                 item
             }
-            RowWrite::Version => old.clone(),
+            RowWrite::Version { .. } => old.clone(),
         }
     }
 

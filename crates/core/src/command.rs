@@ -179,20 +179,31 @@ impl RenewalCommand {
     }
 }
 
-/// The body as a dead letter may hold it: `data` (top level, or an EventBridge event's
-/// `detail.data`) replaced by `"<redacted: N bytes>"`. A body that is not a JSON object holds
-/// no data field and is kept as it came (the DLQ must lose nothing an operator needs to fix the
-/// producer).
+/// The body as a dead letter may hold it: every field whose name holds `data` (any case: a
+/// misspelled `Data` or `template_data` too; top level, or an EventBridge event's `detail`)
+/// replaced by `"<redacted: N bytes>"`. A body that is not a JSON object holds no field to
+/// redact: it is kept as it came (the DLQ must lose nothing an operator needs to fix the
+/// producer), unless it mentions `data` at all (a BOM, a truncated or over-deep body: found by
+/// review), when it is withheld whole and only its size and SHA-256 are kept, to match it with
+/// the producer's own record.
 pub fn redacted_body(body: &str) -> String {
-    let Ok(Value::Object(mut obj)) = serde_json::from_str::<Value>(body) else { return body.to_owned() };
-    fn redact(obj: &mut Map<String, Value>) -> bool {
-        match obj.get_mut("data") {
-            Some(v) if !v.is_null() => {
-                *v = Value::String(format!("<redacted: {} bytes>", v.to_string().len()));
-                true
-            }
-            _ => false,
+    let Ok(Value::Object(mut obj)) = serde_json::from_str::<Value>(body) else {
+        if !body.to_ascii_lowercase().contains("data") {
+            return body.to_owned();
         }
+        use sha2::{Digest, Sha256};
+        let hex: String = Sha256::digest(body.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+        return format!("<withheld: {} bytes that are not a JSON object and may hold data; sha256 {hex}>", body.len());
+    };
+    fn redact(obj: &mut Map<String, Value>) -> bool {
+        let mut changed = false;
+        for (k, v) in obj.iter_mut() {
+            if k.to_ascii_lowercase().contains("data") && !v.is_null() {
+                *v = Value::String(format!("<redacted: {} bytes>", v.to_string().len()));
+                changed = true;
+            }
+        }
+        changed
     }
     let mut changed = redact(&mut obj);
     if let Some(Value::Object(detail)) = obj.get_mut("detail") {
@@ -277,6 +288,11 @@ mod tests {
         let wrapped = format!(r#"{{"detail-type":"punctual.renewal","detail":{b}}}"#);
         assert!(!redacted_body(&wrapped).contains("49.00"));
         assert_eq!(redacted_body("not json"), "not json");
+        // Found by review: a body serde cannot read, and a misspelled data field.
+        let bom = format!("\u{feff}{}", body(r#","data":{"k":"SECRET"}"#));
+        let kept = redacted_body(&bom);
+        assert!(!kept.contains("SECRET") && kept.starts_with("<withheld:"), "{kept}");
+        assert!(!redacted_body(&body(r#","Template_Data":{"k":"SECRET"}"#)).contains("SECRET"));
         let cmd = RenewalCommand::decode(&b).unwrap();
         assert!(!format!("{cmd:?}").contains("49.00"), "{cmd:?}");
     }

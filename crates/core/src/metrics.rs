@@ -276,11 +276,18 @@ pub mod outcomes {
         pub const OLDEST_AGE: &str = "OutboxOldestAgeSeconds";
         /// Records still holding events when the sweep stopped.
         pub const PENDING: &str = "OutboxPending";
+        /// 1 when the sweep could not read the outbox (its age is then unknown and not
+        /// written), 0 otherwise: every sweep writes it.
+        pub const SWEEP_FAILED: &str = "OutboxSweepFailed";
     }
 
     /// The metrics of one sweep.
     pub fn metrics(r: &SweepReport) -> Metrics {
         let mut m = Metrics::new();
+        m.observe(name::SWEEP_FAILED, if r.sweep_failed { 1.0 } else { 0.0 });
+        if r.sweep_failed {
+            return m;
+        }
         m.count(name::PUBLISHED, r.published as f64);
         m.count(name::PUBLISH_FAILED, r.failed as f64);
         m.observe(name::OLDEST_AGE, r.oldest_age_seconds);

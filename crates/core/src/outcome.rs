@@ -204,6 +204,10 @@ pub struct SweepReport {
     pub changed: u64,
     /// Stored events that could not be read (left in the outbox, reported).
     pub unreadable: u64,
+    /// Clears that failed as machinery (their records are swept again).
+    pub clear_failed: u64,
+    /// The sweep could not read the outbox at all (nothing else in the report is known).
+    pub sweep_failed: bool,
     /// The oldest event's age when the sweep began, in seconds (0 with none).
     pub oldest_age_seconds: f64,
     /// Records still holding events when the sweep stopped (its round or time budget was
@@ -245,8 +249,13 @@ impl<O: crate::ports::Outbox, S: crate::ports::OutcomeSink> Publisher<O, S> {
         mut stop: impl FnMut() -> bool,
     ) -> Result<SweepReport, crate::ports::OutboxError> {
         let mut report = SweepReport::default();
+        // Records this sweep cleared: the outbox index is eventually consistent, so the next
+        // round may read one again (found by review: it was published again, its clear refused,
+        // and a round that cleared nothing ended the sweep).
+        let mut cleared_ids: std::collections::HashSet<String> = std::collections::HashSet::new();
         for round in 0..rounds {
-            let entries = self.outbox.pending(SWEEP_PAGE).await?;
+            let mut entries = self.outbox.pending(SWEEP_PAGE).await?;
+            entries.retain(|e| !cleared_ids.contains(&e.reminder_id));
             if round == 0 {
                 report.oldest_age_seconds = entries
                     .iter()
@@ -299,17 +308,30 @@ impl<O: crate::ports::Outbox, S: crate::ports::OutcomeSink> Publisher<O, S> {
                 }
             }
             let ok: Vec<bool> = wanted.iter().zip(&accepted_of).map(|(w, a)| w == a).collect();
-            // The clears, 16 in flight.
-            use futures_util::stream::{self, StreamExt, TryStreamExt};
-            let clears: Vec<bool> = stream::iter(
+            // The clears, 16 in flight. A clear that fails leaves its record for the next sweep
+            // (its events were published: they go again, at least once) and does not end this one.
+            use futures_util::stream::{self, StreamExt};
+            let clears: Vec<(String, Result<bool, crate::ports::OutboxError>)> = stream::iter(
                 entries.iter().zip(&ok).filter(|(e, published)| **published && e.unreadable == 0).map(|(e, _)| e),
             )
-            .map(|e| self.outbox.clear(e))
+            .map(|e| async move { (e.reminder_id.clone(), self.outbox.clear(e).await) })
             .buffer_unordered(CLEARS_IN_FLIGHT)
-            .try_collect()
-            .await?;
-            let cleared = clears.iter().filter(|c| **c).count() as u64;
-            report.changed += clears.len() as u64 - cleared;
+            .collect()
+            .await;
+            let mut cleared = 0;
+            for (id, c) in clears {
+                match c {
+                    Ok(true) => {
+                        cleared += 1;
+                        cleared_ids.insert(id);
+                    }
+                    Ok(false) => report.changed += 1,
+                    Err(e) => {
+                        report.clear_failed += 1;
+                        tracing::warn!(error = %e, "clearing an outbox record failed; its events go again next sweep");
+                    }
+                }
+            }
             report.cleared += cleared;
             report.left = entries.len() as u64 - cleared;
             if sink_failed || cleared == 0 || stop() {

@@ -5,21 +5,24 @@
 //! A batch of commands is applied in four steps:
 //! 1. each body is decoded and checked with the rules `punctual import` applies to a row
 //!    ([`RenewalCommand::read`]); what fails is a rejection;
-//! 2. the addresses of the commands that carry one are written to the recipients table (before
-//!    any renewal that needs one, as the import does);
-//! 3. the renewals are written by the import's own conditional write
+//! 2. the renewals are written by the import's own conditional write
 //!    ([`DynamoRenewals::write_import`]), without the import's read first
 //!    ([`ImportRead::unread`]): each is tried as a new renewal, and a refusal hands back the
 //!    stored item, against which the import's planner decides again. A campaign of new
 //!    renewals costs one write each and no read; a change of a stored one, a refused write
 //!    and the real one. The planner applies the producer's version order: an equal or older
-//!    version is `stale` and writes nothing;
+//!    version is `stale` and writes nothing; several versions of one renewal in one batch are
+//!    written one after the other, oldest first;
+//! 3. the addresses of the commands applied (or replayed) are written to the recipients table,
+//!    one per tenant's `recipient_ref` (step 3 below says why after, not before);
 //! 4. every rejection (malformed, invalid, or refused by the import rules) is sent to the
 //!    commands DLQ, its `data` redacted, with `reason` and `error_class` attributes.
 //!
 //! A command whose step failed on infrastructure (a table or the DLQ unreachable) is an `Err`:
 //! the handler reports it as a batch item failure and SQS delivers it again; its version makes
 //! the retry safe (what was written is then stale).
+
+use std::collections::HashMap;
 
 use aws_sdk_dynamodb::Client as DynamoClient;
 use aws_sdk_sqs::Client as SqsClient;
@@ -142,38 +145,29 @@ impl Ingest {
                 Err(e) => results[i] = Some(Ok(rejected(&e))),
             }
         }
-        // 2. addresses, before any renewal that needs one.
-        let book: Vec<Entry> = valid
-            .iter()
-            .filter_map(|(_, _, row)| {
-                row.address.clone().map(|a| (row.renewal.tenant_id.clone(), row.renewal.recipient_ref.clone(), a))
-            })
-            .collect();
-        if let (Some(recipients), false) = (&self.recipients, book.is_empty())
-            && let Err(e) = recipients.put_all(&book, now.timestamp_millis()).await
-        {
-            let err = failed("writing the recipients table", &e);
-            valid.retain(|(i, _, row)| {
-                if row.address.is_some() {
-                    results[*i] = Some(Err(err.clone()));
-                    false
-                } else {
-                    true
-                }
-            });
-        }
-        // 3. the renewals, through the import's conditional write.
+        // 2. the renewals, through the import's conditional write.
         let rows: Vec<_> = valid.iter().map(|(_, _, row)| row.renewal.clone()).collect();
+        // Commands whose address the recipients table should hold: applied, or a replay of the
+        // applied version (its address write may have failed the first time).
+        let mut addressed = Vec::new();
         if !rows.is_empty() {
             match self.renewals.write_import(&rows, ImportRead::unread(), now).await {
                 Ok(outcomes) => {
                     for ((i, command, row), outcome) in valid.iter().zip(outcomes) {
                         let renewal = (row.renewal.tenant_id.to_string(), row.renewal.renewal_id.to_string());
+                        let applied = match &outcome {
+                            RowOutcome::Stale { stored } => *stored == command.version,
+                            RowOutcome::Conflict(_) => false,
+                            _ => true,
+                        };
+                        if applied && row.address.is_some() {
+                            addressed.push(*i);
+                        }
                         results[*i] = Some(Ok(match outcome {
                             RowOutcome::Stale { stored } => {
                                 Applied::Stale { renewal, version: command.version, stored }
                             }
-                            RowOutcome::Conflict(reason) => Applied::Rejected { class: "refused", reason },
+                            RowOutcome::Conflict(reason) => Applied::Rejected { class: "refused", reason: cut(reason) },
                             outcome => Applied::Applied { renewal, version: command.version, outcome },
                         }));
                     }
@@ -183,6 +177,35 @@ impl Ingest {
                     for (i, _, _) in &valid {
                         results[*i] = Some(Err(err.clone()));
                     }
+                }
+            }
+        }
+        // 3. the addresses of what was applied, after the renewal and never for a stale or
+        // refused command (found by review: an address written first for every command let a
+        // late older command put back an old address). One per tenant's `recipient_ref`, the
+        // highest version's (BatchWriteItem refuses two writes of one key). The cost: a renewal
+        // due at once could be released in the milliseconds before its address is in; its
+        // sender then finds no address (`recipient_unknown`). A failed write fails its commands
+        // for redelivery; their replay is stale and writes the address then.
+        let mut book: HashMap<(String, String), (u64, usize, Entry)> = HashMap::new();
+        for i in addressed {
+            let Some((_, command, row)) = valid.iter().find(|(j, _, _)| *j == i) else { continue };
+            let Some(address) = row.address.clone() else { continue };
+            let key = (row.renewal.tenant_id.to_string(), row.renewal.recipient_ref.clone());
+            let entry = (row.renewal.tenant_id.clone(), row.renewal.recipient_ref.clone(), address);
+            match book.get(&key) {
+                Some((v, _, _)) if *v >= command.version => {}
+                _ => {
+                    book.insert(key, (command.version, i, entry));
+                }
+            }
+        }
+        if let (Some(recipients), false) = (&self.recipients, book.is_empty()) {
+            let entries: Vec<Entry> = book.values().map(|(_, _, e)| e.clone()).collect();
+            if let Err(e) = recipients.put_all(&entries, now.timestamp_millis()).await {
+                let err = failed("writing the recipients table", &e);
+                for (_, i, _) in book.values() {
+                    results[*i] = Some(Err(err.clone()));
                 }
             }
         }
@@ -235,5 +258,15 @@ impl Ingest {
 }
 
 fn rejected(e: &CommandError) -> Applied {
-    Applied::Rejected { class: e.class(), reason: e.to_string() }
+    Applied::Rejected { class: e.class(), reason: cut(e.to_string()) }
+}
+
+/// A reason as the letter's attribute and the log carry it: at most 256 characters (a bad
+/// value is echoed in it, and a producer's value may be long).
+fn cut(mut reason: String) -> String {
+    if let Some((at, _)) = reason.char_indices().nth(256) {
+        reason.truncate(at);
+        reason.push('…');
+    }
+    reason
 }

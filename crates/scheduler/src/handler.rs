@@ -17,6 +17,9 @@ pub use punctual_core::metrics::scheduler::{failure_metrics, metrics, name};
 /// tick (the minute's deliveries at a 300/s quota), within the invocation's time.
 pub const SWEEP_ROUNDS: usize = 200;
 
+/// The longest a sweep runs after a tick: inside the minute before the next one.
+pub const SWEEP_BUDGET: std::time::Duration = std::time::Duration::from_secs(40);
+
 /// Time a sweep leaves before the invocation's deadline.
 pub const SWEEP_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -30,7 +33,16 @@ pub async fn publish<O: Outbox, K: OutcomeSink>(
 ) -> Option<SweepReport> {
     let margin = chrono::TimeDelta::from_std(SWEEP_MARGIN).unwrap_or_default();
     let now = chrono::Utc::now();
-    match publisher.sweep(now, SWEEP_ROUNDS, || chrono::Utc::now() + margin >= deadline).await {
+    // Within the tick's minute, whatever the invocation's timeout (found by review: a sweep
+    // run to a 120 s deadline overlapped the next tick, which then swept the same records).
+    let budget = now + chrono::TimeDelta::from_std(SWEEP_BUDGET).unwrap_or_default();
+    match publisher
+        .sweep(now, SWEEP_ROUNDS, || {
+            let t = chrono::Utc::now();
+            t + margin >= deadline || t >= budget
+        })
+        .await
+    {
         Ok(r) => {
             if r.published > 0 || r.failed > 0 || r.left > 0 {
                 tracing::info!(
@@ -46,8 +58,10 @@ pub async fn publish<O: Outbox, K: OutcomeSink>(
             Some(r)
         }
         Err(e) => {
+            // Its metrics say so (OutboxSweepFailed = 1 and no age, which the alarm's missing
+            // data would hide: OutboxSweepFailingAlarm reads this one).
             tracing::warn!(error = %e, "sweeping the outbox failed; its events stay for the next tick");
-            None
+            Some(SweepReport { sweep_failed: true, ..SweepReport::default() })
         }
     }
 }

@@ -24,6 +24,7 @@ struct Rig {
     ddb: aws_sdk_dynamodb::Client,
     sqs: aws_sdk_sqs::Client,
     renewals_table: String,
+    recipients_table: String,
     dlq_url: String,
     ingest: punctual_ingest::app::Ingest,
 }
@@ -41,12 +42,12 @@ async fn rig(name: &str) -> Rig {
     let config = IngestConfig {
         renewals_table: renewals_table.clone(),
         commands_dlq_url: dlq_url.clone(),
-        recipients_table: Some(recipients_table),
+        recipients_table: Some(recipients_table.clone()),
         channels: vec!["email".into(), "sms".into()],
         metrics_namespace: "punctual".into(),
     };
     let ingest = punctual_ingest::app::build(&config, &ddb, &sqs);
-    Rig { ddb, sqs, renewals_table, dlq_url, ingest }
+    Rig { ddb, sqs, renewals_table, recipients_table, dlq_url, ingest }
 }
 
 /// A command for `acme/ren-1` due tomorrow at 09:00 London (window 8 h), version `version`.
@@ -63,6 +64,10 @@ fn command(version: u64, extra: &[(&str, serde_json::Value)]) -> String {
 }
 
 impl Rig {
+    fn ingest_recipients_table(&self) -> String {
+        self.recipients_table.clone()
+    }
+
     /// Hands `bodies` to the handler as one SQS batch; returns the ids it failed.
     async fn deliver(&self, bodies: &[String]) -> (Vec<String>, punctual_aws::emf::Metrics) {
         let ids: Vec<String> = (0..bodies.len()).map(|i| format!("m{i}")).collect();
@@ -165,12 +170,14 @@ async fn a_newer_cancel_that_arrives_first_is_never_revived_by_the_older_put() {
     let row = rig.row().await.unwrap();
     assert_eq!(text(&row, "status"), Some("cancelled"));
     assert!(!row.contains_key("due_shard"), "the older put armed the renewal for release: {row:?}");
-    // Both in one batch, the older last: the newer is the one written.
+    // Both in one batch, the older last: they are written oldest first, so the cancel is last.
     let rig = self::rig("ingest-cancel-batch").await;
     let (failed, m) = rig.deliver(&[command(4, &[("status", "cancelled".into())]), command(3, &[])]).await;
     assert!(failed.is_empty());
-    assert_eq!((m.total("CommandsApplied"), m.total("CommandsStale")), (1.0, 1.0));
-    assert_eq!(text(&rig.row().await.unwrap(), "status"), Some("cancelled"));
+    assert_eq!(m.total("CommandsApplied"), 2.0);
+    let row = rig.row().await.unwrap();
+    assert_eq!((text(&row, "status"), number(&row, "producer_version")), (Some("cancelled"), Some(4)));
+    assert!(!row.contains_key("due_shard"), "the older put armed the renewal for release: {row:?}");
 }
 
 #[tokio::test]
@@ -324,4 +331,84 @@ async fn a_table_that_fails_leaves_the_command_for_redelivery_not_on_the_dlq() {
     assert_eq!(failed, ["m0"], "only the command the table failed is left for redelivery");
     assert_eq!((m.total("CommandsFailed"), m.total("CommandsRejected")), (1.0, 1.0));
     assert_eq!(rig.letters().await.len(), 1);
+}
+
+/// Found by review: a write planned against one state of the row (here v3, the same content as
+/// v1, planned as a version-only write) landed over a cancel (v2) written meanwhile, and the
+/// renewal was left cancelled at v3. Every partial write is now conditioned on the row not
+/// having been updated since it was read.
+#[tokio::test]
+async fn a_write_planned_before_a_racing_change_is_decided_again_not_laid_over_it() {
+    let rig = rig("ingest-race").await;
+    rig.deliver(&[command(1, &[])]).await;
+    let store = DynamoRenewals::new(rig.ddb.clone(), &rig.renewals_table);
+    let (v3, _) = punctual_core::command::RenewalCommand::read(&command(3, &[]), &[]).unwrap();
+    let v3 = v3.check(&[]).unwrap().renewal;
+    let read = store.read_for_import(std::slice::from_ref(&v3)).await.unwrap();
+    rig.deliver(&[command(2, &[("status", "cancelled".into())])]).await;
+    assert_eq!(text(&rig.row().await.unwrap(), "status"), Some("cancelled"));
+    let got = store.write_import(std::slice::from_ref(&v3), read, Utc::now()).await.unwrap();
+    let row = rig.row().await.unwrap();
+    assert_eq!(
+        (text(&row, "status"), number(&row, "producer_version")),
+        (Some("active"), Some(3)),
+        "v3 (active) was laid over v2's cancel as a version-only write: {got:?}"
+    );
+}
+
+/// Found by review: of v2 (a cancel) and v3 (a change the import refuses after release) in one
+/// batch, v2 was judged stale against v3 before v3 was tried, and v3 was then refused: the
+/// cancel was lost. The versions of one renewal in a batch are now written oldest first.
+#[tokio::test]
+async fn in_one_batch_an_older_cancel_is_applied_even_when_the_newer_change_is_refused() {
+    let rig = rig("ingest-batch-order").await;
+    rig.deliver(&[command(1, &[])]).await;
+    rig.release().await;
+    let (failed, m) = rig
+        .deliver(&[command(3, &[("recipient_ref", "cust-2".into())]), command(2, &[("status", "cancelled".into())])])
+        .await;
+    assert!(failed.is_empty());
+    assert_eq!(m.by_reason("CommandsApplied").get("updated"), Some(&1.0), "{m:?}");
+    assert_eq!(m.by_reason("CommandsRejected").get("refused"), Some(&1.0));
+    assert_eq!(text(&rig.row().await.unwrap(), "status"), Some("cancelled"), "the cancel was lost");
+}
+
+async fn address(rig: &Rig, table: &str, reference: &str) -> Option<String> {
+    let got = rig
+        .ddb
+        .get_item()
+        .table_name(table)
+        .key("tenant_id", AttributeValue::S("acme".into()))
+        .key("recipient_ref", AttributeValue::S(reference.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    got.item.and_then(|i| i.get("email").and_then(|v| v.as_s().ok()).cloned())
+}
+
+/// Found by review: every command's address was written before its version was judged, so a
+/// late older command put back an old address; and two commands of one batch for one
+/// recipient made BatchWriteItem refuse the whole batch of addresses.
+#[tokio::test]
+async fn only_an_applied_commands_address_is_kept_and_one_batch_may_name_a_recipient_twice() {
+    let rig = rig("ingest-address").await;
+    let table = rig.ingest_recipients_table();
+    rig.deliver(&[command(5, &[("email", "new@example.com".into())])]).await;
+    let (failed, m) = rig.deliver(&[command(4, &[("email", "old@example.com".into())])]).await;
+    assert!(failed.is_empty());
+    assert_eq!(m.total("CommandsStale"), 1.0);
+    assert_eq!(
+        address(&rig, &table, "cust-1").await.as_deref(),
+        Some("new@example.com"),
+        "a stale command's address was written"
+    );
+    // Two renewals of one recipient, each with its address, in one batch: both applied.
+    let other = |r: &str, v: u64, e: &str| {
+        command(v, &[("renewal_id", r.into()), ("recipient_ref", "cust-9".into()), ("email", e.into())])
+    };
+    let (failed, m) = rig.deliver(&[other("ren-a", 1, "a@example.com"), other("ren-b", 2, "b@example.com")]).await;
+    assert!(failed.is_empty(), "{failed:?}");
+    assert_eq!(m.total("CommandsApplied"), 2.0);
+    assert!(address(&rig, &table, "cust-9").await.is_some());
 }
