@@ -71,6 +71,14 @@ pub struct BenchIngestReport {
     pub ingest: crate::commands::CommandsReport,
     /// The ingest's requests by `service/Operation[/item kind]`.
     pub requests: BTreeMap<String, u64>,
+    /// The same handler given as many more commands as SQS batches built in memory (as the
+    /// event source mapping hands them over), `instances` at once, with nothing received or
+    /// deleted: the ingest's own rate against the engine, without the emulator's SQS.
+    pub direct_commands_per_second: f64,
+    /// `direct_commands_per_second` ÷ `raw_conditional_writes_per_second`.
+    pub direct_ratio_to_raw: f64,
+    /// DynamoDB writes per command of the direct pass.
+    pub direct_dynamodb_writes_per_command: f64,
 }
 
 impl BenchIngestReport {
@@ -81,6 +89,7 @@ impl BenchIngestReport {
              raw            {:.0} conditional writes/s ({} items, {} in flight)\n\
              ingest         {:.0} commands/s = {:.2} of raw (goal >= 0.7)\n\
              requests       {:.3} DynamoDB writes (goal <= 1.3), {:.3} reads, {:.3} SQS (goal <= 0.25) per command\n\
+             direct         {:.0} commands/s = {:.2} of raw, {:.3} DynamoDB writes per command (the handler fed in memory: no SQS)\n\
              outcomes       {} applied, {} stale, {} rejected, {} failed\n\
              send           {:.1} s to put the campaign on the queue (not counted)\n",
             self.commands,
@@ -94,6 +103,9 @@ impl BenchIngestReport {
             self.dynamodb_writes_per_command,
             self.dynamodb_reads_per_command,
             self.sqs_requests_per_command,
+            self.direct_commands_per_second,
+            self.direct_ratio_to_raw,
+            self.direct_dynamodb_writes_per_command,
             self.ingest.applied,
             self.ingest.stale,
             self.ingest.rejected,
@@ -233,6 +245,46 @@ pub async fn bench_ingest(opts: &BenchIngestOptions) -> Result<BenchIngestReport
     let writes: u64 = dynamo.iter().map(|(_, v)| **v).sum::<u64>() - reads;
     let sqs_requests: u64 = requests.iter().filter(|(k, _)| k.starts_with("sqs/")).map(|(_, v)| v).sum();
     let commands_per_second = report.received as f64 / busy;
+
+    // 4. The direct pass: new renewals (ids after the campaign's), the handler fed in memory.
+    say(format!("direct    {} commands, {} batches at once …", opts.commands, opts.instances));
+    let before = counts.snapshot();
+    let dynamo_writes = |m: &BTreeMap<String, u64>| -> u64 {
+        m.iter()
+            .filter(|(k, _)| k.starts_with("dynamodb/") && !is_dynamodb_read(k.split('/').nth(1).unwrap_or_default()))
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let t = Instant::now();
+    let batches: Vec<Vec<usize>> =
+        (opts.commands..2 * opts.commands).collect::<Vec<_>>().chunks(10).map(<[usize]>::to_vec).collect();
+    stream::iter(batches)
+        .map(|batch| {
+            let ingest = &ingest;
+            async move {
+                let bodies: Vec<(String, String)> = batch.iter().map(|n| (format!("d{n}"), command(*n, due))).collect();
+                let records = bodies.iter().map(|(id, body)| punctual_lambda::batch::ReceivedRecord {
+                    message_id: id,
+                    receipt_handle: id,
+                    body,
+                    receive_count: 1,
+                    sent_at_ms: None,
+                });
+                let Ok(event) =
+                    punctual_lambda::batch::sqs_event(records, "arn:aws:sqs:us-east-1:000000000000:commands")
+                else {
+                    return;
+                };
+                let ctx = punctual_lambda::batch::local_context("direct".into(), Duration::from_secs(60));
+                let _ = punctual_ingest::handler::handle(ingest, lambda_runtime::LambdaEvent::new(event, ctx)).await;
+            }
+        })
+        .buffer_unordered(opts.instances.max(1))
+        .for_each(|()| std::future::ready(()))
+        .await;
+    let direct = opts.commands as f64 / t.elapsed().as_secs_f64().max(1e-3);
+    let direct_writes =
+        (dynamo_writes(&counts.snapshot()) - dynamo_writes(&before)) as f64 / opts.commands.max(1) as f64;
     Ok(BenchIngestReport {
         commands: opts.commands as u64,
         instances: opts.instances,
@@ -247,5 +299,8 @@ pub async fn bench_ingest(opts: &BenchIngestOptions) -> Result<BenchIngestReport
         sqs_requests_per_command: sqs_requests as f64 / n,
         ingest: report,
         requests,
+        direct_commands_per_second: direct,
+        direct_ratio_to_raw: direct / raw,
+        direct_dynamodb_writes_per_command: direct_writes,
     })
 }

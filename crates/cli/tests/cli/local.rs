@@ -440,3 +440,24 @@ async fn commands_in_through_local_drain_and_an_outcome_event_out_for_each_endin
     let down = punctual(&state, &["local", "down"]);
     assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
 }
+
+/// `punctual bench-ingest` on a small campaign against the test's emulator: every command
+/// applied, within the request budget per command (the figures docs/measurements.md reports).
+#[test]
+fn bench_ingest_applies_a_small_campaign_within_its_request_budget() {
+    let _one = one_pipeline();
+    let dir = std::env::temp_dir().join(unique("punctual-bench-ingest"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_punctual"))
+        .args(["bench-ingest", "--commands", "300", "--instances", "2", "--json"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((r["ingest"]["applied"].as_u64(), r["ingest"]["rejected"].as_u64()), (Some(300), Some(0)), "{r}");
+    assert!(r["dynamodb_writes_per_command"].as_f64() <= Some(1.3), "{r}");
+    assert!(r["sqs_requests_per_command"].as_f64() <= Some(0.25), "{r}");
+    assert!(r["direct_commands_per_second"].as_f64() > Some(0.0), "{r}");
+    assert!(r["raw_conditional_writes_per_second"].as_f64() > Some(0.0), "{r}");
+}
