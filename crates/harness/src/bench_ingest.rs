@@ -5,8 +5,8 @@
 //! 1. The commands (one new renewal each, due tomorrow at 09:00 in one of five zones) are
 //!    sent to the commands queue in `SendMessageBatch`es of 10: the producer's cost, not
 //!    counted.
-//! 2. The **raw rate**: conditional `PutItem`s (`attribute_not_exists(pk)`) of new items into a
-//!    scratch table, as many in flight as the ingest can keep (its instances × a batch of 10), for as many
+//! 2. The **raw rate**: conditional `PutItem`s (`attribute_not_exists(pk)`) of new renewals'
+//!    row items (the ingest's own write) into a scratch table with the renewals table's indexes, as many in flight as the ingest can keep (its instances × a batch of 10), for as many
 //!    items as there are commands (at most 20,000): the most the engine gives to the write the
 //!    ingest needs per command.
 //! 3. The **ingest**: the same handler the Lambda runs, on `instances` pollers of the commands
@@ -178,18 +178,24 @@ pub async fn bench_ingest(opts: &BenchIngestOptions) -> Result<BenchIngestReport
     // What the ingest can have in flight: a batch of 10 commands per instance.
     let in_flight = opts.instances.max(1) * 10;
     let raw_items = opts.commands.min(20_000);
+    // The same write the ingest makes: the row item of a new renewal, into a table with the
+    // renewals table's two indexes (a table without them measured dynalite's easiest write).
     let scratch = format!("{prefix}-raw");
-    punctual_aws::dynamodb::create_pk_table(&ddb, &scratch).await.map_err(step("creating the scratch table"))?;
+    punctual_aws::renewals::create_table(&ddb, &scratch).await.map_err(step("creating the scratch table"))?;
+    let now = Utc::now();
+    let items: Vec<punctual_aws::dynamodb::Item> = (2 * opts.commands..2 * opts.commands + raw_items)
+        .filter_map(|n| punctual_core::command::RenewalCommand::read(&command(n, due), &[]).ok())
+        .map(|(_, row)| punctual_aws::renewals::row_item(&row.renewal, now))
+        .collect();
     say(format!("raw       {raw_items} conditional PutItems, {in_flight} in flight …"));
     let t = Instant::now();
-    let puts = stream::iter(0..raw_items)
-        .map(|n| {
+    let puts = stream::iter(items)
+        .map(|item| {
             let (ddb, table) = (&ddb, &scratch);
             async move {
                 ddb.put_item()
                     .table_name(table)
-                    .item("pk", aws_sdk_dynamodb::types::AttributeValue::S(format!("raw:{n}")))
-                    .item("v", aws_sdk_dynamodb::types::AttributeValue::S(command(n, due)))
+                    .set_item(Some(item))
                     .condition_expression("attribute_not_exists(pk)")
                     .send()
                     .await
