@@ -703,13 +703,11 @@ impl DynamoRenewals {
                     if let Some(pv) = pv {
                         values.insert(":pv".into(), pv);
                     }
-                    let condition = match seen_updated {
-                        Some(seen) => {
-                            values.insert(":seen".into(), seen);
-                            format!("sched_state = :state AND updated_ms = :seen AND {guard}")
-                        }
-                        None => format!("sched_state = :state AND attribute_not_exists(updated_ms) AND {guard}"),
-                    };
+                    let condition =
+                        format!("sched_state = :state AND {} AND {guard}", not_updated_since(&seen_updated));
+                    if let Some(seen) = seen_updated {
+                        values.insert(":seen_updated".into(), seen);
+                    }
                     match put_if(&self.client, &self.table, item, &condition, None, Some(values))
                         .await
                         .map_err(unknown)?

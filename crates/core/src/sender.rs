@@ -31,7 +31,8 @@ use crate::ports::{
 use crate::provider::ProviderOutcome;
 use crate::reason::{ReasonCode, ReminderState};
 
-/// One message as received from the send queue.
+/// One message as received from a queue: a send queue's (the sender), the commands queue's (the
+/// ingest).
 #[derive(Debug, Clone, Copy)]
 pub struct Received<'a> {
     /// SQS message id (used for the owner token and DLQ metadata, never as the reminder id).

@@ -55,14 +55,9 @@ pub fn build(config: &IngestConfig, dynamodb: &DynamoClient, sqs: &SqsClient) ->
     }
 }
 
-/// One received command.
-#[derive(Debug, Clone, Copy)]
-pub struct Received<'a> {
-    /// SQS message id (the DLQ letter keeps it as `source_message_id`).
-    pub message_id: &'a str,
-    /// The body.
-    pub body: &'a str,
-}
+/// One received command: the message id (the DLQ letter keeps it as `source_message_id`) and
+/// the body, as the sender receives its messages.
+pub use punctual_core::sender::Received;
 
 /// What became of one command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,17 +88,6 @@ pub enum Applied {
         /// What is wrong (the DLQ's `reason` attribute).
         reason: String,
     },
-}
-
-impl Applied {
-    /// `applied`, `stale` or `rejected`.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Applied { .. } => "applied",
-            Self::Stale { .. } => "stale",
-            Self::Rejected { .. } => "rejected",
-        }
-    }
 }
 
 /// A command that could not be settled now; SQS delivers it again.
@@ -147,9 +131,16 @@ impl Ingest {
         }
         // 2. the renewals, through the import's conditional write.
         let rows: Vec<_> = valid.iter().map(|(_, _, row)| row.renewal.clone()).collect();
-        // Commands whose address the recipients table should hold: applied, or a replay of the
-        // applied version (its address write may have failed the first time).
-        let mut addressed = Vec::new();
+        // 3. (gathered here, written below) the addresses of what was applied, after the
+        // renewal and never for a stale or refused command (found by review: an address written
+        // first for every command let a late older command put back an old address): applied,
+        // or a replay of the applied version (its address write may have failed the first
+        // time). One per tenant's `recipient_ref`, the highest version's (BatchWriteItem
+        // refuses two writes of one key). The cost: a renewal due at once could be released in
+        // the milliseconds before its address is in; its sender then finds no address
+        // (`recipient_unknown`). A failed write fails its commands for redelivery; their replay
+        // is stale and writes the address then.
+        let mut book: HashMap<(String, String), (u64, usize, Entry)> = HashMap::new();
         if !rows.is_empty() {
             match self.renewals.write_import(&rows, ImportRead::unread(), now).await {
                 Ok(outcomes) => {
@@ -160,8 +151,13 @@ impl Ingest {
                             RowOutcome::Conflict(_) => false,
                             _ => true,
                         };
-                        if applied && row.address.is_some() {
-                            addressed.push(*i);
+                        if let (true, Some(address)) = (applied, &row.address) {
+                            let key = (row.renewal.tenant_id.to_string(), row.renewal.recipient_ref.clone());
+                            if book.get(&key).is_none_or(|(v, _, _)| *v < command.version) {
+                                let entry =
+                                    (row.renewal.tenant_id.clone(), row.renewal.recipient_ref.clone(), address.clone());
+                                book.insert(key, (command.version, *i, entry));
+                            }
                         }
                         results[*i] = Some(Ok(match outcome {
                             RowOutcome::Stale { stored } => {
@@ -180,26 +176,7 @@ impl Ingest {
                 }
             }
         }
-        // 3. the addresses of what was applied, after the renewal and never for a stale or
-        // refused command (found by review: an address written first for every command let a
-        // late older command put back an old address). One per tenant's `recipient_ref`, the
-        // highest version's (BatchWriteItem refuses two writes of one key). The cost: a renewal
-        // due at once could be released in the milliseconds before its address is in; its
-        // sender then finds no address (`recipient_unknown`). A failed write fails its commands
-        // for redelivery; their replay is stale and writes the address then.
-        let mut book: HashMap<(String, String), (u64, usize, Entry)> = HashMap::new();
-        for i in addressed {
-            let Some((_, command, row)) = valid.iter().find(|(j, _, _)| *j == i) else { continue };
-            let Some(address) = row.address.clone() else { continue };
-            let key = (row.renewal.tenant_id.to_string(), row.renewal.recipient_ref.clone());
-            let entry = (row.renewal.tenant_id.clone(), row.renewal.recipient_ref.clone(), address);
-            match book.get(&key) {
-                Some((v, _, _)) if *v >= command.version => {}
-                _ => {
-                    book.insert(key, (command.version, i, entry));
-                }
-            }
-        }
+        // 3. the addresses gathered above.
         if let (Some(recipients), false) = (&self.recipients, book.is_empty()) {
             let entries: Vec<Entry> = book.values().map(|(_, _, e)| e.clone()).collect();
             if let Err(e) = recipients.put_all(&entries, now.timestamp_millis()).await {
