@@ -31,10 +31,15 @@ struct Rig {
 
 async fn rig(name: &str) -> Rig {
     let config = sdk_config().await;
-    let ddb = punctual_tests::dynalite_client().await.unwrap_or_else(|| aws_sdk_dynamodb::Client::new(&config));
+    let dynalite = punctual_tests::dynalite_client().await;
+    let ddb = dynalite.clone().unwrap_or_else(|| aws_sdk_dynamodb::Client::new(&config));
     let sqs = aws_sdk_sqs::Client::new(&config);
     let renewals_table = unique(&format!("{name}-renewals"));
     create_table(&ddb, &renewals_table).await.unwrap();
+    if dynalite.is_some() {
+        // The racing and ordering cases need the engine that isolates conditional writes.
+        punctual_tests::assert_on_dynalite(&renewals_table).await;
+    }
     let dlq_url =
         sqs.create_queue().queue_name(unique(&format!("{name}-cdlq"))).send().await.unwrap().queue_url.unwrap();
     let recipients_table = unique(&format!("{name}-recipients"));
