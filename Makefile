@@ -40,7 +40,7 @@ $(VENV_STAMP): tools/requirements.txt tools/moto/pyproject.toml tools/moto/punct
 	@echo "==> creating $(VENV) with $$($(PYTHON) --version)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r tools/requirements.txt
-	@# punctual-moto: moto server with SQS sends in constant time (tools/moto says why)
+	@# punctual-moto: moto server with SQS requests in constant time and kept connections (tools/moto says why)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps ./tools/moto
 	rm -rf tools/moto/build tools/moto/*.egg-info
 	@touch $@

@@ -53,7 +53,8 @@ impl CommandsReport {
 
 /// Runs the ingest handler over the commands queue at `url` with `instances` pollers until
 /// each has found it empty twice in a row (long polls of 1 s), as the event source mapping
-/// would: receive up to 10, invoke, delete what did not fail. `progress` is told the commands
+/// would: receive up to 10, invoke, delete what did not fail (the next receive and the last
+/// delete overlap the invocation, as the mapping's poller does). `progress` is told the commands
 /// handled so far after every batch.
 pub async fn drain_commands(
     ingest: &Ingest,
@@ -67,50 +68,77 @@ pub async fn drain_commands(
     // Microseconds from `started` to the end of the latest batch.
     let last_done = AtomicU64::new(0);
     let add = |i: usize, n: u64| totals[i].fetch_add(n, Ordering::Relaxed);
+    // The mapping's poller works ahead of its function, as Lambda's does: while the handler
+    // runs batch n, the next batch is received and batch n-1's acknowledged commands deleted,
+    // so the function's instances wait on neither (measured: docs/measurements.md#ingest).
+    let add = &add;
+    let receive = move || async move {
+        add(5, 1);
+        match queues.receive(url, 10, Duration::from_secs(1)).await {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("commands mapping: receive failed: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                Vec::new()
+            }
+        }
+    };
+    let last_done = &last_done;
+    let delete = move |handles: Vec<String>| async move {
+        if handles.is_empty() {
+            return;
+        }
+        add(5, 1);
+        let handles: Vec<&str> = handles.iter().map(String::as_str).collect();
+        if let Err(e) = queues.delete_batch(url, &handles).await {
+            eprintln!("commands mapping: delete failed (the commands are delivered again, stale): {e}");
+        }
+        last_done.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    };
     let poller = |k: usize| {
-        let (add, progress, totals, last_done) = (&add, &progress, &totals, &last_done);
+        let (progress, totals) = (&progress, &totals);
+        let (receive, delete) = (&receive, &delete);
         async move {
             let mut empty = 0;
             let mut batch = 0u64;
-            while empty < 2 {
-                add(5, 1);
-                let msgs = match queues.receive(url, 10, Duration::from_secs(1)).await {
-                    Ok(m) => m,
-                    Err(e) => {
-                        eprintln!("commands mapping: receive failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        empty += 1;
-                        continue;
-                    }
-                };
+            // The previous batch's commands that did not fail: deleted beside the next batch.
+            let mut acknowledged: Vec<String> = Vec::new();
+            let mut msgs = receive().await;
+            loop {
                 if msgs.is_empty() {
+                    delete(std::mem::take(&mut acknowledged)).await;
                     empty += 1;
+                    if empty >= 2 {
+                        break;
+                    }
+                    msgs = receive().await;
                     continue;
                 }
                 empty = 0;
                 batch += 1;
-                let Ok(event) = sqs_event(&msgs, url) else { continue };
-                let ctx = local_context(format!("ingest-{k}-{batch}"), Duration::from_secs(60));
-                let Ok(handled) = handle(ingest, LambdaEvent::new(event, ctx)).await else {
-                    add(4, msgs.len() as u64);
-                    continue;
+                let invoke = async {
+                    let event = sqs_event(&msgs, url).ok()?;
+                    let ctx = local_context(format!("ingest-{k}-{batch}"), Duration::from_secs(60));
+                    handle(ingest, LambdaEvent::new(event, ctx)).await.ok()
                 };
-                let failed: Vec<&str> =
-                    handled.response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
-                let done: Vec<&str> = msgs
-                    .iter()
-                    .filter(|m| !failed.contains(&m.message_id.as_str()))
-                    .map(|m| m.receipt_handle.as_str())
-                    .collect();
-                if !done.is_empty() {
-                    add(5, 1);
-                    if let Err(e) = queues.delete_batch(url, &done).await {
-                        eprintln!("commands mapping: delete failed (the commands are delivered again, stale): {e}");
+                let (handled, next, ()) = tokio::join!(invoke, receive(), delete(std::mem::take(&mut acknowledged)));
+                match handled {
+                    None => {
+                        add(4, msgs.len() as u64);
+                    }
+                    Some(handled) => {
+                        let failed: Vec<&str> =
+                            handled.response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
+                        acknowledged = msgs
+                            .iter()
+                            .filter(|m| !failed.contains(&m.message_id.as_str()))
+                            .map(|m| m.receipt_handle.clone())
+                            .collect();
+                        count(&handled.metrics, add, msgs.len() as u64);
                     }
                 }
-                count(&handled.metrics, add, msgs.len() as u64);
-                last_done.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
                 progress(totals[0].load(Ordering::Relaxed));
+                msgs = next;
             }
         }
     };
