@@ -182,7 +182,7 @@ struct ReconcileArgs {
 /// `punctual forecast`.
 #[derive(Args)]
 struct ForecastArgs {
-    /// The UTC day whose due renewals to project (YYYY-MM-DD).
+    /// The UTC day whose due renewals to project: YYYY-MM-DD, `today` or `tomorrow` (UTC).
     #[arg(long)]
     date: String,
     /// Provider quota, calls per second (default: PROVIDER_RATE_PER_SEC, else the target's;
@@ -547,14 +547,27 @@ async fn reconcile(a: ReconcileArgs) -> ExitCode {
     .await
 }
 
+/// `--date`: `YYYY-MM-DD`, or `today` / `tomorrow` (any case) counted from `today`, the UTC day
+/// (the forecast's days are UTC days, as its population is read by UTC `deliver_after`).
+fn forecast_day(date: &str, today: chrono::NaiveDate) -> Option<chrono::NaiveDate> {
+    let date = date.trim();
+    if date.eq_ignore_ascii_case("today") {
+        return Some(today);
+    }
+    if date.eq_ignore_ascii_case("tomorrow") {
+        return today.succ_opt();
+    }
+    chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").ok()
+}
+
 /// Reads the day's population from the table, writes it as a population file, and hands it
 /// to `punctual-sim forecast` (the simulator lives in its own binary: this one never links
 /// the in-memory fakes). The file is kept with `--save-population`, else removed.
 async fn forecast(a: ForecastArgs) -> ExitCode {
-    let day = match chrono::NaiveDate::parse_from_str(a.date.trim(), "%Y-%m-%d") {
-        Ok(d) => d,
-        Err(_) => {
-            eprintln!("punctual: refused: --date {:?} is not a day (YYYY-MM-DD)", a.date);
+    let day = match forecast_day(&a.date, chrono::Utc::now().date_naive()) {
+        Some(d) => d,
+        None => {
+            eprintln!("punctual: refused: --date {:?} is not a day (YYYY-MM-DD, today or tomorrow)", a.date);
             return ExitCode::from(2);
         }
     };
@@ -850,5 +863,23 @@ async fn provider_double(a: ProviderDoubleArgs) -> ExitCode {
     match punctual_harness::serve_provider_double(a.port, a.quota, a.burst, a.token).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => harness_err(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::NaiveDate;
+
+    use super::forecast_day;
+
+    #[test]
+    fn forecast_takes_today_and_tomorrow_beside_a_date() {
+        let today = NaiveDate::from_ymd_opt(2026, 12, 31).unwrap();
+        assert_eq!(forecast_day("today", today), Some(today));
+        assert_eq!(forecast_day(" Tomorrow ", today), NaiveDate::from_ymd_opt(2027, 1, 1));
+        assert_eq!(forecast_day("2026-12-02", today), NaiveDate::from_ymd_opt(2026, 12, 2));
+        for bad in ["yesterday", "2026-13-01", "12/02/2026", "", "tomorrow+1"] {
+            assert_eq!(forecast_day(bad, today), None, "{bad:?} is not a day");
+        }
     }
 }

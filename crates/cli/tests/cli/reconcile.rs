@@ -235,8 +235,11 @@ async fn a_forecast_reads_the_days_exact_population_and_agrees_with_simulate() {
     let empty = punctual(&state, &["forecast", "--date", "2030-01-01", "--json"]);
     assert_eq!(empty.status.code(), Some(0), "{}", String::from_utf8_lossy(&empty.stderr));
     assert_eq!(json(&empty)["population"], 0);
-    // A bad date is refused.
-    assert_eq!(punctual(&state, &["forecast", "--date", "tomorrow"]).status.code(), Some(2));
+    // A bad date is refused; `tomorrow` (UTC) is a day.
+    assert_eq!(punctual(&state, &["forecast", "--date", "next week"]).status.code(), Some(2));
+    let tomorrow = punctual(&state, &["forecast", "--date", "tomorrow", "--json"]);
+    assert_eq!(tomorrow.status.code(), Some(0), "{}", String::from_utf8_lossy(&tomorrow.stderr));
+    assert!(json(&tomorrow)["population"].is_u64(), "tomorrow's population is read");
 
     assert!(punctual(&state, &["local", "down"]).status.success());
     let _ = std::fs::remove_dir_all(&state);
