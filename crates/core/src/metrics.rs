@@ -346,8 +346,19 @@ pub mod scheduler {
         // The channels' switches are read first: a failing tick still says which are tripped,
         // so their page does not clear while the scheduler fails.
         m.count(name::CHANNELS_TRIPPED, partial.channels_tripped.len() as f64);
+        // So is the fleet's pause, once the tick has read it (found by review: a scheduler that
+        // failed while the sender's pause held let FleetPausedAlarm clear, the fleet still paused).
+        if partial.pause_read {
+            pauses(&mut m, partial);
+        }
         slo_due(&mut m, partial);
         m
+    }
+
+    fn pauses(m: &mut Metrics, r: &TickReport) {
+        m.count(name::PAUSED, if r.paused { 1.0 } else { 0.0 });
+        let by_sender = r.paused_by == Some(crate::pause::PausedBy::Sender);
+        m.count(name::FLEET_PAUSED, if by_sender { 1.0 } else { 0.0 });
     }
 
     fn slo_due(m: &mut Metrics, r: &TickReport) {
@@ -377,9 +388,7 @@ pub mod scheduler {
         m.count(name::OLDEST_DUE, r.oldest_due_age.as_secs_f64());
         m.count(name::UNFINISHED, if r.finished || r.paused { 0.0 } else { 1.0 });
         m.count(name::TICK_FAILED, 0.0);
-        m.count(name::PAUSED, if r.paused { 1.0 } else { 0.0 });
-        let by_sender = r.paused_by == Some(crate::pause::PausedBy::Sender);
-        m.count(name::FLEET_PAUSED, if by_sender { 1.0 } else { 0.0 });
+        pauses(&mut m, r);
         m.count(name::CHANNELS_TRIPPED, r.channels_tripped.len() as f64);
         slo_due(&mut m, r);
         m

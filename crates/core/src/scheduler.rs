@@ -101,6 +101,10 @@ pub struct TickReport {
     pub paused: bool,
     /// Who set that pause.
     pub paused_by: Option<crate::pause::PausedBy>,
+    /// The fleet's pause was consulted (or there is none to consult): `paused` and `paused_by`
+    /// are known, even when the tick then failed, so a failing tick still reports the pause
+    /// instead of reading as its end.
+    pub pause_read: bool,
     /// Declared channels whose own switch the sender tripped (a confirmed 401 on that
     /// channel's provider): that channel sends nothing until an operator resumes it, while the
     /// others go on (read every tick, paused or not).
@@ -576,9 +580,12 @@ impl<S: DueStore, Q: ReleaseQueue, C: Clock> Scheduler<S, Q, C> {
                 report.channels_tripped.push(name.clone());
             }
         }
-        if let Some(gate) = &self.pause
-            && let Some(pause) = gate.pause().await
-        {
+        let pause = match &self.pause {
+            Some(gate) => gate.pause().await,
+            None => None,
+        };
+        report.pause_read = true;
+        if let Some(pause) = pause {
             // Nothing is released, but the tick still measures what waits: a pause must never
             // make the pipeline read healthy (the oldest due renewal keeps ageing on the
             // dashboard and in the alarms).

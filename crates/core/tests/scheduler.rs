@@ -398,6 +398,28 @@ async fn sender_processes(
     m
 }
 
+/// A tick that fails after reading the pause says whether one holds (here none: 0), where a
+/// tick that failed before reading it says nothing of it (no series: a guess of 0 would clear
+/// a pause page the failing scheduler cannot see).
+#[tokio::test]
+async fn a_failed_tick_reports_the_pause_only_once_it_has_read_it() {
+    let clock = ManualClock::new(t0());
+    let ledger = punctual_core::testing::MemoryLedger::new();
+    let (_, _, m) = release_whose_mark_fails(&clock, &ledger).await;
+    assert_eq!((m.total("Paused"), m.total("FleetPaused")), (0.0, 0.0));
+    let written = |m: &punctual_core::metrics::Metrics, name: &str| {
+        m.lines("punctual", "scheduler", 0).iter().any(|l| l.contains(&format!("\"{name}\"")))
+    };
+    assert!(written(&m, "FleetPaused") && written(&m, "Paused"), "written as 0 once read");
+    let settings = SchedulerSettings { lookahead: Duration::from_secs(7 * 24 * 3600), ..SchedulerSettings::default() };
+    let s = Scheduler::new(MemoryDueStore::new(1), MemoryRelease::default(), clock.clone(), settings);
+    let mut partial = punctual_core::scheduler::TickReport::default();
+    assert!(s.tick_into(far(), &mut partial).await.is_err(), "a lookahead beyond the cap is refused");
+    let m = punctual_core::metrics::scheduler::failure_metrics(&partial);
+    assert!(written(&m, "SchedulerTickFailed"), "the failure itself is written");
+    assert!(!written(&m, "FleetPaused") && !written(&m, "Paused"), "not read, not written");
+}
+
 /// A mark that fails after its message was sent leaves the row pending. The sender delivers
 /// the copy and judges it (met); a later tick finds the row past its deadline and must not
 /// expire it with a second verdict (breached) for the same reminder.
@@ -514,6 +536,13 @@ async fn every_tick_reports_the_channels_the_sender_tripped_and_still_releases()
     let r = s.tick(far()).await.unwrap();
     assert!(r.paused);
     assert_eq!(r.channels_tripped, vec!["sms".to_owned()], "the fleet's pause hides no channel's trip");
+    let failed = punctual_core::metrics::scheduler::failure_metrics(&r);
+    assert_eq!(failed.total("Paused"), 1.0, "a failing tick does not read as the pause's end");
+    assert_eq!(failed.total("FleetPaused"), 0.0, "an operator's pause is not the sender's");
+    fleet.set_pause(Some(&pause(SENDER_OWNER)), SENDER_OWNER).await.unwrap();
+    let r = s.tick(far()).await.unwrap();
+    let failed = punctual_core::metrics::scheduler::failure_metrics(&r);
+    assert_eq!(failed.total("FleetPaused"), 1.0, "a failing tick does not clear the sender's pause page");
     sms.set_pause(None, "oncall@example.com").await.unwrap();
     fleet.set_pause(None, "oncall@example.com").await.unwrap();
     let r = s.tick(far()).await.unwrap();
