@@ -56,22 +56,45 @@ pub fn process_vars() -> Vars {
     std::sync::Arc::new(|name: &str| std::env::var(name).ok())
 }
 
-/// Reads the token under `prefix` (empty: the deployment's own; a declared channel's own token,
-/// `CHANNEL_SMS_PROVIDER_TOKEN` or `CHANNEL_SMS_PROVIDER_TOKEN_SECRET_ARN`, never another's),
-/// through `vars`: `{prefix}PROVIDER_TOKEN` wins; else the secret named by
-/// `{prefix}PROVIDER_TOKEN_SECRET_ARN`, whose value is the token itself or JSON `{"token": "..."}`.
-pub async fn provider_token_in(config: &SdkConfig, prefix: &str, vars: &Vars) -> Result<Secret, TokenError> {
-    if let Some(t) = vars(&under(prefix, "PROVIDER_TOKEN")).filter(|t| !t.is_empty()) {
-        return Ok(Secret::new(t));
+/// Where the token under a prefix comes from: the secret wins over a plaintext variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Source {
+    /// `{prefix}PROVIDER_TOKEN_SECRET_ARN`: read from Secrets Manager, again after a 401/403.
+    Secret(String),
+    /// `{prefix}PROVIDER_TOKEN` with no secret named: local use only (it sits in the function's
+    /// configuration in plaintext, and cannot rotate under a running instance).
+    Plain(String),
+}
+
+/// The source `vars` name under `prefix`. Both set: the secret (found by review: a plaintext
+/// token left in a stack's environment overrode its secret, and a rotation of the secret then
+/// changed nothing).
+fn source(prefix: &str, vars: &Vars) -> Option<Source> {
+    if let Some(arn) = vars(&under(prefix, "PROVIDER_TOKEN_SECRET_ARN")).filter(|a| !a.is_empty()) {
+        return Some(Source::Secret(arn));
     }
-    let Some(arn) = vars(&under(prefix, "PROVIDER_TOKEN_SECRET_ARN")) else {
-        return Err(if prefix.is_empty() {
-            TokenError::NotConfigured
-        } else {
-            TokenError::ChannelNotConfigured(prefix.to_owned())
-        });
-    };
-    from_secrets_manager(config, &arn).await
+    vars(&under(prefix, "PROVIDER_TOKEN")).filter(|t| !t.is_empty()).map(Source::Plain)
+}
+
+/// Reads the token under `prefix` (empty: the deployment's own; a declared channel's own token,
+/// `CHANNEL_SMS_PROVIDER_TOKEN_SECRET_ARN` or `CHANNEL_SMS_PROVIDER_TOKEN`, never another's),
+/// through `vars`: the secret named by `{prefix}PROVIDER_TOKEN_SECRET_ARN`, whose value is the
+/// token itself or JSON `{"token": "..."}`; else `{prefix}PROVIDER_TOKEN`, with a warning (a
+/// plaintext token is for local runs: docs/configuration.md).
+pub async fn provider_token_in(config: &SdkConfig, prefix: &str, vars: &Vars) -> Result<Secret, TokenError> {
+    match source(prefix, vars) {
+        Some(Source::Secret(arn)) => from_secrets_manager(config, &arn).await,
+        Some(Source::Plain(t)) => {
+            tracing::warn!(
+                variable = %under(prefix, "PROVIDER_TOKEN"),
+                "the provider token is a plaintext environment variable: for local runs only; a \
+                 deployed stack names a secret (PROVIDER_TOKEN_SECRET_ARN)"
+            );
+            Ok(Secret::new(t))
+        }
+        None if prefix.is_empty() => Err(TokenError::NotConfigured),
+        None => Err(TokenError::ChannelNotConfigured(prefix.to_owned())),
+    }
 }
 
 /// The token's secret in Secrets Manager as a [`TokenSource`]: the provider client reads it
@@ -85,15 +108,14 @@ pub struct SecretsManagerToken {
 }
 
 impl SecretsManagerToken {
-    /// `{prefix}PROVIDER_TOKEN_SECRET_ARN` read through `vars`, when the token came from it;
-    /// `None` when `{prefix}PROVIDER_TOKEN` is set (an environment token cannot rotate under a
+    /// `{prefix}PROVIDER_TOKEN_SECRET_ARN` read through `vars`, when the token comes from it (it
+    /// wins over `{prefix}PROVIDER_TOKEN`); `None` for a plaintext token (it cannot rotate under a
     /// running instance).
     pub fn from_vars(config: &SdkConfig, prefix: &str, vars: &Vars) -> Option<Self> {
-        if vars(&under(prefix, "PROVIDER_TOKEN")).is_some_and(|t| !t.is_empty()) {
-            return None;
+        match source(prefix, vars)? {
+            Source::Secret(arn) => Some(Self { config: config.clone(), arn }),
+            Source::Plain(_) => None,
         }
-        let arn = vars(&under(prefix, "PROVIDER_TOKEN_SECRET_ARN")).filter(|a| !a.is_empty())?;
-        Some(Self { config: config.clone(), arn })
     }
 
     /// The secret `arn`.
@@ -131,4 +153,27 @@ pub async fn from_secrets_manager(config: &SdkConfig, arn: &str) -> Result<Secre
             .ok_or_else(|| TokenError::NoTokenField { arn: arn.to_owned() });
     }
     Ok(Secret::new(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Source, Vars, source};
+
+    fn vars(pairs: &[(&str, &str)]) -> Vars {
+        let map: std::collections::HashMap<String, String> =
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        std::sync::Arc::new(move |k: &str| map.get(k).cloned())
+    }
+
+    #[test]
+    fn the_secret_wins_over_a_plaintext_token() {
+        let both = vars(&[("PROVIDER_TOKEN", "plain"), ("PROVIDER_TOKEN_SECRET_ARN", "arn:s")]);
+        assert_eq!(source("", &both), Some(Source::Secret("arn:s".into())));
+        assert_eq!(source("", &vars(&[("PROVIDER_TOKEN", "plain")])), Some(Source::Plain("plain".into())));
+        let empty_arn = vars(&[("PROVIDER_TOKEN", "plain"), ("PROVIDER_TOKEN_SECRET_ARN", "")]);
+        assert_eq!(source("", &empty_arn), Some(Source::Plain("plain".into())), "an empty ARN names nothing");
+        assert_eq!(source("", &vars(&[("PROVIDER_TOKEN", "")])), None);
+        let channel = vars(&[("CHANNEL_SMS_PROVIDER_TOKEN", "p"), ("PROVIDER_TOKEN_SECRET_ARN", "arn:fleet")]);
+        assert_eq!(source("CHANNEL_SMS_", &channel), Some(Source::Plain("p".into())), "never another's secret");
+    }
 }
