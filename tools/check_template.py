@@ -406,7 +406,8 @@ composites = of_type("AWS::CloudWatch::CompositeAlarm")
 
 def alarm_rule(c):
     rule = c.get("Properties", {}).get("AlarmRule")
-    return rule.get("Fn::Sub") if isinstance(rule, dict) else rule
+    # A !Sub string, or a !Join of them (CausePagingAlarm's, with a part per channel's condition).
+    return rule.get("Fn::Sub", rule) if isinstance(rule, dict) else rule
 
 
 def components_of(c):
@@ -474,9 +475,13 @@ for n, a in sorted(everything.items()):
         dangling.append(f"{n} → #{m.group(1)}")
 check("every alarm's description names its runbook section (Runbook: docs/operations.md#…)", not no_runbook, ", ".join(no_runbook))
 check("every runbook section an alarm names exists in docs/operations.md", not dangling, ", ".join(dangling))
-check("every component a composite alarm names is an alarm of this stack", components <= set(alarms), ", ".join(sorted(components - set(alarms))))
-loud = sorted(n for n in components if n in alarms and any(alarms[n]["Properties"].get(k) for k in ["AlarmActions", "OKActions", "InsufficientDataActions"]))
-check("a composite's components have no actions of their own (the composite pages once)", not loud, ", ".join(loud))
+check("every component a composite alarm names is an alarm of this stack", components <= set(everything), ", ".join(sorted(components - set(everything))))
+# Components of a composite that notifies; the ones read only by a composite without actions
+# (CausePagingAlarm, an actions suppressor) page on their own.
+notified_components = {x for c in composites.values() if c.get("Properties", {}).get("AlarmActions")
+                       for x in components_of(c)}
+loud = sorted(n for n in notified_components if n in alarms and any(alarms[n]["Properties"].get(k) for k in ["AlarmActions", "OKActions", "InsufficientDataActions"]))
+check("a notifying composite's components have no actions of their own (the composite pages once)", not loud, ", ".join(loud))
 ticket_param = parameters.get("TicketTopicArn", {})
 check("TicketTopicArn is optional (default empty) and an SNS topic ARN when given",
       ticket_param.get("Default") == "" and re.fullmatch(ticket_param.get("AllowedPattern", "x"), "")
@@ -661,23 +666,24 @@ MISSING_DATA = {
     "SmsUrgentOldestMessageAgeAlarm": ("notBreaching", ["SmsUrgentQueueStalledAlarm", "SenderErrorsAlarm"] + HEARTBEAT),
     "DlqNotEmptyAlarm": ("notBreaching", []),  # SQS keeps a queue with messages active
     "DlqOldestLetterAlarm": ("notBreaching", []),
-    "DlqNewLettersAlarm": ("notBreaching", SENDER_STOPPED),  # FILL(records, 0): backstop letters still count
-    "ProjectedDeadlineBreachAlarm": ("notBreaching", HEARTBEAT + ["OldestDueUndeliveredAlarm"]),
-    "OldestDueUndeliveredAlarm": ("notBreaching", HEARTBEAT),
+    "DlqNewLettersSignalAlarm": ("notBreaching", SENDER_STOPPED),  # FILL(records, 0): backstop letters still count
+    "ProjectedDeadlineBreachAlarm": ("notBreaching", HEARTBEAT + ["OldestDueUndeliveredSignalAlarm"]),
+    "OldestDueUndeliveredSignalAlarm": ("notBreaching", HEARTBEAT),
     "FleetPausedAlarm": ("notBreaching", HEARTBEAT),
     "ChannelTrippedAlarm": ("notBreaching", HEARTBEAT),
-    "PauseHoldingDueWorkAlarm": ("notBreaching", HEARTBEAT + ["ReleasedWorkWaitingAlarm"]),
-    "ReleasedWorkWaitingAlarm": ("notBreaching", SENDER_STOPPED),
+    "PauseHoldingDueWorkAlarm": ("notBreaching", HEARTBEAT + ["ReleasedWorkWaitingSignalAlarm"]),
+    "ReleasedWorkWaitingSignalAlarm": ("notBreaching", SENDER_STOPPED),
     # Below their volume floors the point is missing and the state holds (ignore): an outage
-    # that has dead-lettered everything in flight is not over until calls succeed again.
+    # that has dead-lettered everything in flight is not over until calls succeed again. The
+    # 15-minute windows read 0 when their few calls all succeeded (checked below: never latched).
     "ProviderFailingMinuteAlarm": ("notBreaching", SENDER_STOPPED + ["ProviderFailing15mAlarm"]),
-    "ProviderFailing15mAlarm": ("ignore", SENDER_STOPPED + ["ReleasedWorkWaitingAlarm"]),
+    "ProviderFailing15mAlarm": ("ignore", SENDER_STOPPED + ["ReleasedWorkWaitingSignalAlarm"]),
     # The same over one channel's calls (FirstChannel, SecondChannel).
     **{f"{c}FailingMinuteAlarm": ("notBreaching", SENDER_STOPPED + [f"{c}Failing15mAlarm"])
        for c in ["FirstChannel", "SecondChannel"]},
-    **{f"{c}Failing15mAlarm": ("ignore", SENDER_STOPPED + ["ReleasedWorkWaitingAlarm"])
+    **{f"{c}Failing15mAlarm": ("ignore", SENDER_STOPPED + ["ReleasedWorkWaitingSignalAlarm"])
        for c in ["FirstChannel", "SecondChannel"]},
-    "ProviderSlowAlarm": ("ignore", SENDER_STOPPED + ["ReleasedWorkWaitingAlarm"]),
+    "ProviderSlowAlarm": ("ignore", SENDER_STOPPED + ["ReleasedWorkWaitingSignalAlarm"]),
     "ThrottleRatioAlarm": ("ignore", SENDER_STOPPED),
     "NormalLaneStalledAlarm": ("notBreaching", []),  # SQS keeps a queue with messages active
     "UrgentLaneStalledAlarm": ("notBreaching", []),
@@ -691,9 +697,17 @@ MISSING_DATA = {
     # The deadline SLO's burn rates (components of SloFastBurnAlarm and SloSlowBurnAlarm): no
     # verdict is no burn. A stopped scheduler or sender stops the series too; the heartbeat, the
     # lanes' stall alarms and the age of released work fire.
-    **{name: ("notBreaching", HEARTBEAT + SENDER_STOPPED + ["ReleasedWorkWaitingAlarm"])
+    **{name: ("notBreaching", HEARTBEAT + SENDER_STOPPED + ["ReleasedWorkWaitingSignalAlarm"])
        for name in ["SloFastBurn1hAlarm", "SloFastBurn5mAlarm", "SloSlowBurn6hAlarm", "SloSlowBurn30mAlarm"]},
 }
+# A window that holds its state below its volume floor must still end: the 15-minute provider
+# windows (components of the ProviderFailingAlarm composite) return 0 for a window of calls that
+# all succeeded, or a quiet recovery latches them in ALARM and the next outage pages nobody.
+for name in ["ProviderFailing15mAlarm"] + [f"{c}Failing15mAlarm" for c in ["FirstChannel", "SecondChannel"]]:
+    exprs = [m.get("Expression", "") for m in alarms.get(name, {}).get("Properties", {}).get("Metrics", [])
+             if m.get("ReturnData")]
+    check(f"{name}: a window whose calls all succeeded reads 0 (the ignore cannot latch)",
+          any("FILL(failed, 0) == 0, 0)" in e for e in exprs), str(exprs))
 unlisted = sorted(set(alarms) - set(MISSING_DATA))
 check("every alarm's missing-data behaviour is a listed decision", not unlisted, ", ".join(unlisted))
 for name, a in sorted(alarms.items()):
@@ -1571,6 +1585,62 @@ BURN = lambda ratio, t: ratio / (1 - t)
 # --- 12. The burn-rate alarms: two windows each, ANDed, thresholds of the SRE workbook ----------
 # {composite: (threshold, {long window, short window})}: a fast burn of 14.4 (2 % of a 30-day
 # budget in an hour) over 1 h and 5 min; a slow burn of 6 (5 % in 6 h) over 6 h and 30 min.
+# Every metric the code emits (a `pub const NAME: &str = "Metric"` of a metrics module) is read
+# by the template, by an alarm or the dashboard (found by review: 23 were read by neither, the
+# scheduler's failed ticks and the sender's possible double effects among them).
+emitted = set()
+for f in sorted((ROOT / "crates").rglob("*.rs")):
+    rel = str(f.relative_to(ROOT))
+    if "/tests/" in rel or "testing" in rel or not re.search(r"metrics\.rs$|ingest/src/handler\.rs$", rel):
+        continue
+    emitted |= set(re.findall(r'pub const [A-Z_0-9]+: &str = "([A-Z][A-Za-z0-9]+)";', f.read_text()))
+template_text = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "infra" / "template.yaml").read_text()
+unread = sorted(n for n in emitted if not re.search(rf'\b{n}\b', template_text))
+check("every metric the code emits is read by an alarm or the dashboard", len(emitted) > 40 and not unread,
+      f"{len(emitted)} emitted; unread: {', '.join(unread)}")
+
+# The alarm counts docs/deployment.md gives are the template's (found by review: the page said
+# 32 alarms and 3 composites when the template had 41 and 3).
+deployment_md = (ROOT / "docs" / "deployment.md").read_text() if (ROOT / "docs" / "deployment.md").exists() else ""
+said = re.search(r"(\d+) alarms and\s+(\d+) composite alarms", deployment_md)
+check("docs/deployment.md counts the template's alarms and composite alarms",
+      said is not None and (int(said.group(1)), int(said.group(2))) == (len(alarms), len(composites)),
+      f"says {said.groups() if said else None}, the template has {len(alarms)} and {len(composites)}")
+
+# One page per incident (docs/operations.md#one-page-per-incident; the drill bars more than
+# MAX_NOTIFICATIONS per incident): every page is a cause (a component of CausePagingAlarm) or a
+# consequence held by an actions suppressor, so a new page alarm must be placed in one or the
+# other; a held consequence is a composite with both periods, and its suppressor is a composite
+# of this stack without actions (it pages nobody itself).
+CONSEQUENCES = {"DlqNewLettersAlarm": "CausePagingAlarm", "ReleasedWorkWaitingAlarm": "CausePagingAlarm",
+                "OldestDueUndeliveredAlarm": "CausePagingAlarm", "SloFastBurnAlarm": "SymptomPagingAlarm"}
+# Pages of their own kind, outside the delivery's causes: the producers' queue (its age follows
+# its stall, two notifications at most) .
+APART = {"CommandsOldestMessageAgeAlarm", "CommandsQueueStalledAlarm"}
+causes = set(components_of(composites.get("CausePagingAlarm", {})))
+pages = {n for n, a in everything.items() if alarm_class(a["Properties"]) == "page"}
+unplaced = sorted(pages - causes - set(CONSEQUENCES) - APART)
+check("every page is a cause (in CausePagingAlarm) or a consequence its actions suppressor holds",
+      bool(causes) and not unplaced, ", ".join(unplaced))
+check("no consequence is also a cause", not (causes & set(CONSEQUENCES)), ", ".join(sorted(causes & set(CONSEQUENCES))))
+for name, by in CONSEQUENCES.items():
+    p = composites.get(name, {}).get("Properties", {})
+    held = ref_name(p.get("ActionsSuppressor")) if p.get("ActionsSuppressor") is not None else None
+    check(f"{name}: a composite whose actions {by} holds, with a wait and an extension period",
+          held == by and isinstance(p.get("ActionsSuppressorWaitPeriod"), int)
+          and isinstance(p.get("ActionsSuppressorExtensionPeriod"), int), f"{held}")
+    # A wait the first page of an incident paged only by it can afford (the drill's 300 s bar
+    # minus the 240 s a page takes at most).
+    check(f"{name}: its wait for a cause is at most 120 s", (p.get("ActionsSuppressorWaitPeriod") or 0) <= 120,
+          str(p.get("ActionsSuppressorWaitPeriod")))
+for name in set(CONSEQUENCES.values()):
+    p = composites.get(name, {}).get("Properties", {})
+    check(f"{name}: a composite of this stack that notifies nobody", name in composites and "AlarmActions" not in p)
+symptoms = set(components_of(composites.get("SymptomPagingAlarm", {})))
+check("SymptomPagingAlarm reads CausePagingAlarm and the other consequences' signals",
+      {"CausePagingAlarm", "DlqNewLettersSignalAlarm", "ReleasedWorkWaitingSignalAlarm", "OldestDueUndeliveredSignalAlarm"} <= symptoms,
+      ", ".join(sorted(symptoms)))
+
 BURN_ALARMS = {"SloFastBurnAlarm": (14.4, {3600, 300}), "SloSlowBurnAlarm": (6.0, {21600, 1800})}
 
 

@@ -50,9 +50,13 @@ def page_alarms(text):
 
 
 def without(text, name):
+    """The template without `name`, and without the lines of a composite's rule that name it one
+    part a line (CausePagingAlarm's)."""
     lines = text.splitlines()
     a, b = resources(text)[name]
-    return "\n".join(lines[:a] + lines[b:]) + "\n"
+    kept = [l for l in lines[:a] + lines[b:]
+            if not (l.lstrip().startswith("- !") and f'"${{{name}}}")' in l)]
+    return "\n".join(kept) + "\n"
 
 
 def main():

@@ -157,7 +157,9 @@ pub struct Transition {
     /// The evaluation instant (unix seconds).
     pub at: i64,
     /// The actions of the new state (`AlarmActions`, `OKActions`, `InsufficientDataActions`);
-    /// empty when `ActionsEnabled` is false.
+    /// empty when `ActionsEnabled` is false, or while a composite's actions suppressor holds
+    /// them. `from == to` (ALARM): no change of state, the composite's held ALARM actions
+    /// performed now (its suppressor's wait or extension period ended with it still in ALARM).
     pub actions: Vec<String>,
     /// The evaluation range's values, oldest first (`None` = missing); empty for a composite.
     pub datapoints: Vec<Option<f64>>,
@@ -195,6 +197,21 @@ pub struct Evaluator {
     query_orders: Vec<Vec<usize>>,
     composite_order: Vec<usize>,
     extra: u32,
+    /// Composites in ALARM whose ALARM actions an actions suppressor holds, by name.
+    held: BTreeMap<String, Held>,
+    /// Composites in ALARM whose ALARM actions were performed (their all-clear is sent).
+    notified: std::collections::BTreeSet<String>,
+}
+
+/// Why a composite's ALARM actions wait ([`Evaluator::evaluate`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Held {
+    /// For the suppressor to go to ALARM, until then.
+    Waiting { until: i64 },
+    /// The suppressor is in ALARM.
+    Suppressed,
+    /// The suppressor left ALARM; until then.
+    Extended { until: i64 },
 }
 
 impl Evaluator {
@@ -217,7 +234,15 @@ impl Evaluator {
             .chain(alarms.composite.iter().map(|a| &a.name))
             .map(|name| (name.clone(), State::InsufficientData))
             .collect();
-        Ok(Self { alarms: alarms.clone(), states, query_orders, composite_order, extra: DEFAULT_EXTRA_DATAPOINTS })
+        Ok(Self {
+            alarms: alarms.clone(),
+            states,
+            query_orders,
+            composite_order,
+            extra: DEFAULT_EXTRA_DATAPOINTS,
+            held: BTreeMap::new(),
+            notified: std::collections::BTreeSet::new(),
+        })
     }
 
     /// Retrieves `extra` datapoints beyond Evaluation Periods instead of
@@ -323,6 +348,7 @@ impl Evaluator {
         for t in &transitions {
             self.states.insert(t.alarm.clone(), t.to);
         }
+        let first_composite = transitions.len();
         for &i in &self.composite_order {
             let Some(alarm) = self.alarms.composite.get(i) else { continue };
             let states = &self.states;
@@ -347,7 +373,83 @@ impl Evaluator {
                 self.states.insert(alarm.name.clone(), to);
             }
         }
+        self.suppress(now, first_composite, &mut transitions);
         Ok(transitions)
+    }
+
+    /// A composite's `ActionsSuppressor`, as CloudWatch documents it, over every state of this
+    /// instant: gone to ALARM while its suppressor is in ALARM, the composite's actions are
+    /// suppressed; gone to ALARM otherwise, they wait up to the wait period for the suppressor to
+    /// go to ALARM (then suppressed) and are performed when it ends with the composite still in
+    /// ALARM; suppressed, they are performed when the extension period after the suppressor left
+    /// ALARM ends with the composite still in ALARM (a late performance is a transition from
+    /// ALARM to ALARM). Two choices where the documentation is silent: a composite whose ALARM
+    /// actions were never performed performs no OK actions when it clears (no all-clear for a
+    /// page never sent), and a wait or extension period ends at the first evaluation at or after
+    /// its end.
+    fn suppress(&mut self, now: i64, first_composite: usize, transitions: &mut Vec<Transition>) {
+        let in_alarm = |states: &BTreeMap<String, State>, name: &str| states.get(name) == Some(&State::Alarm);
+        for alarm in &self.alarms.composite {
+            let Some(s) = &alarm.suppressor else {
+                continue;
+            };
+            let suppressor_alarm = in_alarm(&self.states, &s.alarm);
+            let changed = transitions[first_composite..].iter_mut().find(|t| t.alarm == alarm.name);
+            match changed {
+                Some(t) if t.to == State::Alarm => {
+                    self.notified.remove(&alarm.name);
+                    if suppressor_alarm {
+                        self.held.insert(alarm.name.clone(), Held::Suppressed);
+                        t.actions.clear();
+                    } else if s.wait_seconds > 0 {
+                        self.held.insert(alarm.name.clone(), Held::Waiting { until: now + i64::from(s.wait_seconds) });
+                        t.actions.clear();
+                    } else {
+                        self.notified.insert(alarm.name.clone());
+                    }
+                    continue;
+                }
+                Some(t) => {
+                    // Cleared (or no data): held actions are dropped, and an all-clear only
+                    // follows a page that was sent.
+                    self.held.remove(&alarm.name);
+                    if !self.notified.remove(&alarm.name) {
+                        t.actions.clear();
+                    }
+                    continue;
+                }
+                None => {}
+            }
+            let Some(held) = self.held.get(&alarm.name).copied() else { continue };
+            let next = match held {
+                Held::Waiting { until } if !suppressor_alarm && now >= until => None,
+                Held::Extended { until } if !suppressor_alarm && now >= until => None,
+                Held::Waiting { .. } | Held::Extended { .. } if suppressor_alarm => Some(Held::Suppressed),
+                Held::Suppressed if !suppressor_alarm => {
+                    let until = now + i64::from(s.extension_seconds);
+                    if s.extension_seconds == 0 { None } else { Some(Held::Extended { until }) }
+                }
+                other => Some(other),
+            };
+            match next {
+                Some(h) => {
+                    self.held.insert(alarm.name.clone(), h);
+                }
+                None => {
+                    self.held.remove(&alarm.name);
+                    self.notified.insert(alarm.name.clone());
+                    transitions.push(Transition {
+                        alarm: alarm.name.clone(),
+                        composite: true,
+                        from: State::Alarm,
+                        to: State::Alarm,
+                        at: now,
+                        actions: if alarm.actions_enabled { alarm.actions.clone() } else { Vec::new() },
+                        datapoints: Vec::new(),
+                    });
+                }
+            }
+        }
     }
 }
 

@@ -47,6 +47,6 @@ pub use math::{Expr, MathError};
 pub use rule::{Rule, RuleError, State};
 pub use store::{MetricId, MetricStore, Stat};
 pub use template::{
-    Alarms, Comparison, CompositeAlarm, MetricAlarm, Options, Query, QueryKind, Resource, Source, TemplateError,
-    TreatMissing, load, load_path, resources,
+    Alarms, Comparison, CompositeAlarm, MetricAlarm, Options, Query, QueryKind, Resource, Source, Suppressor,
+    TemplateError, TreatMissing, load, load_path, resources,
 };

@@ -271,6 +271,23 @@ pub struct CompositeAlarm {
     pub ok_actions: Vec<String>,
     /// `InsufficientDataActions`.
     pub insufficient_data_actions: Vec<String>,
+    /// `ActionsSuppressor` with its two periods: while that alarm is in ALARM this one's
+    /// actions wait ([`crate::Evaluator`] says how).
+    pub suppressor: Option<Suppressor>,
+}
+
+/// A composite alarm's `ActionsSuppressor`, `ActionsSuppressorWaitPeriod` and
+/// `ActionsSuppressorExtensionPeriod`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Suppressor {
+    /// The suppressing alarm's name (bound like a rule's reference: a name, a logical id, or an
+    /// ARN ending in either).
+    pub alarm: String,
+    /// Seconds the composite, gone to ALARM, waits for the suppressor to go to ALARM before it
+    /// acts.
+    pub wait_seconds: u32,
+    /// Seconds the composite, suppressed, waits after the suppressor leaves ALARM before it acts.
+    pub extension_seconds: u32,
 }
 
 /// Why a template's alarms could not be read. Every case tied to an alarm names it (its
@@ -631,6 +648,14 @@ fn load_alarms(resolver: &Resolver<'_>, resources: &serde_norway::Mapping) -> Re
     for (alarm, rule) in alarms.composite.iter_mut().zip(rules) {
         alarm.rule =
             rule.bind(&resolve).map_err(|source| TemplateError::Rule { alarm: alarm.logical_id.clone(), source })?;
+        if let Some(s) = &mut alarm.suppressor {
+            let reference = s.alarm.rsplit(':').next().unwrap_or(&s.alarm).to_owned();
+            s.alarm = resolve(&reference).ok_or_else(|| TemplateError::InvalidProperty {
+                alarm: alarm.logical_id.clone(),
+                property: "ActionsSuppressor".into(),
+                expected: "an alarm of the template",
+            })?;
+        }
     }
     composite_order(&alarms)?;
     Ok(alarms)
@@ -1108,6 +1133,9 @@ const COMPOSITE_PROPERTIES: &[&str] = &[
     "AlarmActions",
     "OKActions",
     "InsufficientDataActions",
+    "ActionsSuppressor",
+    "ActionsSuppressorWaitPeriod",
+    "ActionsSuppressorExtensionPeriod",
     "Tags",
 ];
 
@@ -1124,6 +1152,22 @@ fn composite_alarm(id: &str, props: &Props<'_>) -> Result<(CompositeAlarm, Rule)
         actions: props.strings("AlarmActions")?,
         ok_actions: props.strings("OKActions")?,
         insufficient_data_actions: props.strings("InsufficientDataActions")?,
+        suppressor: match props.string("ActionsSuppressor")? {
+            None => None,
+            Some(alarm) => Some(Suppressor {
+                alarm,
+                // Both required with a suppressor (CloudWatch's PutCompositeAlarm).
+                wait_seconds: props.whole("ActionsSuppressorWaitPeriod")?.ok_or_else(|| {
+                    TemplateError::MissingProperty { alarm: id.to_string(), property: "ActionsSuppressorWaitPeriod" }
+                })?,
+                extension_seconds: props.whole("ActionsSuppressorExtensionPeriod")?.ok_or_else(|| {
+                    TemplateError::MissingProperty {
+                        alarm: id.to_string(),
+                        property: "ActionsSuppressorExtensionPeriod",
+                    }
+                })?,
+            }),
+        },
     };
     Ok((alarm, rule))
 }

@@ -114,13 +114,13 @@ fn fast_burn_composite_rule() {
 #[test]
 fn custom_metrics_live_in_the_stacks_namespace() {
     let alarms = load_path(&template(), &defaults()).unwrap();
-    let a = alarms.metric_alarm("ReleasedWorkWaitingAlarm").unwrap();
+    let a = alarms.metric_alarm("ReleasedWorkWaitingSignalAlarm").unwrap();
     let Source::Metric { metric, .. } = &a.source else { panic!() };
     assert_eq!(metric.namespace, "punctual/drill");
     let mut opts = defaults();
     opts.stack_name = "prod".into();
     let prod = load_path(&template(), &opts).unwrap();
-    let Source::Metric { metric, .. } = &prod.metric_alarm("ReleasedWorkWaitingAlarm").unwrap().source else {
+    let Source::Metric { metric, .. } = &prod.metric_alarm("ReleasedWorkWaitingSignalAlarm").unwrap().source else {
         panic!()
     };
     assert_eq!(metric.namespace, "punctual/prod");
@@ -199,7 +199,7 @@ fn heartbeat_alarm_fires_three_minutes_after_the_scheduler_stops() {
 /// The fast-burn page, over one population (the reminders judged in each window): 100 judged a
 /// minute from minute 0, 20 of them breached from minute 10 (80 met). The 5-minute burn passes
 /// 14.4 at minute 14 (80 of 500), the 1-hour burn at minute 36 (520 of 3600 = 14.44): the
-/// composite pages at minute 36, not before.
+/// composite is in ALARM at minute 36, and pages at 38 after its actions suppressor's wait.
 #[test]
 fn fast_burn_pages_when_both_windows_burn() {
     let alarms = load_path(&template(), &defaults()).unwrap();
@@ -209,6 +209,9 @@ fn fast_burn_pages_when_both_windows_burn() {
     put_every_minute(&mut store, &met, 0..10, 100.0);
     put_every_minute(&mut store, &met, 10..120, 80.0);
     put_every_minute(&mut store, &breached, 10..120, 20.0);
+    // The scheduler ticks (else SchedulerNotTickingAlarm pages, a cause, and holds the burn).
+    let ticks = MetricId::new("AWS/Lambda", "Invocations", &[("FunctionName", "SchedulerFunction")]);
+    put_every_minute(&mut store, &ticks, 0..120, 1.0);
     let mut evaluator = Evaluator::new(&alarms).unwrap();
     let mut changes = Vec::new();
     for minute in 1..=40 {
@@ -224,11 +227,55 @@ fn fast_burn_pages_when_both_windows_burn() {
         vec![
             (1, "SloFastBurn1hAlarm".to_string(), State::Ok, none.clone()),
             (1, "SloFastBurn5mAlarm".to_string(), State::Ok, none.clone()),
-            // The composite's first state is OK, and its OKActions notify it (as on AWS).
-            (1, "SloFastBurnAlarm".to_string(), State::Ok, vec![TOPIC.to_string()]),
+            // The composite's first state is OK; held by its actions suppressor
+            // (SymptomPagingAlarm), it sends no all-clear for a page it never sent.
+            (1, "SloFastBurnAlarm".to_string(), State::Ok, none.clone()),
             (14, "SloFastBurn5mAlarm".to_string(), State::Alarm, none.clone()),
-            (36, "SloFastBurn1hAlarm".to_string(), State::Alarm, none),
-            (36, "SloFastBurnAlarm".to_string(), State::Alarm, vec![TOPIC.to_string()]),
+            (36, "SloFastBurn1hAlarm".to_string(), State::Alarm, none.clone()),
+            // In ALARM at 36, it waits 120 s for a cause or another consequence to page first;
+            // none does, so it pages at 38 (an ALARM-to-ALARM transition: its actions, late).
+            (36, "SloFastBurnAlarm".to_string(), State::Alarm, none),
+            (38, "SloFastBurnAlarm".to_string(), State::Alarm, vec![TOPIC.to_string()]),
         ]
     );
+}
+
+/// The provider page re-pages a second outage. An outage (every call fails, 10 a minute) pages;
+/// the provider recovers into a quiet night (one call every 5 minutes, each delivered: too few for
+/// either window's volume floor); a second outage follows. The 15-minute window held its state
+/// below its floor (`ignore`: an outage that has dead-lettered everything in flight is not over
+/// while nothing is sent), so it stayed in ALARM through the night's successes and the composite
+/// never left ALARM: the second outage notified nobody. Calls that all succeed now end it.
+#[test]
+fn provider_failing_pages_again_after_a_quiet_recovery() {
+    let alarms = load_path(&template(), &defaults()).unwrap();
+    let attempts = MetricId::new("punctual/drill", "ProviderAttempts", &[("Function", "sender")]);
+    let failed = MetricId::new("punctual/drill", "ProviderFailures", &[("Function", "sender")]);
+    let mut store = MetricStore::new();
+    put_every_minute(&mut store, &attempts, 0..20, 10.0);
+    put_every_minute(&mut store, &failed, 0..20, 10.0);
+    for minute in (20..180).step_by(5) {
+        store.put(&attempts, minute * 60 + 5, 1.0);
+        store.put(&failed, minute * 60 + 5, 0.0);
+    }
+    put_every_minute(&mut store, &attempts, 180..200, 10.0);
+    put_every_minute(&mut store, &failed, 180..200, 10.0);
+    let mut evaluator = Evaluator::new(&alarms).unwrap();
+    let mut pages = Vec::new();
+    let mut cleared = Vec::new();
+    for minute in 1..=200 {
+        for t in evaluator.evaluate(minute * 60, &store).unwrap() {
+            if t.alarm == "ProviderFailingAlarm" {
+                match t.to {
+                    State::Alarm => pages.push(minute),
+                    State::Ok if minute > 1 => cleared.push(minute),
+                    _ => {}
+                }
+            }
+        }
+    }
+    assert_eq!(pages.len(), 2, "each outage pages: pages at {pages:?}, cleared at {cleared:?}");
+    assert!(pages[0] < 20 && pages[1] > 180, "pages at {pages:?}");
+    assert_eq!(cleared.len(), 1, "cleared once, between them: {cleared:?}");
+    assert!(cleared[0] > 20 && cleared[0] < 180, "cleared at {cleared:?}");
 }

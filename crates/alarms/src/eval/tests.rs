@@ -312,6 +312,7 @@ fn composites_follow_the_metric_alarms_of_the_same_instant() {
         actions: vec!["page".into()],
         ok_actions: Vec::new(),
         insufficient_data_actions: Vec::new(),
+        suppressor: None,
     };
     let outer = CompositeAlarm {
         logical_id: "Outer".into(),
@@ -416,4 +417,72 @@ Resources:
         run(&[(3, 5.0), (5, 1.0), (6, 2.0), (7, 3.0)]),
         vec![(1, State::Ok), (8, State::Alarm), (10, State::Ok)]
     );
+}
+
+/// An actions suppressor, read from a template: `Effect` pages only when `Cause` is not already
+/// paging. By the evaluations' minutes: Cause is in ALARM 2–8 and Effect from 3 (suppressed);
+/// Cause clears at 9, and the 120 s extension ends at 11 with Effect still in ALARM (paged late,
+/// once; its all-clear at 13). Effect alone from 21: the 120 s wait ends at 23 with no Cause
+/// (paged). Effect at 31, Cause at 32 within the wait (suppressed); both clear at 36: no page,
+/// so no all-clear either (nor for the first OK, at 1).
+#[test]
+fn an_actions_suppressor_holds_a_consequence_while_its_cause_pages() {
+    let template = r#"
+Resources:
+  Cause:
+    Type: AWS::CloudWatch::Alarm
+    Properties: {Namespace: n, MetricName: C, Statistic: Sum, Period: 60, EvaluationPeriods: 1, Threshold: 1,
+      ComparisonOperator: GreaterThanOrEqualToThreshold, TreatMissingData: notBreaching, AlarmActions: [page]}
+  Effect:
+    Type: AWS::CloudWatch::Alarm
+    Properties: {Namespace: n, MetricName: E, Statistic: Sum, Period: 60, EvaluationPeriods: 1, Threshold: 1,
+      ComparisonOperator: GreaterThanOrEqualToThreshold, TreatMissingData: notBreaching}
+  EffectPage:
+    Type: AWS::CloudWatch::CompositeAlarm
+    Properties:
+      AlarmRule: ALARM(Effect)
+      AlarmActions: [page]
+      OKActions: [ok]
+      ActionsSuppressor: arn:aws:cloudwatch:us-east-1:123456789012:alarm:Cause
+      ActionsSuppressorWaitPeriod: 120
+      ActionsSuppressorExtensionPeriod: 120
+"#;
+    let alarms = load(template, &crate::Options::default()).unwrap();
+    assert_eq!(alarms.composite[0].suppressor.as_ref().map(|s| s.alarm.as_str()), Some("Cause"));
+    let (c, e) = (MetricId::new("n", "C", &[]), MetricId::new("n", "E", &[]));
+    let mut store = MetricStore::new();
+    for (id, minutes) in
+        [(&c, vec![1, 2, 3, 4, 5, 31, 32]), (&e, vec![2, 3, 4, 5, 6, 7, 8, 9, 20, 21, 22, 23, 24, 30, 31, 32])]
+    {
+        for m in minutes {
+            store.put(id, m * 60 + 5, 1.0);
+        }
+    }
+    let mut evaluator = Evaluator::new(&alarms).unwrap();
+    let mut seen = Vec::new();
+    for minute in 1..=40 {
+        for t in evaluator.evaluate(minute * 60, &store).unwrap() {
+            if t.alarm == "EffectPage" && !t.actions.is_empty() {
+                seen.push((minute, t.from, t.to, t.actions[0].clone()));
+            }
+        }
+    }
+    let (a, ok) = (State::Alarm, State::Ok);
+    assert_eq!(
+        seen,
+        vec![
+            (11, a, a, "page".to_string()),
+            (13, a, ok, "ok".to_string()),
+            (23, a, a, "page".to_string()),
+            (28, a, ok, "ok".to_string()),
+        ],
+        "paged late after its cause cleared (11), after a wait with no cause (23), never while its cause paged (31–36)"
+    );
+    let missing = template.replace("      ActionsSuppressorExtensionPeriod: 120\n", "");
+    assert!(matches!(
+        load(&missing, &crate::Options::default()),
+        Err(TemplateError::MissingProperty { property: "ActionsSuppressorExtensionPeriod", .. })
+    ));
+    let unknown = template.replace("alarm:Cause", "alarm:Nothing");
+    assert!(load(&unknown, &crate::Options::default()).is_err(), "a suppressor names an alarm of the template");
 }

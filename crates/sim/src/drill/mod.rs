@@ -38,6 +38,9 @@ pub const PAGE_WITHIN: f64 = 300.0;
 pub const OVERLOAD_WITHIN: f64 = 600.0;
 /// Every page must clear within this long of recovery.
 pub const CLEAR_WITHIN: f64 = 900.0;
+/// The most times an incident may notify the paging topic: its cause, and one consequence that
+/// outlasts it (the template's actions suppressors hold the rest: docs/operations.md#one-page-per-incident).
+pub const MAX_NOTIFICATIONS: usize = 2;
 /// How long after it happens a datapoint reaches the alarms, seconds: each evaluation at `t`
 /// sees what happened before `t − 60 s`, its windows still ending at `t` (the newest minute
 /// missing, as on AWS while CloudWatch ingests it). A minute is on the slow side of what
@@ -105,6 +108,12 @@ pub struct IncidentReport {
     pub runbook: Option<String>,
     /// Every page of the run, in order (each alarm's first), seconds from the incident's start.
     pub pages: Vec<PageAt>,
+    /// How many times the paging topic was notified of an ALARM during the run (every page-class
+    /// alarm's every transition to ALARM, a second one of the same alarm included): what the
+    /// on-call's phone did for this incident.
+    pub notifications: usize,
+    /// Each of those notifications, in order: the alarm, seconds from the incident's start.
+    pub notified: Vec<PageAt>,
     /// When each of those last returned to OK, seconds from the incident's start (absent: still
     /// in ALARM at the end of the run).
     pub cleared: Vec<PageAt>,
@@ -285,9 +294,14 @@ impl Template {
             for tr in transitions {
                 let class = self.classes.get(&tr.alarm).copied().unwrap_or(Class::Dashboard);
                 if tr.to == State::Alarm {
-                    out.fired.push(Fired { alarm: tr.alarm.clone(), class, at: t });
+                    // Who was told is what the transition did: a page-class composite whose
+                    // actions suppressor held them told nobody, and one performing them late
+                    // (ALARM to ALARM) pages then.
+                    let told =
+                        if tr.actions.is_empty() && class != Class::Dashboard { Class::Dashboard } else { class };
+                    out.fired.push(Fired { alarm: tr.alarm.clone(), class: told, at: t });
                 }
-                if class == Class::Page {
+                if class == Class::Page && tr.from != tr.to {
                     out.page_states.entry(tr.alarm.clone()).or_default().push((t, tr.to));
                 }
             }
@@ -410,7 +424,7 @@ pub fn drill(path: &Path, opts: &DrillOptions, mut progress: impl FnMut(&str)) -
             report.name,
             if report.ok { "ok" } else { "FAILED" },
             match (&report.paged_by, report.page_after_seconds) {
-                (Some(a), Some(s)) => format!("paged by {a} after {s:.0} s"),
+                (Some(a), Some(s)) => format!("paged by {a} after {s:.0} s, {} notifications", report.notifications),
                 _ => "no page".to_owned(),
             }
         ));
@@ -533,6 +547,10 @@ fn judge_incident(
             Some(s) if s > PAGE_WITHIN => why.push(format!("paged after {s:.0} s (> {PAGE_WITHIN:.0} s)")),
             Some(_) => {}
         }
+        let notifications = timeline.pages().count();
+        if notifications > MAX_NOTIFICATIONS {
+            why.push(format!("the paging topic was notified {notifications} times (> {MAX_NOTIFICATIONS})"));
+        }
         match clear {
             None => why.push("a page was still in ALARM at the end of the run".to_owned()),
             Some(c) if c > CLEAR_WITHIN => why.push(format!("cleared {c:.0} s after recovery (> {CLEAR_WITHIN:.0} s)")),
@@ -577,6 +595,11 @@ fn judge_incident(
             })
             .collect(),
         pages,
+        notifications: timeline.pages().count(),
+        notified: timeline
+            .pages()
+            .map(|f| PageAt { alarm: f.alarm.clone(), after_seconds: seconds(staged.start, f.at) })
+            .collect(),
         tickets,
         missed: run.late.len() as u64,
         delivered: run.delivered,
@@ -617,8 +640,8 @@ pub fn render(r: &DrillReport) -> String {
     let secs = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |s| format!("{s:.0} s"));
     let mut out = format!("drill of {} ({} alarms)\n\n", r.template, r.alarms);
     out.push_str(&format!(
-        "{:<24} {:<40} {:>8} {:>7} {:>9}  {}\n",
-        "incident", "first page", "after", "missed", "cleared", "runbook"
+        "{:<24} {:<40} {:>8} {:>7} {:>9} {:>8}  {}\n",
+        "incident", "first page", "after", "missed", "cleared", "notified", "runbook"
     ));
     for i in &r.incidents {
         let paged = i.paged_by.clone().unwrap_or_else(|| match i.expect.strip_prefix("ticket ") {
@@ -627,12 +650,13 @@ pub fn render(r: &DrillReport) -> String {
             None => "NOTHING".into(),
         });
         out.push_str(&format!(
-            "{:<24} {:<40} {:>8} {:>7} {:>9}  {}{}\n",
+            "{:<24} {:<40} {:>8} {:>7} {:>9} {:>8}  {}{}\n",
             i.name,
             paged,
             secs(i.page_after_seconds),
             i.missed_before_page,
             secs(i.cleared_after_seconds),
+            i.notifications,
             i.runbook.clone().unwrap_or_else(|| "-".into()),
             i.why.as_ref().map(|w| format!("   FAILED: {w}")).unwrap_or_default()
         ));
