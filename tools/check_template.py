@@ -2202,6 +2202,11 @@ size = pathlib.Path(path).stat().st_size
 check(f"sam deploy uploads the template to S3 (resolve_s3 or s3_bucket): it is {size:,} bytes, over the 51,200-byte TemplateBody limit",
       size <= 51200 or deploy_params.get("resolve_s3") is True or bool(deploy_params.get("s3_bucket")),
       json.dumps({k: deploy_params.get(k) for k in ["resolve_s3", "s3_bucket"]}))
+# Cost allocation: the stack's tags reach every taggable resource (found by review: no resource
+# carried one), and they are what sam deploy is told.
+tag_text = deploy_params.get("tags", "")
+check("sam deploy tags the stack (Application, punctual:stack) for cost allocation",
+      isinstance(tag_text, str) and 'Application="punctual"' in tag_text and "punctual:stack=" in tag_text, str(tag_text))
 # The build cache hashes CodeUri (the repository root, target/ included): it never hits.
 check("sam build is not told cached = true (it hashes target/ under CodeUri and never hits)",
       build_params.get("cached") is not True, json.dumps(build_params))
