@@ -1400,6 +1400,12 @@ check("no recipients table keyed by recipient_ref alone remains in the template"
 check("the recipients table is encrypted at rest", recipients.get("SSESpecification", {}).get("SSEEnabled") is True)
 
 
+def key_builder(text, fn):
+    """"prefix:*" of `fn name(…) -> String { format!("prefix:{…}") }` in `text`, else None."""
+    m = re.search(r"fn " + fn + r"\([^)]*\) -> String \{\s*format!\(\"([a-z_]+:)\{", text)
+    return m.group(1) + "*" if m else None
+
+
 def mentions(node, logical_id):
     """Whether a policy resource or variable names `logical_id` (Ref, GetAtt or ${…} in a Sub)."""
     text = json.dumps(node)
@@ -1419,6 +1425,32 @@ for name, f in sorted(functions.items()):
     check(f"{binary}: {'is given RECIPIENTS_TABLE' if reads else 'is not given the recipients table'}",
           given == (["RECIPIENTS_TABLE"] if reads else []), ", ".join(given))
 check("an output gives the recipients table's name", any(ref_name(o.get("Value")) == RECIPIENTS for o in outputs.values()))
+# The sender reads an address only with ProviderKind ses: an http stack is granted no read of it.
+reads_by_kind = {}
+for ps in SCENARIOS:
+    sts = statements(functions.get("SenderFunction", {}), ps)
+    got = any(any(mentions(r, RECIPIENTS) for r in as_list(st.get("Resource", []))) for st in sts)
+    reads_by_kind.setdefault(ps.get("ProviderKind"), set()).add(got)
+check("the sender may read the recipients table with ProviderKind ses, and not with http",
+      reads_by_kind.get("ses") == {True} and reads_by_kind.get("http") == {False}, json.dumps({k: sorted(v) for k, v in reads_by_kind.items()}))
+
+# --- The renewals table's item grants, by key prefix -------------------------------------------
+# It holds only `renewal:{tenant}:{renewal}` rows (renewals.rs renewal_key()); every function's
+# item action on it is conditioned on that prefix, so no grant reads or writes a key of another
+# shape. Table-level (DescribeTable) and index (Query) grants carry no item key.
+renewal_prefix = key_builder(rust("crates/aws/src/renewals.rs"), "renewal_key")
+ITEM_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+loose = []
+for name, f in sorted(functions.items()):
+    for st in statements(f):
+        if st.get("Effect") != "Allow" or "RenewalsTable" not in [ref_name(r) for r in as_list(st.get("Resource", []))]:
+            continue
+        acts = set(as_list(st.get("Action", [])))
+        keys = st.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+        if acts & ITEM_ACTIONS and (as_list(keys) != [renewal_prefix] or len(st.get("Condition", {})) != 1):
+            loose.append(f"{name}: {sorted(acts & ITEM_ACTIONS)} {json.dumps(st.get('Condition'))}")
+check(f"every item grant on the renewals table is under {renewal_prefix} (dynamodb:LeadingKeys)",
+      renewal_prefix == "renewal:*" and not loose, "; ".join(loose))
 
 # The ledger's sparse `dead` index: the name, keys and projection `punctual status` queries
 # (crates/aws/src/ledger.rs DEAD_INDEX and its attributes), so status never needs a scan.
@@ -1944,6 +1976,13 @@ sqs_fns = sorted(n for n, f in functions.items()
 no_role = [n for n in sqs_fns if role_of(functions[n])[0] is None]
 check("every function with an SQS event has its own AWS::IAM::Role (no SAM role with AWSLambdaSQSQueueExecutionRole)",
       sqs_fns and not no_role, ", ".join(no_role) or "no SQS function")
+# And every other function too: SAM's generated role carries AWSLambdaBasicExecutionRole (logs on
+# every log group of the account, "*") and takes the stack's PermissionsBoundary only if each
+# function repeats it. A function without a Role of this template fails here.
+no_own = sorted(n for n in functions if role_of(functions[n])[0] is None)
+check("every function runs on an AWS::IAM::Role of this template (no SAM-generated role)", not no_own, ", ".join(no_own))
+with_policies = sorted(n for n, f in functions.items() if "Policies" in f.get("Properties", {}))
+check("no function has SAM Policies (its grants are its role's statements)", not with_policies, ", ".join(with_policies))
 both = sorted(n for n, f in functions.items() if "Role" in f.get("Properties", {}) and "Policies" in f.get("Properties", {}))
 check("no function has both Role and Policies (SAM takes one; the role's statements are the function's)", not both, ", ".join(both))
 unknown = sorted(n for n, f in functions.items() if "Role" in f.get("Properties", {}) and role_of(f)[0] is None)
@@ -1960,6 +1999,22 @@ for rname, r in sorted(roles.items()):
               ref_name(x) == rname for o in res.values() if o.get("Type") in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
               for x in as_list(o.get("Properties", {}).get("Roles", []))),
           json.dumps(p.get("ManagedPolicyArns")))
+# PermissionsBoundaryArn: the platform team's boundary on every role the stack creates, and no
+# boundary when it is empty (the condition, not an empty string IAM would refuse).
+BOUNDARY = {"Fn::If": ["HasPermissionsBoundary", {"Ref": "PermissionsBoundaryArn"}, {"Ref": "AWS::NoValue"}]}
+check("PermissionsBoundaryArn is optional (default empty) and HasPermissionsBoundary tests it",
+      parameters.get("PermissionsBoundaryArn", {}).get("Default") == ""
+      and conditions.get("HasPermissionsBoundary") == {"Fn::Not": [{"Fn::Equals": [{"Ref": "PermissionsBoundaryArn"}, ""]}]},
+      json.dumps(conditions.get("HasPermissionsBoundary")))
+check_pattern("PermissionsBoundaryArn", "admits empty or an IAM managed policy ARN, nothing else",
+              ["", "arn:aws:iam::123456789012:policy/platform/boundary", "arn:aws-us-gov:iam::123456789012:policy/b"],
+              ["*", "boundary", "arn:aws:iam::123456789012:role/x", "arn:aws:iam::aws:policy/AdministratorAccess",
+               "arn:aws:iam::123456789012:policy/"])
+unbounded = sorted(n for n, r in of_type("AWS::IAM::Role").items() if r.get("Properties", {}).get("PermissionsBoundary") != BOUNDARY)
+check("every AWS::IAM::Role takes PermissionsBoundaryArn (!If HasPermissionsBoundary)", not unbounded, ", ".join(unbounded))
+bounded_fns = sorted(n for n, f in functions.items() if "PermissionsBoundary" in f.get("Properties", {}))
+check("no function sets a SAM PermissionsBoundary (it binds only SAM's generated role; the roles carry it)",
+      not bounded_fns and "PermissionsBoundary" not in template.get("Globals", {}).get("Function", {}), ", ".join(bounded_fns))
 glob_tracing = template.get("Globals", {}).get("Function", {}).get("Tracing")
 for name, f in sorted(functions.items()):
     rname, role = role_of(f)
@@ -2044,12 +2099,6 @@ check("sender: kms:Decrypt on ProviderTokenKmsKeyArn only when it is given (Prov
 # uses). A conditional write's refused item is read back by its own key (dynamodb.rs
 # refused_item): a key the function writes, which is one of these.
 control_src = rust("crates/aws/src/control.rs")
-
-
-def key_builder(text, fn):
-    """"prefix:*" of `fn name(…) -> String { format!("prefix:{…}") }` in `text`, else None."""
-    m = re.search(r"fn " + fn + r"\([^)]*\) -> String \{\s*format!\(\"([a-z_]+:)\{", text)
-    return m.group(1) + "*" if m else None
 
 
 pause_pk = (re.findall(r'const PAUSE_PK: &str = "([^"]+)";', control_src) or [None])[0]
