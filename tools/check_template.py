@@ -278,6 +278,18 @@ check("the urgent queue is configured like the send queue", not differ, ", ".joi
 # A channel's queue: created only with its channel, configured like the lanes, drained by a
 # mapping of its own (with the same condition) to the sender, with its own ceiling.
 mappings = of_type("AWS::Lambda::EventSourceMapping")
+
+
+def alias_target(m):
+    """The function whose alias `live` a mapping resource invokes (FunctionName !Sub
+    "${Function}:live", DependsOn SAM's alias resource FunctionAliaslive, so the alias exists
+    first), else None. Not !Ref Function.Alias: only SAM resolves that, and LocalStack's engine
+    refuses it before the transform."""
+    fn = m.get("Properties", {}).get("FunctionName")
+    hit = re.fullmatch(r"\$\{(\w+)\}:live", fn.get("Fn::Sub", "")) if isinstance(fn, dict) and isinstance(fn.get("Fn::Sub"), str) else None
+    return hit.group(1) if hit and f"{hit.group(1)}Aliaslive" in as_list(m.get("DependsOn", [])) else None
+
+
 for qname, (channel, cond) in CHANNEL_QUEUES.items():
     q = queues.get(qname, {})
     qp = q.get("Properties", {})
@@ -291,9 +303,9 @@ for qname, (channel, cond) in CHANNEL_QUEUES.items():
     mp = m.get("Properties", {})
     mc = ref_name(mp.get("ScalingConfig", {}).get("MaximumConcurrency"))
     check(
-        f"{qname} is drained by one mapping of its own to the sender (Condition {cond}, partial failures, "
+        f"{qname} is drained by one mapping of its own to the sender's alias (Condition {cond}, partial failures, "
         "the lanes' batch and window, its own MaximumConcurrency in 2..1000)",
-        len(ms) == 1 and m.get("Condition") == cond and ref_name(mp.get("FunctionName")) == "SenderFunction"
+        len(ms) == 1 and m.get("Condition") == cond and alias_target(m) == "SenderFunction"
         and "ReportBatchItemFailures" in mp.get("FunctionResponseTypes", [])
         and ref_name(mp.get("BatchSize")) == "SenderBatchSize"
         and ref_name(mp.get("MaximumBatchingWindowInSeconds")) == "SenderBatchingWindowSeconds"
@@ -657,6 +669,10 @@ MISSING_DATA = {
     "SchedulerThrottlesAlarm": ("notBreaching", HEARTBEAT),
     "SenderThrottlesAlarm": ("notBreaching", ["NormalLaneStalledAlarm", "UrgentLaneStalledAlarm"]),
     "RedriveThrottlesAlarm": ("notBreaching", []),
+    # The deploy guards: absent = no invocation failed (or none happened), nothing to hold back.
+    "SenderDeployGuardAlarm": ("notBreaching", []),
+    "SchedulerDeployGuardAlarm": ("notBreaching", []),
+    "IngestDeployGuardAlarm": ("notBreaching", []),
     # FILL(…, 0): a missing minute is a real 0 below the threshold.
     "SchedulerNotTickingAlarm": ("breaching", []),
     "SenderInfrastructureFailuresAlarm": ("notBreaching", SENDER_STOPPED),
@@ -1988,8 +2004,11 @@ check("no function has both Role and Policies (SAM takes one; the role's stateme
 unknown = sorted(n for n, f in functions.items() if "Role" in f.get("Properties", {}) and role_of(f)[0] is None)
 check("every function's Role is a role of this template (its statements are checked)", not unknown, ", ".join(unknown))
 LAMBDA_TRUST = [{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}]
+DEPLOY_ROLE = "DeployRole"
 for rname, r in sorted(roles.items()):
     p = r.get("Properties", {})
+    if rname == DEPLOY_ROLE:
+        continue  # CodeDeploy's, checked with the gradual deploys below
     users = sorted(n for n, f in functions.items() if role_of(f)[0] == rname)
     check(f"{rname}: the role of exactly one function ({', '.join(users) or 'none'})", len(users) == 1)
     check(f"{rname}: only Lambda may assume it", p.get("AssumeRolePolicyDocument", {}).get("Statement") == LAMBDA_TRUST,
@@ -2015,6 +2034,71 @@ check("every AWS::IAM::Role takes PermissionsBoundaryArn (!If HasPermissionsBoun
 bounded_fns = sorted(n for n, f in functions.items() if "PermissionsBoundary" in f.get("Properties", {}))
 check("no function sets a SAM PermissionsBoundary (it binds only SAM's generated role; the roles carry it)",
       not bounded_fns and "PermissionsBoundary" not in template.get("Globals", {}).get("Function", {}), ", ".join(bounded_fns))
+# Gradual deploys (docs/deployment.md#gradual-deploys): the three functions their queues or the
+# rule invoke run behind an alias `live` that CodeDeploy shifts (DeploymentType), held back by a
+# guard alarm on the function's own invocation errors; nothing invokes $LATEST (a mapping to the
+# bare function would send it every new binary at once). The redrive is invoked by an operator,
+# synchronously, one run at a time: there is no traffic to shift, and it keeps no alias.
+GRADUAL = {"SenderFunction": "SenderDeployGuardAlarm", "SchedulerFunction": "SchedulerDeployGuardAlarm",
+           "IngestFunction": "IngestDeployGuardAlarm"}
+for fname, guard in GRADUAL.items():
+    fp = functions.get(fname, {}).get("Properties", {})
+    dp = fp.get("DeploymentPreference", {})
+    check(f"{fname}: AutoPublishAlias live (a version for any changed property), DeploymentPreference Enabled GradualDeploys, Type DeploymentType, Role DeployRole, Alarms [{guard}]",
+          fp.get("AutoPublishAlias") == "live" and fp.get("AutoPublishAliasAllProperties") is True
+          and ref_name(dp.get("Type")) == "DeploymentType"
+          and dp.get("Role") == {"Fn::GetAtt": [DEPLOY_ROLE, "Arn"]}
+          and dp.get("Alarms") == [alarms.get(guard, {}).get("Properties", {}).get("AlarmName")]
+          and re.fullmatch(r"\$\{AWS::StackName\}-[a-z]+-deploy-guard", str(dp.get("Alarms", [{}])[0].get("Fn::Sub", "")))
+          and dp.get("Enabled") == {"Ref": "GradualDeploys"} and "Hooks" not in dp,
+          json.dumps({"AutoPublishAlias": fp.get("AutoPublishAlias"), "DeploymentPreference": dp}))
+    gp = alarms.get(guard, {}).get("Properties", {})
+    check(f"{guard}: the function's own AWS/Lambda Errors, >= 1 in one minute, missing = fine, nobody notified",
+          gp.get("Namespace") == "AWS/Lambda" and gp.get("MetricName") == "Errors"
+          and gp.get("Dimensions") == [{"Name": "FunctionName", "Value": {"Ref": fname}}]
+          and gp.get("Statistic") == "Sum" and gp.get("Period") == 60 and gp.get("EvaluationPeriods") == 1
+          and gp.get("Threshold") == 1 and gp.get("ComparisonOperator") == "GreaterThanOrEqualToThreshold"
+          and gp.get("TreatMissingData") == "notBreaching" and alarm_class(gp) == "dashboard",
+          json.dumps(gp))
+others = sorted(n for n, f in functions.items() if n not in GRADUAL
+                and ({"AutoPublishAlias", "DeploymentPreference"} & set(f.get("Properties", {}))))
+check("only the sender, scheduler and ingest deploy gradually (the redrive keeps no alias)", not others and "RedriveFunction" in functions,
+      ", ".join(others))
+check("DeploymentType defaults to a gradual shift and admits CodeDeploy's Lambda configurations only",
+      parameters.get("DeploymentType", {}).get("Default", "").startswith(("Linear", "Canary"))
+      and set(parameters.get("DeploymentType", {}).get("AllowedValues", [])) <= {
+          f"{k}{x}" for k, xs in {"Linear10PercentEvery": ["1Minute", "2Minutes", "3Minutes", "10Minutes"],
+                                  "Canary10Percent": ["5Minutes", "10Minutes", "15Minutes", "30Minutes"]}.items() for x in xs} | {"AllAtOnce"},
+      json.dumps(parameters.get("DeploymentType")))
+check("GradualDeploys is true or false, default true (SAM resolves Enabled from a parameter, never a condition)",
+      parameters.get("GradualDeploys", {}).get("Default") == "true"
+      and parameters.get("GradualDeploys", {}).get("AllowedValues") == ["true", "false"],
+      json.dumps(parameters.get("GradualDeploys")))
+to_bare = sorted(n for n, m in mappings.items() if alias_target(m) not in GRADUAL)
+check("every event source mapping invokes a gradual function's alias live (!Sub \"${Function}:live\", DependsOn its alias), never $LATEST",
+      mappings and not to_bare, ", ".join(to_bare))
+deploy_p = roles.get(DEPLOY_ROLE, {}).get("Properties", {})
+check("DeployRole: only CodeDeploy may assume it, no managed policy",
+      deploy_p.get("AssumeRolePolicyDocument", {}).get("Statement")
+      == [{"Effect": "Allow", "Principal": {"Service": "codedeploy.amazonaws.com"}, "Action": "sts:AssumeRole"}]
+      and not deploy_p.get("ManagedPolicyArns"), json.dumps(deploy_p.get("AssumeRolePolicyDocument")))
+deploy_sts = [st for pol in deploy_p.get("Policies", []) for st in pol.get("PolicyDocument", {}).get("Statement", [])]
+want_aliases = [{"Fn::Sub": f"${{{f}.Arn}}:live"} for f in sorted(GRADUAL)]
+bad_deploy = []
+for st in deploy_sts:
+    acts = set(as_list(st.get("Action", [])))
+    if st.get("Effect") != "Allow":
+        bad_deploy.append(f"not Allow: {json.dumps(st)}")
+    elif acts <= {"lambda:GetAlias", "lambda:UpdateAlias", "lambda:GetProvisionedConcurrencyConfig"}:
+        got = sorted(as_list(st.get("Resource", [])), key=json.dumps)
+        if got != sorted(want_aliases, key=json.dumps):
+            bad_deploy.append(f"lambda actions on {json.dumps(got)} (want the three live aliases)")
+    elif acts == {"cloudwatch:DescribeAlarms"}:
+        pass  # read-only, and DescribeAlarms takes no resource-level permission
+    else:
+        bad_deploy.append(f"{sorted(acts)} (only the aliases' Get/Update and DescribeAlarms)")
+check("DeployRole: moves only the three live aliases and reads alarm states, nothing else",
+      deploy_sts and not bad_deploy, "; ".join(bad_deploy) or "no statements")
 glob_tracing = template.get("Globals", {}).get("Function", {}).get("Tracing")
 for name, f in sorted(functions.items()):
     rname, role = role_of(f)
@@ -2278,16 +2362,16 @@ check("CommandsDeadLetterQueue keeps a letter at least as long as CommandsQueue"
       int(cdlq.get("MessageRetentionPeriod", 345600)) >= int(cq.get("MessageRetentionPeriod", 345600)),
       f"{cdlq.get('MessageRetentionPeriod')} vs {cq.get('MessageRetentionPeriod')}")
 # One mapping (a SAM SQS event of the ingest, or an AWS::Lambda::EventSourceMapping) drains it.
-cmd_maps = [m.get("Properties", {}) for m in mappings.values()
+cmd_maps = [dict(m.get("Properties", {}), FunctionName={"Ref": f"{alias_target(m)}.Alias"}) for m in mappings.values()
             if ref_name(m.get("Properties", {}).get("EventSourceArn")) == "CommandsQueue"]
-cmd_maps = [dict(m, FunctionName=m.get("FunctionName")) for m in cmd_maps] + [
-    dict(e.get("Properties", {}), FunctionName={"Ref": ingest_name})
+cmd_maps = cmd_maps + [
+    dict(e.get("Properties", {}), FunctionName={"Ref": f"{ingest_name}.Alias"})
     for e in ingest_p.get("Events", {}).values()
     if e.get("Type") == "SQS" and ref_name(e.get("Properties", {}).get("Queue")) == "CommandsQueue"]
 cm = resolve(cmd_maps[0], DEFAULTS) if len(cmd_maps) == 1 else {}
 cm_mc = cm.get("ScalingConfig", {}).get("MaximumConcurrency")
-check("CommandsQueue is drained by one mapping to the ingest (partial failures, batch <= 10, MaximumConcurrency in 2..1000 if set)",
-      len(cmd_maps) == 1 and ingest_name is not None and ref_name(cm.get("FunctionName")) == ingest_name
+check("CommandsQueue is drained by one mapping to the ingest's alias (partial failures, batch <= 10, MaximumConcurrency in 2..1000 if set)",
+      len(cmd_maps) == 1 and ingest_name is not None and ref_name(cm.get("FunctionName")) == f"{ingest_name}.Alias"
       and "ReportBatchItemFailures" in cm.get("FunctionResponseTypes", [])
       and 1 <= int(default(cm.get("BatchSize", 10)) or 0) <= 10
       and (cm_mc is None or 2 <= int(default(cm_mc) or 0) <= 1000),

@@ -118,6 +118,16 @@ What LocalStack (2026.3.0 community, host mode) cannot do, and what this check d
   stored but LocalStack writes the functions' logs to /aws/lambda/<function> (step g counts
   the streams), not to the template's log groups.
 - EventBridge *Scheduler* schedules never fire here (the template uses a rule, which does).
+- No CodeDeploy: the template's gradual deploys (DeploymentPreference,
+  docs/deployment.md#gradual-deploys) become an application and three deployment groups that LocalStack skips as an
+  unsupported type, and the aliases' UpdatePolicy is ignored, so no traffic shift, guard alarm
+  or rollback happens here (step g lists what the stack holds of them). What step 4 checks
+  instead: each of the sender, scheduler and ingest has a published version behind its alias
+  `live`, every mapping and the scheduler's rule invoke that alias, the redrive has none, and
+  the whole run (a–h) goes through the aliases. LocalStack's engine resolves references
+  before the SAM transform: `!Ref Function.Alias` and a DeploymentPreference naming its guard
+  by `!Ref` (a cycle before the transform) make CreateStack fail or never answer, which is why
+  the template names both by string (its comments say so).
 """
 
 import argparse
@@ -545,6 +555,29 @@ class Run:
         lanes = {self.queue_arn[k] for k in ("SendQueueUrl", "UrgentQueueUrl", "SmsQueueUrl", "SmsUrgentQueueUrl")}
         if set(polled) != lanes or not all(polled.values()):
             raise StepFailed("mappings", f"the sender's mappings poll {polled}, want both lanes and the sms queue and urgent lane {sorted(lanes)} with MaximumConcurrency")
+        # Gradual deploys: the sender, scheduler and ingest run behind an alias `live` on a
+        # published version, and every mapping and the rule invoke the alias, never $LATEST
+        # (CodeDeploy itself is not in LocalStack community: its resources are skipped).
+        aliased, versions = {}, {}
+        for logical in ("SenderFunction", "SchedulerFunction", "IngestFunction"):
+            alias = lam.get_alias(FunctionName=self.physical[logical], Name="live")
+            if not alias["FunctionVersion"].isdigit():
+                raise StepFailed("aliases", f"{logical}'s alias live points at {alias['FunctionVersion']!r}, not a published version")
+            aliased[logical], versions[logical] = alias["AliasArn"], alias["FunctionVersion"]
+        ingest_maps = lam.list_event_source_mappings(FunctionName=self.physical["IngestFunction"])["EventSourceMappings"]
+        bare = [m["FunctionArn"] for m in mappings + ingest_maps
+                if m["FunctionArn"] not in (aliased["SenderFunction"], aliased["IngestFunction"])]
+        if bare or not ingest_maps:
+            raise StepFailed("aliases", f"mappings that do not invoke an alias live: {bare} (ingest mappings: {len(ingest_maps)})")
+        events = self.aws("events")
+        tick_rules = events.list_rule_names_by_target(TargetArn=aliased["SchedulerFunction"])["RuleNames"]
+        if not tick_rules:
+            raise StepFailed("aliases", f"no rule targets the scheduler's alias {aliased['SchedulerFunction']}")
+        try:
+            lam.get_alias(FunctionName=self.physical["RedriveFunction"], Name="live")
+            raise StepFailed("aliases", "the redrive has an alias live (it is invoked by an operator, by name)")
+        except botocore.exceptions.ClientError:
+            pass
         for logical in FUNCTIONS:
             env = lam.get_function_configuration(FunctionName=self.physical[logical]).get("Environment", {}).get("Variables", {})
             if logical == "IngestFunction":
@@ -561,7 +594,8 @@ class Run:
                                  f"CHANNEL_SMS_QUEUE_URL={env.get('CHANNEL_SMS_QUEUE_URL')!r}, "
                                  f"CHANNEL_SMS_URGENT_QUEUE_URL={env.get('CHANNEL_SMS_URGENT_QUEUE_URL')!r}")
         ok("outputs", f"the queue, table and function outputs resolve ({dashboard}); sender polls both lanes, the sms queue and its "
-           f"urgent lane (MaximumConcurrency {sorted(polled.values())}); URGENT_QUEUE_URL, CHANNELS=email,sms and the sms queues on "
+           f"urgent lane (MaximumConcurrency {sorted(polled.values())}); the sender's, ingest's mappings and the rule {tick_rules} "
+           f"invoke the aliases live ({', '.join(f'{k} version {v}' for k, v in versions.items())}); URGENT_QUEUE_URL, CHANNELS=email,sms and the sms queues on "
            "the sender, scheduler and redrive; the ingest's table, commands DLQ and channels", started)
 
     # -- 5. checks ----------------------------------------------------------------------------
@@ -1022,7 +1056,12 @@ class Run:
             default_streams = streams(f"/aws/lambda/{sender}")
         except botocore.exceptions.ClientError:
             default_streams = 0
-        eic = lam.get_function_event_invoke_config(FunctionName=self.physical["SchedulerFunction"])
+        eic = lam.get_function_event_invoke_config(FunctionName=self.physical["SchedulerFunction"], Qualifier="live")
+        codedeploy = {r["LogicalResourceId"]: r["ResourceStatus"] for r in
+                      self.aws("cloudformation").list_stack_resources(StackName=STACK)["StackResourceSummaries"]
+                      if r["ResourceType"].startswith("AWS::CodeDeploy::")}
+        say(f"{step}: gradual deploys: CodeDeploy resources {codedeploy or 'none listed'} (LocalStack community has no "
+            "CodeDeploy: nothing is created, the aliases' UpdatePolicy is ignored); a shift and its rollback are not exercised")
         say(f"{step}: sender LoggingConfig.LogGroup={template_group} has {streams(template_group)} log streams, "
             f"/aws/lambda/{sender} has {default_streams} (LocalStack ignores LoggingConfig); scheduler EventInvokeConfig "
             f"stored (MaximumEventAgeInSeconds={eic.get('MaximumEventAgeInSeconds')}, "
