@@ -1290,10 +1290,12 @@ for ps in SCENARIOS:
             env_wrong.add(f"{tag}: {var}={json.dumps(env.get(var))}")
     for var in sorted((SES_ONLY if kind != "ses" else HTTP_ONLY) & set(env)):
         env_wrong.add(f"{tag}: {var} is set")
-    prefix = env.get("SES_TEMPLATE_PREFIX")
+    # The stack's own prefix (SesTemplatePrefix): templates are the account's, so two stacks
+    # sharing one would render and send each other's.
+    prefix = "${SesTemplatePrefix}"
     if kind == "ses":
-        if not (isinstance(prefix, str) and re.fullmatch(r"[a-z0-9_]+-", prefix)):
-            env_wrong.add(f"{tag}: SES_TEMPLATE_PREFIX={json.dumps(prefix)}")
+        if env.get("SES_TEMPLATE_PREFIX") != {"Ref": "SesTemplatePrefix"}:
+            env_wrong.add(f"{tag}: SES_TEMPLATE_PREFIX={json.dumps(env.get('SES_TEMPLATE_PREFIX'))} (want !Ref SesTemplatePrefix)")
         if (env.get("SES_CONFIGURATION_SET") == {"Ref": "SesConfigurationSet"}) != bool(cs):
             env_wrong.add(f"{tag}: SES_CONFIGURATION_SET={json.dumps(env.get('SES_CONFIGURATION_SET'))}")
         if (env.get("PROVIDER_RATE_FROM_ACCOUNT") == "true") != acct:
@@ -2025,6 +2027,11 @@ check("PermissionsBoundaryArn is optional (default empty) and HasPermissionsBoun
       parameters.get("PermissionsBoundaryArn", {}).get("Default") == ""
       and conditions.get("HasPermissionsBoundary") == {"Fn::Not": [{"Fn::Equals": [{"Ref": "PermissionsBoundaryArn"}, ""]}]},
       json.dumps(conditions.get("HasPermissionsBoundary")))
+check_pattern("SesTemplatePrefix", "admits a template-name prefix ending in - (at most 40), no wildcard or empty",
+              ["punctual-", "staging-punctual-", "a-", "Prod_1-", "x" * 39 + "-"],
+              ["", "punctual", "*-", "punctual-*", "a b-", "x" * 40 + "-", "../-"])
+check("SesTemplatePrefix defaults to punctual- (the name a stack from before it uses)",
+      parameters.get("SesTemplatePrefix", {}).get("Default") == "punctual-")
 check_pattern("PermissionsBoundaryArn", "admits empty or an IAM managed policy ARN, nothing else",
               ["", "arn:aws:iam::123456789012:policy/platform/boundary", "arn:aws-us-gov:iam::123456789012:policy/b"],
               ["*", "boundary", "arn:aws:iam::123456789012:role/x", "arn:aws:iam::aws:policy/AdministratorAccess",
@@ -2041,14 +2048,20 @@ check("no function sets a SAM PermissionsBoundary (it binds only SAM's generated
 # synchronously, one run at a time: there is no traffic to shift, and it keeps no alias.
 GRADUAL = {"SenderFunction": "SenderDeployGuardAlarm", "SchedulerFunction": "SchedulerDeployGuardAlarm",
            "IngestFunction": "IngestDeployGuardAlarm"}
+# And each function's deadline: the alarm that sees its work late (a version that runs without
+# failing and does nothing: the sender's released work waiting, the scheduler's due renewals
+# unreleased, the ingest's commands waiting). Named by !Ref: none of them names a function.
+DEADLINE_GUARD = {"SenderFunction": "ReleasedWorkWaitingSignalAlarm", "SchedulerFunction": "OldestDueUndeliveredSignalAlarm",
+                  "IngestFunction": "CommandsOldestMessageAgeAlarm"}
 for fname, guard in GRADUAL.items():
     fp = functions.get(fname, {}).get("Properties", {})
     dp = fp.get("DeploymentPreference", {})
-    check(f"{fname}: AutoPublishAlias live (a version for any changed property), DeploymentPreference Enabled GradualDeploys, Type DeploymentType, Role DeployRole, Alarms [{guard}]",
+    check(f"{fname}: AutoPublishAlias live (a version for any changed property), DeploymentPreference Enabled GradualDeploys, Type DeploymentType, Role DeployRole, Alarms [{guard}, {DEADLINE_GUARD[fname]}]",
           fp.get("AutoPublishAlias") == "live" and fp.get("AutoPublishAliasAllProperties") is True
           and ref_name(dp.get("Type")) == "DeploymentType"
           and dp.get("Role") == {"Fn::GetAtt": [DEPLOY_ROLE, "Arn"]}
-          and dp.get("Alarms") == [alarms.get(guard, {}).get("Properties", {}).get("AlarmName")]
+          and dp.get("Alarms") == [alarms.get(guard, {}).get("Properties", {}).get("AlarmName"), {"Ref": DEADLINE_GUARD[fname]}]
+          and DEADLINE_GUARD[fname] in alarms and fname not in json.dumps(alarms[DEADLINE_GUARD[fname]])
           and re.fullmatch(r"\$\{AWS::StackName\}-[a-z]+-deploy-guard", str(dp.get("Alarms", [{}])[0].get("Fn::Sub", "")))
           and dp.get("Enabled") == {"Ref": "GradualDeploys"} and "Hooks" not in dp,
           json.dumps({"AutoPublishAlias": fp.get("AutoPublishAlias"), "DeploymentPreference": dp}))
