@@ -1453,10 +1453,13 @@ check("the sender may read the recipients table with ProviderKind ses, and not w
       reads_by_kind.get("ses") == {True} and reads_by_kind.get("http") == {False}, json.dumps({k: sorted(v) for k, v in reads_by_kind.items()}))
 
 # --- The renewals table's item grants, by key prefix -------------------------------------------
-# It holds only `renewal:{tenant}:{renewal}` rows (renewals.rs renewal_key()); every function's
-# item action on it is conditioned on that prefix, so no grant reads or writes a key of another
-# shape. Table-level (DescribeTable) and index (Query) grants carry no item key.
+# Its rows are `renewal:{tenant}:{renewal}` (renewals.rs renewal_key()); every function's item
+# action on them is conditioned on that prefix, so no grant reads or writes a key of another
+# shape, but for the scheduler's watermark (below), granted by its exact key. Table-level
+# (DescribeTable) and index (Query) grants carry no item key.
 renewal_prefix = key_builder(rust("crates/aws/src/renewals.rs"), "renewal_key")
+_wm = re.search(r'const WATERMARK_KEY: &str = "([^"]+)";', rust("crates/aws/src/renewals.rs"))
+WATERMARK_ONLY = {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [_wm.group(1) if _wm else "?"]}}
 ITEM_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
 loose = []
 for name, f in sorted(functions.items()):
@@ -1465,10 +1468,28 @@ for name, f in sorted(functions.items()):
             continue
         acts = set(as_list(st.get("Action", [])))
         keys = st.get("Condition", {}).get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+        if st.get("Condition") == WATERMARK_ONLY:
+            continue  # the scheduler's watermark, checked below
         if acts & ITEM_ACTIONS and (as_list(keys) != [renewal_prefix] or len(st.get("Condition", {})) != 1):
             loose.append(f"{name}: {sorted(acts & ITEM_ACTIONS)} {json.dumps(st.get('Condition'))}")
-check(f"every item grant on the renewals table is under {renewal_prefix} (dynamodb:LeadingKeys)",
+check(f"every item grant on the renewals table is under {renewal_prefix} (dynamodb:LeadingKeys), or is the watermark's",
       renewal_prefix == "renewal:*" and not loose, "; ".join(loose))
+# Beside the rows, one item: the scheduler's watermark (renewals.rs WATERMARK_KEY), read and
+# advanced by every tick (core scheduler.rs watermark()/advance_watermark(), failing the tick if
+# refused). Found by review: a renewal:* grant alone denied it.
+wm = re.search(r'const WATERMARK_KEY: &str = "([^"]+)";', rust("crates/aws/src/renewals.rs"))
+wm_key = wm.group(1) if wm else None
+wm_grants = {}
+for name, f in sorted(functions.items()):
+    for st in statements(f):
+        if st.get("Effect") != "Allow" or "RenewalsTable" not in [ref_name(r) for r in as_list(st.get("Resource", []))]:
+            continue
+        keys = as_list(st.get("Condition", {}).get("ForAllValues:StringEquals", {}).get("dynamodb:LeadingKeys"))
+        if wm_key in keys:
+            wm_grants.setdefault(name, set()).update(set(as_list(st.get("Action", []))) & ITEM_ACTIONS)
+check(f"the scheduler may GetItem and UpdateItem the watermark ({wm_key}), exactly that key, and no other function any",
+      wm_key is not None and wm_grants == {"SchedulerFunction": {"dynamodb:GetItem", "dynamodb:UpdateItem"}},
+      json.dumps({k: sorted(v) for k, v in wm_grants.items()}))
 
 # The ledger's sparse `dead` index: the name, keys and projection `punctual status` queries
 # (crates/aws/src/ledger.rs DEAD_INDEX and its attributes), so status never needs a scan.
@@ -2096,7 +2117,7 @@ check("DeployRole: only CodeDeploy may assume it, no managed policy",
       == [{"Effect": "Allow", "Principal": {"Service": "codedeploy.amazonaws.com"}, "Action": "sts:AssumeRole"}]
       and not deploy_p.get("ManagedPolicyArns"), json.dumps(deploy_p.get("AssumeRolePolicyDocument")))
 deploy_sts = [st for pol in deploy_p.get("Policies", []) for st in pol.get("PolicyDocument", {}).get("Statement", [])]
-want_aliases = [{"Fn::Sub": f"${{{f}.Arn}}:live"} for f in sorted(GRADUAL)]
+want_aliases = [x for f in sorted(GRADUAL) for x in ({"Fn::GetAtt": [f, "Arn"]}, {"Fn::Sub": f"${{{f}.Arn}}:live"})]
 bad_deploy = []
 for st in deploy_sts:
     acts = set(as_list(st.get("Action", [])))
@@ -2105,7 +2126,7 @@ for st in deploy_sts:
     elif acts <= {"lambda:GetAlias", "lambda:UpdateAlias", "lambda:GetProvisionedConcurrencyConfig"}:
         got = sorted(as_list(st.get("Resource", [])), key=json.dumps)
         if got != sorted(want_aliases, key=json.dumps):
-            bad_deploy.append(f"lambda actions on {json.dumps(got)} (want the three live aliases)")
+            bad_deploy.append(f"lambda actions on {json.dumps(got)} (want the three functions and their live aliases)")
     elif acts == {"cloudwatch:DescribeAlarms"}:
         pass  # read-only, and DescribeAlarms takes no resource-level permission
     else:
