@@ -95,7 +95,8 @@ endif
 ## the code's environment reads and the template's parameters (tools/check_config_docs.py), then
 ## every relative link and anchor of the Markdown pages, every docs/ reference in the code, and
 ## each alarm's runbook section in docs/operations.md (tools/check_links.py); then the checks of
-## the tools themselves (fidelity.py must fail on a disagreement; punctual-moto must keep a
+## the tools themselves (fidelity.py must fail on a disagreement; config_digest.py must change
+## with every parameter, default and binary; punctual-moto must keep a
 ## message sent during a delete; dynalite's index must return every item with a key).
 lint-template: tools
 	$(VENV)/bin/cfn-lint infra/template.yaml
@@ -103,6 +104,7 @@ lint-template: tools
 	$(VENV)/bin/python tools/check_config_docs.py
 	$(VENV)/bin/python tools/check_links.py
 	$(VENV)/bin/python tools/test_fidelity.py
+	$(VENV)/bin/python tools/test_config_digest.py
 	$(VENV)/bin/python tools/moto/test_punctual_moto.py
 	$(VENV)/bin/python tools/dynalite/test_index_keys.py
 
@@ -223,10 +225,11 @@ $(LOCALSTACK_PLUGINS_STAMP): $(LOCALSTACK_STAMP) tools/localstack/pyproject.toml
 
 ## The deployed stack, end to end, on LocalStack (tools/e2e.py says what it checks, what
 ## LocalStack cannot do, and what it does instead): LocalStack on a free loopback port, the
-## three functions' debug builds packaged and deployed with infra/template.yaml through
-## CloudFormation + the SAM transform, then the EventBridge rule's tick, both lanes' event
-## source mappings, the DLQ and its alarm, `punctual redrive --function`, `status` and
-## `reconcile` against the stack. ≈ 1.5 minutes (the rule ticks once a minute); everything it
+## four functions' debug builds packaged and deployed with infra/template.yaml through
+## CloudFormation + the SAM transform, then the EventBridge rule's tick, every queue's event
+## source mapping (through the aliases live), the DLQ and its alarm, `punctual redrive
+## --function`, `status` and `reconcile` against the stack, the producer's path, and two stack
+## updates (the sms channel off and on again). ≈ 4 minutes (the rule ticks once a minute); everything it
 ## starts is stopped on every exit, Ctrl-C and SIGTERM included. Logs under target/e2e/.
 e2e: localstack
 	CARGO="$(CARGO)" $(LOCALSTACK_VENV)/bin/python tools/e2e.py
@@ -283,13 +286,13 @@ invoke-smoke: build-tools
 SAM_CLI := aws-sam-cli==1.150.0
 DEPLOY_FLAGS ?= --guided
 SAM := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" sam
-# Every saved parameter override but Architecture, then Architecture=$(ARCH), as SAM parses them.
+# Every saved parameter override but Architecture and ConfigDigest, then Architecture=$(ARCH), as SAM parses them.
 SAVED_OVERRIDES := import os, sys, shlex, tomllib; \
   p = "infra/samconfig.toml"; \
   c = tomllib.load(open(p, "rb")) if os.path.exists(p) else {}; \
   s = c.get("default", {}).get("deploy", {}).get("parameters", {}).get("parameter_overrides", ""); \
   kv = [i.split("=", 1) for i in (shlex.split(s) if isinstance(s, str) else [w for x in s for w in shlex.split(x)]) if "=" in i]; \
-  kv = [(k, v) for k, v in kv if k != "Architecture"] + [("Architecture", sys.argv[1])]; \
+  kv = [(k, v) for k, v in kv if k not in ("Architecture", "ConfigDigest")] + [("Architecture", sys.argv[1])]; \
   print(" ".join(k + "=" + chr(34) + v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34)) + chr(34) for k, v in kv))
 # ELF e_machine of each built bootstrap: 62 = x86-64, 183 = AArch64.
 CHECK_ARCH := import sys; \
@@ -297,6 +300,13 @@ CHECK_ARCH := import sys; \
   heads = {p: open(p, "rb").read(20) for p in sys.argv[2:]}; \
   bad = [p for p, h in heads.items() if h[:4] != bytes([127, 69, 76, 70]) or int.from_bytes(h[18:20], "little") != want]; \
   sys.exit("built for the wrong architecture (want " + sys.argv[1] + "; an old build in infra/.aws-sam? rm -rf it): " + ", ".join(bad) if bad else 0)
+# The sender's, scheduler's and ingest's `live` aliases take a deploy's settings only through a
+# new version, which SAM publishes when ConfigDigest changes (tools/config_digest.py: the
+# template, every parameter's effective value, the built binaries). With --guided a parameter
+# changed at the prompt is not in the first digest: the saved answers are read again after the
+# deploy and, if their digest differs, deployed once more unattended.
+DIGEST := $(VENV)/bin/python tools/config_digest.py infra/template.yaml
+BUILT_BOOTSTRAPS := infra/.aws-sam/build/SenderFunction/bootstrap infra/.aws-sam/build/SchedulerFunction/bootstrap infra/.aws-sam/build/RedriveFunction/bootstrap infra/.aws-sam/build/IngestFunction/bootstrap
 deploy: build-tools
 	@case "$(ARCH)" in x86_64|arm64) ;; *) echo "ARCH must be x86_64 or arm64, not '$(ARCH)'" >&2; exit 2;; esac
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(SAM_CLI)
@@ -304,7 +314,13 @@ deploy: build-tools
 	$(VENV)/bin/python -c '$(CHECK_ARCH)' $(ARCH) infra/.aws-sam/build/{Sender,Scheduler,Redrive,Ingest}Function/bootstrap
 	@echo "==> deploying with Architecture=$(ARCH) (binaries checked); keep that answer if prompted"
 	overrides=$$($(VENV)/bin/python -c '$(SAVED_OVERRIDES)' $(ARCH)) && \
-	  cd infra && $(SAM) deploy $(DEPLOY_FLAGS) --parameter-overrides "$$overrides"
+	  digest=$$($(DIGEST) "$$overrides" --code $(BUILT_BOOTSTRAPS)) && \
+	  (cd infra && $(SAM) deploy $(DEPLOY_FLAGS) --parameter-overrides "$$overrides ConfigDigest=$$digest") && \
+	  again=$$($(VENV)/bin/python -c '$(SAVED_OVERRIDES)' $(ARCH)) && \
+	  digest2=$$($(DIGEST) "$$again" --code $(BUILT_BOOTSTRAPS)) && \
+	  if [ "$$digest2" != "$$digest" ]; then \
+	    echo "==> a parameter changed at the prompt: deploying once more with its ConfigDigest, so the live aliases take it"; \
+	    cd infra && $(SAM) deploy --no-confirm-changeset --parameter-overrides "$$again ConfigDigest=$$digest2"; fi
 	$(VENV)/bin/python tools/stack_policy.py --config infra/samconfig.toml --policy infra/stack-policy.json
 
 ## The stack policy alone (infra/stack-policy.json; `make deploy` sets it after every deploy):

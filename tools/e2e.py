@@ -86,6 +86,13 @@ What happens, in order (state and logs under target/e2e/, emptied at each run):
        outcome event published by a later tick's sweep of the outbox onto the outcome bus,
        where a capture rule of the test's own delivers it to a queue; a command that is not
        JSON sent straight to the commands queue lands on the commands DLQ with its reason.
+    i. two stack updates (docs/deployment.md#turning-the-sms-channel-on-and-off): without
+       SmsProviderUrl, UPDATE_COMPLETE, the sms queues and the sender's mappings on them kept,
+       the sender's alias live on a new version (ConfigDigest) whose environment declares no
+       channels, and a reminder sent to the sms queue delivered through the one provider left
+       (the email double); then with SmsProviderUrl again, UPDATE_COMPLETE on the same queues
+       and live on a version declaring email and sms. LocalStack's alias provider cannot move an
+       alias on its own (tools/localstack/punctual_localstack/alias.py fixes that).
 
 What LocalStack (2026.3.0 community, host mode) cannot do, and what this check does instead:
 - Metric-math alarms are never evaluated: its alarm scheduler takes only alarms with a
@@ -153,6 +160,8 @@ import boto3
 import botocore.exceptions
 import yaml
 from botocore.config import Config
+
+from config_digest import digest as config_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "target" / "e2e"
@@ -475,6 +484,9 @@ class Run:
             "SmsProviderUrl": self.sms_url,
             "SmsProviderTokenSecretArn": sms_secret_arn,
         }
+        # As `make deploy` passes it: without it a parameter-only update (step i) would leave the
+        # aliases on the old version (tools/config_digest.py).
+        self.params["ConfigDigest"] = self.digest(self.params)
         # 98 KB of YAML: over CreateStack's 51,200-byte TemplateBody limit (AWS's and
         # LocalStack's), so it goes through S3 as `sam deploy` does it.
         body = packaged_template(ROOT / "infra" / "template.yaml", keys, bucket)
@@ -639,6 +651,9 @@ class Run:
             ("e2e-sms-urgent", "sms", due.date().isoformat(), due.strftime("%H:%M"), 5),
             # Never released by a tick during the run: its message is sent by hand (step e).
             ("e2e-dead", "email", tomorrow, "09:00", 120),
+            # Never released by a tick either: step i sends its message to the sms queue by
+            # hand after the sms channel is turned off.
+            ("e2e-sms-off", "sms", tomorrow, "09:00", 120),
         ]
         path = WORK / "renewals.csv"
         with open(path, "w") as f:
@@ -661,16 +676,22 @@ class Run:
         # state in one write, out of the due index, so no tick releases it and the sender's
         # version check (a copy of a version the table no longer holds is never sent) sees the
         # copy as current.
+        self.release_by_hand("e2e-dead")
+        ok("import", f"6 renewals into {self.outputs['RenewalsTableName']}: e2e-normal (120 min), e2e-urgent "
+           f"(5 min), e2e-sms (sms, 120 min) and e2e-sms-urgent (sms, 5 min) due {due:%H:%M:%S}Z; e2e-dead imported for tomorrow, then released by hand (due now); e2e-sms-off for tomorrow (step i)", started)
+
+    def release_by_hand(self, rid: str):
+        """The renewal's row as a tick would leave it on releasing it now (deliver_after 10 s ago,
+        deliver_by in an hour, `enqueued`, out of the due index), so no tick releases it and the
+        sender's version check sees a copy sent by hand (send_reminder_body) as current."""
         now_ms = int(time.time() * 1000)
         after_ms, by_ms = now_ms - 10_000, now_ms + 3_600_000
-        ddb.update_item(
-            TableName=self.outputs["RenewalsTableName"], Key={"pk": {"S": "renewal:e2e:e2e-dead"}},
+        self.aws("dynamodb").update_item(
+            TableName=self.outputs["RenewalsTableName"], Key={"pk": {"S": f"renewal:e2e:{rid}"}},
             UpdateExpression="SET deliver_after_ms = :a, deliver_by_ms = :b, sched_state = :s REMOVE due_shard, due_after_ms",
             ExpressionAttributeValues={":a": {"N": str(after_ms)}, ":b": {"N": str(by_ms)}, ":s": {"S": "enqueued"}},
         )
-        self.renewal["e2e-dead"].update(deliver_after_ms=str(after_ms), deliver_by_ms=str(by_ms))
-        ok("import", f"5 renewals into {self.outputs['RenewalsTableName']}: e2e-normal (120 min), e2e-urgent "
-           f"(5 min), e2e-sms (sms, 120 min) and e2e-sms-urgent (sms, 5 min) due {due:%H:%M:%S}Z; e2e-dead imported for tomorrow, then released by hand (due now)", started)
+        self.renewal[rid].update(deliver_after_ms=str(after_ms), deliver_by_ms=str(by_ms))
 
     def send_reminder_body(self, rid: str) -> str:
         r = self.renewal[rid]
@@ -696,6 +717,73 @@ class Run:
         item = self.aws("dynamodb").get_item(TableName=self.outputs["LedgerTableName"],
                                              Key={"pk": {"S": f"reminder:{reminder_id}"}}, ConsistentRead=True).get("Item") or {}
         return {k: list(v.values())[0] for k, v in item.items() if k in ("state", "attempts", "last_reason", "release_id")}
+
+    # -- i. the sms channel turned off and on again ------------------------------------------------
+    def digest(self, params: dict) -> str:
+        return config_digest((ROOT / "infra" / "template.yaml").read_text(),
+                             {k: v for k, v in params.items() if k != "ConfigDigest"},
+                             [self.packages[k] for k in sorted(self.packages)])
+
+    def update_stack(self, step: str, params: dict) -> float:
+        started = time.monotonic()
+        self.aws("cloudformation").update_stack(
+            StackName=STACK, TemplateURL=self.template_url,
+            Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in params.items()],
+            Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"])
+        status, reason = self.wait_stack(STACK, timeout=180)
+        if status != "UPDATE_COMPLETE":
+            raise StepFailed(step, f"stack {status}: {reason}")
+        return time.monotonic() - started
+
+    def check_sms_off_and_on(self):
+        """docs/deployment.md#turning-the-sms-channel-on-and-off: an update without
+        SmsProviderUrl keeps the sms queues and the sender's mappings on them (invoking the
+        alias, now on a new version); a reminder already released to the sms queue is drained
+        and delivered through the one provider that remains (the email double); an update with
+        the channel again completes on the same queues."""
+        step = "i. sms off, then on again"
+        started = time.monotonic()
+        lam, sqs, o = self.aws("lambda"), self.aws("sqs"), self.outputs
+        sender = self.physical["SenderFunction"]
+        before = lam.get_alias(FunctionName=sender, Name="live")["FunctionVersion"]
+        off = dict(self.params, SmsProviderUrl="", SmsProviderTokenSecretArn="")
+        off["ConfigDigest"] = self.digest(off)
+        took_off = self.update_stack(step, off)
+        # What `live` runs (the version the mappings invoke), not $LATEST.
+        env = lam.get_function_configuration(FunctionName=sender, Qualifier="live").get("Environment", {}).get("Variables", {})
+        if "CHANNELS" in env:
+            raise StepFailed(step, f"the sender still declares CHANNELS={env['CHANNELS']!r} with the sms channel off")
+        after = lam.get_alias(FunctionName=sender, Name="live")["FunctionVersion"]
+        arns = {}
+        for k in ("SmsQueueUrl", "SmsUrgentQueueUrl"):
+            try:
+                arns[k] = sqs.get_queue_attributes(QueueUrl=o[k], AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            except botocore.exceptions.ClientError as e:
+                raise StepFailed(step, f"{k} is gone with the sms channel off: {e}")
+        mapped = {m["EventSourceArn"]: m["FunctionArn"] for m in lam.list_event_source_mappings(FunctionName=sender)["EventSourceMappings"]}
+        unpolled = [k for k, a in arns.items() if not mapped.get(a, "").endswith(":live")]
+        if unpolled or after == before:
+            raise StepFailed(step, f"with sms off: {unpolled} not polled through the alias ({mapped}); live {before} → {after}")
+        accepted_before = self.accepted()
+        self.release_by_hand("e2e-sms-off")
+        sqs.send_message(QueueUrl=o["SmsQueueUrl"], MessageBody=self.send_reminder_body("e2e-sms-off"))
+        reminder = self.renewal["e2e-sms-off"]["reminder_id"]
+
+        def delivered():
+            st = self.ledger_state(reminder)
+            return st if st.get("state") == "delivered" else (False, st)
+        wait_for(step, "the sms queue's reminder delivered with the channel off", delivered, timeout=60)
+        via_email = self.accepted() - accepted_before
+        if via_email != 1:
+            raise StepFailed(step, f"the one provider (the email double) accepted {via_email} calls, want 1")
+        took_on = self.update_stack(step, self.params)
+        env = lam.get_function_configuration(FunctionName=sender, Qualifier="live").get("Environment", {}).get("Variables", {})
+        again = sqs.get_queue_attributes(QueueUrl=o["SmsQueueUrl"], AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        if env.get("CHANNELS") != "email,sms" or again != arns["SmsQueueUrl"]:
+            raise StepFailed(step, f"with sms on again: CHANNELS={env.get('CHANNELS')!r}, sms queue {again} (was {arns['SmsQueueUrl']})")
+        ok(step, f"off: UPDATE_COMPLETE in {took_off:.1f} s, the sms queues and their mappings kept (live {before} → {after}), "
+           f"the sms queue's reminder delivered through the one provider; on again: UPDATE_COMPLETE in {took_on:.1f} s "
+           f"on the same queues, CHANNELS=email,sms (live {lam.get_alias(FunctionName=sender, Name='live')['FunctionVersion']})", started)
 
     # -- h. the producer's whole path ------------------------------------------------------------
     def start_producer(self):
@@ -1060,8 +1148,9 @@ class Run:
         codedeploy = {r["LogicalResourceId"]: r["ResourceStatus"] for r in
                       self.aws("cloudformation").list_stack_resources(StackName=STACK)["StackResourceSummaries"]
                       if r["ResourceType"].startswith("AWS::CodeDeploy::")}
-        say(f"{step}: gradual deploys: CodeDeploy resources {codedeploy or 'none listed'} (LocalStack community has no "
-            "CodeDeploy: nothing is created, the aliases' UpdatePolicy is ignored); a shift and its rollback are not exercised")
+        say(f"{step}: gradual deploys: the stack lists its CodeDeploy resources as {codedeploy or 'nothing'}, but LocalStack "
+            "community has no CodeDeploy (an unsupported type is reported complete, nothing exists behind it) and ignores "
+            "the aliases' UpdatePolicy: a shift, its guards and its rollback are not exercised")
         say(f"{step}: sender LoggingConfig.LogGroup={template_group} has {streams(template_group)} log streams, "
             f"/aws/lambda/{sender} has {default_streams} (LocalStack ignores LoggingConfig); scheduler EventInvokeConfig "
             f"stored (MaximumEventAgeInSeconds={eic.get('MaximumEventAgeInSeconds')}, "
@@ -1122,6 +1211,8 @@ class Run:
         self.check_template_limits()
         begin("h. producer → outcome")
         self.check_producer()
+        begin("i. sms off, then on again")
+        self.check_sms_off_and_on()
 
 
 def main():
