@@ -301,12 +301,13 @@ CHECK_ARCH := import sys; \
   bad = [p for p, h in heads.items() if h[:4] != bytes([127, 69, 76, 70]) or int.from_bytes(h[18:20], "little") != want]; \
   sys.exit("built for the wrong architecture (want " + sys.argv[1] + "; an old build in infra/.aws-sam? rm -rf it): " + ", ".join(bad) if bad else 0)
 # The sender's, scheduler's and ingest's `live` aliases take a deploy's settings only through a
-# new version, which SAM publishes when ConfigDigest changes (tools/config_digest.py: the
-# template, every parameter's effective value, the built binaries). With --guided a parameter
-# changed at the prompt is not in the first digest: the saved answers are read again after the
-# deploy and, if their digest differs, deployed once more unattended.
+# new version, which SAM publishes when ConfigDigest changes (tools/config_digest.py: their
+# resources, the parameters they read, their binaries). The digest must be of the answers that
+# are deployed, so --guided runs in two steps: the prompts, saved, with a change set left
+# unexecuted; then the deploy of the saved answers with their digest, its change set confirmed
+# as samconfig.toml says (answer Y to saving the arguments, or the prompts' changes are lost).
 DIGEST := $(VENV)/bin/python tools/config_digest.py infra/template.yaml
-BUILT_BOOTSTRAPS := infra/.aws-sam/build/SenderFunction/bootstrap infra/.aws-sam/build/SchedulerFunction/bootstrap infra/.aws-sam/build/RedriveFunction/bootstrap infra/.aws-sam/build/IngestFunction/bootstrap
+BUILT_BOOTSTRAPS := infra/.aws-sam/build/SenderFunction/bootstrap infra/.aws-sam/build/SchedulerFunction/bootstrap infra/.aws-sam/build/IngestFunction/bootstrap
 deploy: build-tools
 	@case "$(ARCH)" in x86_64|arm64) ;; *) echo "ARCH must be x86_64 or arm64, not '$(ARCH)'" >&2; exit 2;; esac
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check $(SAM_CLI)
@@ -314,13 +315,13 @@ deploy: build-tools
 	$(VENV)/bin/python -c '$(CHECK_ARCH)' $(ARCH) infra/.aws-sam/build/{Sender,Scheduler,Redrive,Ingest}Function/bootstrap
 	@echo "==> deploying with Architecture=$(ARCH) (binaries checked); keep that answer if prompted"
 	overrides=$$($(VENV)/bin/python -c '$(SAVED_OVERRIDES)' $(ARCH)) && \
+	  if [ -n "$(filter --guided,$(DEPLOY_FLAGS))" ]; then \
+	    echo "==> the guided answers first (saved to infra/samconfig.toml; its change set is not executed), then the deploy with their ConfigDigest"; \
+	    (cd infra && $(SAM) deploy $(DEPLOY_FLAGS) --no-execute-changeset --parameter-overrides "$$overrides") || exit $$?; \
+	    overrides=$$($(VENV)/bin/python -c '$(SAVED_OVERRIDES)' $(ARCH)); \
+	  fi && \
 	  digest=$$($(DIGEST) "$$overrides" --code $(BUILT_BOOTSTRAPS)) && \
-	  (cd infra && $(SAM) deploy $(DEPLOY_FLAGS) --parameter-overrides "$$overrides ConfigDigest=$$digest") && \
-	  again=$$($(VENV)/bin/python -c '$(SAVED_OVERRIDES)' $(ARCH)) && \
-	  digest2=$$($(DIGEST) "$$again" --code $(BUILT_BOOTSTRAPS)) && \
-	  if [ "$$digest2" != "$$digest" ]; then \
-	    echo "==> a parameter changed at the prompt: deploying once more with its ConfigDigest, so the live aliases take it"; \
-	    cd infra && $(SAM) deploy --no-confirm-changeset --parameter-overrides "$$again ConfigDigest=$$digest2"; fi
+	  cd infra && $(SAM) deploy $(filter-out --guided,$(DEPLOY_FLAGS)) --parameter-overrides "$$overrides ConfigDigest=$$digest"
 	$(VENV)/bin/python tools/stack_policy.py --config infra/samconfig.toml --policy infra/stack-policy.json
 
 ## The stack policy alone (infra/stack-policy.json; `make deploy` sets it after every deploy):

@@ -161,6 +161,7 @@ import botocore.exceptions
 import yaml
 from botocore.config import Config
 
+from config_digest import GRADUAL, CfnLoader
 from config_digest import digest as config_digest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -269,27 +270,7 @@ def on_signal(signum, _frame):
 
 
 # --- the template ------------------------------------------------------------------------------
-class CfnLoader(yaml.SafeLoader):
-    """YAML with CloudFormation's short-form tags, into their JSON form."""
-
-
-def _cfn_tag(loader, suffix, node):
-    if isinstance(node, yaml.ScalarNode):
-        value = loader.construct_scalar(node)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    if suffix == "Ref":
-        return {"Ref": value}
-    if suffix == "Condition":
-        return {"Condition": value}
-    if suffix == "GetAtt" and isinstance(value, str):
-        return {"Fn::GetAtt": value.split(".", 1)}
-    return {f"Fn::{suffix}": value}
-
-
-CfnLoader.add_multi_constructor("!", _cfn_tag)
+# CfnLoader (YAML with CloudFormation's short-form tags) is config_digest's: one reading of the template.
 
 
 def packaged_template(path: Path, code: dict[str, str], bucket: str) -> str:
@@ -722,7 +703,7 @@ class Run:
     def digest(self, params: dict) -> str:
         return config_digest((ROOT / "infra" / "template.yaml").read_text(),
                              {k: v for k, v in params.items() if k != "ConfigDigest"},
-                             [self.packages[k] for k in sorted(self.packages)])
+                             [self.packages[k] for k in GRADUAL])
 
     def update_stack(self, step: str, params: dict) -> float:
         started = time.monotonic()

@@ -27,8 +27,17 @@ case("a changed parameter is a new digest", base != digest(TEMPLATE, {"ProviderR
 case("the sms channel off is a new digest",
      digest(TEMPLATE, {"SmsProviderUrl": "https://sms.example/v1"}, [b"s"]) != digest(TEMPLATE, {"SmsProviderUrl": ""}, [b"s"]))
 case("a new binary is a new digest", base != digest(TEMPLATE, {"ProviderRatePerSecond": "100"}, [b"sender2"]))
-case("a changed template (a default) is a new digest",
-     base != digest(TEMPLATE.replace("Default: Linear10PercentEvery1Minute", "Default: AllAtOnce"), {}, [b"sender"]))
+case("a changed default of a parameter a function reads is a new digest",
+     base != digest(TEMPLATE.replace("    Default: 100\n", "    Default: 90\n", 1), {}, [b"sender"]))
+case("a changed literal of a function (the sender's Timeout) is a new digest",
+     base != digest(TEMPLATE.replace("      Timeout: 60\n", "      Timeout: 61\n", 1), {}, [b"sender"]))
+case("a parameter no function of the three reads is the same digest (AlarmTopicArn)",
+     base == digest(TEMPLATE, {"ProviderRatePerSecond": "100", "AlarmTopicArn": "arn:aws:sns:eu-west-1:123456789012:x"}, [b"sender"]))
+case("CodeDeploy's settings and the mappings' are the same digest (DeploymentType, SenderMaximumConcurrency)",
+     base == digest(TEMPLATE, {"DeploymentType": "AllAtOnce", "SenderMaximumConcurrency": "50", "GradualDeploys": "false"}, [b"sender"]))
+case("a comment is the same digest", base == digest(TEMPLATE + "\n# a comment\n", {}, [b"sender"]))
+case("the binaries' order is the same digest",
+     digest(TEMPLATE, {}, [b"a", b"b"]) == digest(TEMPLATE, {}, [b"b", b"a"]))
 case("ConfigDigest itself is not an input", base == digest(TEMPLATE, {"ConfigDigest": "ab"}, [b"sender"]))
 try:
     digest(TEMPLATE, {"ProviderRatePerSecnd": "5"})
