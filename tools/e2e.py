@@ -730,8 +730,12 @@ class Run:
         off = dict(self.params, SmsProviderUrl="", SmsProviderTokenSecretArn="")
         off["ConfigDigest"] = self.digest(off)
         took_off = self.update_stack(step, off)
-        # What `live` runs (the version the mappings invoke), not $LATEST.
-        env = lam.get_function_configuration(FunctionName=sender, Qualifier="live").get("Environment", {}).get("Variables", {})
+        # What `live` runs (the version the mappings invoke), not $LATEST. By the alias's version:
+        # LocalStack answers GetFunctionConfiguration with an alias qualifier "Function not found".
+        def live_env():
+            version = lam.get_alias(FunctionName=sender, Name="live")["FunctionVersion"]
+            return lam.get_function_configuration(FunctionName=sender, Qualifier=version).get("Environment", {}).get("Variables", {})
+        env = live_env()
         if "CHANNELS" in env:
             raise StepFailed(step, f"the sender still declares CHANNELS={env['CHANNELS']!r} with the sms channel off")
         after = lam.get_alias(FunctionName=sender, Name="live")["FunctionVersion"]
@@ -758,7 +762,7 @@ class Run:
         if via_email != 1:
             raise StepFailed(step, f"the one provider (the email double) accepted {via_email} calls, want 1")
         took_on = self.update_stack(step, self.params)
-        env = lam.get_function_configuration(FunctionName=sender, Qualifier="live").get("Environment", {}).get("Variables", {})
+        env = live_env()
         again = sqs.get_queue_attributes(QueueUrl=o["SmsQueueUrl"], AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         if env.get("CHANNELS") != "email,sms" or again != arns["SmsQueueUrl"]:
             raise StepFailed(step, f"with sms on again: CHANNELS={env.get('CHANNELS')!r}, sms queue {again} (was {arns['SmsQueueUrl']})")
