@@ -1475,9 +1475,11 @@ check("the sender may read the recipients table with ProviderKind ses, and not w
 # action on them is conditioned on that prefix, so no grant reads or writes a key of another
 # shape, but for the scheduler's watermark (below), granted by its exact key. Table-level
 # (DescribeTable) and index (Query) grants carry no item key.
-renewal_prefix = key_builder(rust("crates/aws/src/renewals.rs"), "renewal_key")
-_wm = re.search(r'const WATERMARK_KEY: &str = "([^"]+)";', rust("crates/aws/src/renewals.rs"))
-WATERMARK_ONLY = {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [_wm.group(1) if _wm else "?"]}}
+renewals_src = rust("crates/aws/src/renewals.rs")
+renewal_prefix = key_builder(renewals_src, "renewal_key")
+_wm = re.search(r'const WATERMARK_KEY: &str = "([^"]+)";', renewals_src)
+wm_key = _wm.group(1) if _wm else None
+WATERMARK_ONLY = {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [wm_key or "?"]}}
 ITEM_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
 loose = []
 for name, f in sorted(functions.items()):
@@ -1495,8 +1497,6 @@ check(f"every item grant on the renewals table is under {renewal_prefix} (dynamo
 # Beside the rows, one item: the scheduler's watermark (renewals.rs WATERMARK_KEY), read and
 # advanced by every tick (core scheduler.rs watermark()/advance_watermark(), failing the tick if
 # refused). Found by review: a renewal:* grant alone denied it.
-wm = re.search(r'const WATERMARK_KEY: &str = "([^"]+)";', rust("crates/aws/src/renewals.rs"))
-wm_key = wm.group(1) if wm else None
 wm_grants = {}
 for name, f in sorted(functions.items()):
     for st in statements(f):
